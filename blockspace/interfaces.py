@@ -1,0 +1,110 @@
+"""The v0 block-manager interface of vLLM 0.9.2 (``vllm/core/interfaces.py``).
+
+``BlockSpaceManager`` declares the 19 abstract methods a v0 scheduler calls,
+with vLLM's names, keywords and defaults, so that a scheduler written for
+vLLM can hold any of our managers. ``get_block_space_manager_class`` maps a
+version name to an implementation, case-insensitively.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from typing import Any, Optional
+
+from blockspace.enums import AllocStatus, Device
+
+# Version name -> "module:Class". "selfattn" is vLLM's name for its default
+# manager; it points at the fast implementation once that agrees with the
+# reference on every call (the conformance suite is the judge).
+MANAGER_CLASSES = {
+    "reference": "blockspace.reference:ReferenceBlockSpaceManager",
+    "fast": "blockspace.fast:FastBlockSpaceManager",
+    "placeholder": "blockspace.reference:PlaceholderBlockSpaceManager",
+    "selfattn": "blockspace.reference:ReferenceBlockSpaceManager",
+}
+
+
+def load_manager_class(spec: str) -> type:
+    """A class from a version name (``"fast"``) or a ``package.module:Class``."""
+    target = MANAGER_CLASSES.get(spec.lower(), spec)
+    if ":" not in target:
+        known = ", ".join(sorted(MANAGER_CLASSES))
+        raise ValueError(f"Unknown version {spec.lower()!r}: known versions are {known} (or package.module:Class)")
+    module_name, _, class_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+class BlockSpaceManager(ABC):
+    """Where each sequence's KV cache lives: a table of fixed-size blocks per
+    sequence, on the GPU or swapped to the CPU."""
+
+    @staticmethod
+    def get_block_space_manager_class(version: str) -> type:
+        """The manager class for a version name: "reference", "fast",
+        "placeholder" or "selfattn" (vLLM's name for the default one)."""
+        name = version.lower()
+        if name not in MANAGER_CLASSES:
+            known = ", ".join(sorted(MANAGER_CLASSES))
+            raise ValueError(f"Unknown version {name!r}: known versions are {known}")
+        return load_manager_class(name)
+
+    @abstractmethod
+    def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus: ...
+
+    @abstractmethod
+    def allocate(self, seq_group: Any) -> None: ...
+
+    @abstractmethod
+    def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool: ...
+
+    @abstractmethod
+    def append_slots(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]: ...
+
+    @abstractmethod
+    def fork(self, parent_seq: Any, child_seq: Any) -> None: ...
+
+    @abstractmethod
+    def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus: ...
+
+    @abstractmethod
+    def swap_in(self, seq_group: Any) -> list[tuple[int, int]]: ...
+
+    @abstractmethod
+    def can_swap_out(self, seq_group: Any) -> bool: ...
+
+    @abstractmethod
+    def swap_out(self, seq_group: Any) -> list[tuple[int, int]]: ...
+
+    @abstractmethod
+    def free(self, seq: Any) -> None: ...
+
+    @abstractmethod
+    def get_block_table(self, seq: Any) -> list[int]: ...
+
+    @abstractmethod
+    def get_num_free_gpu_blocks(self) -> int: ...
+
+    @abstractmethod
+    def get_num_free_cpu_blocks(self) -> int: ...
+
+    @abstractmethod
+    def access_all_blocks_in_seq(self, seq: Any, access_time: float) -> None: ...
+
+    @abstractmethod
+    def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]: ...
+
+    @abstractmethod
+    def mark_blocks_as_computed(self, seq_group: Any, token_chunk_size: int) -> None: ...
+
+    @abstractmethod
+    def get_prefix_cache_hit_rate(self, device: Device) -> float: ...
+
+    @abstractmethod
+    def reset_prefix_cache(self, device: Optional[Device] = None) -> bool: ...
+
+    @abstractmethod
+    def get_num_cached_tokens(self, seq: Any) -> int: ...
+
+
+__all__ = ["AllocStatus", "BlockSpaceManager", "MANAGER_CLASSES", "load_manager_class"]

@@ -1,0 +1,174 @@
+"""Minimal sequence types: exactly the members a block manager reads.
+
+A block manager sees a request only through a handful of members (spec §2):
+``Sequence.seq_id``, ``get_token_ids()``, ``extra_hash()``,
+``data.get_num_computed_tokens()``, ``is_prefill()``, ``status``, and
+``SequenceGroup.get_seqs(status=)``, ``is_encoder_decoder()``,
+``get_encoder_seq()``, ``request_id``. The managers read nothing else, so
+vLLM's own ``Sequence``/``SequenceGroup`` objects work with them unchanged;
+these classes exist for users and tests that do not want vLLM.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Optional
+
+from blockspace.enums import SequenceStatus
+
+_next_seq_id = itertools.count()
+
+
+class SequenceData:
+    """Token ids of one sequence and how many of them the model has computed."""
+
+    def __init__(self, token_ids: Iterable[int] = ()) -> None:
+        self._token_ids: list[int] = list(token_ids)
+        self._num_computed_tokens = 0
+
+    def get_token_ids(self) -> list[int]:
+        return self._token_ids
+
+    def get_len(self) -> int:
+        return len(self._token_ids)
+
+    def append_token_id(self, token_id: int) -> None:
+        self._token_ids.append(token_id)
+
+    def get_num_computed_tokens(self) -> int:
+        return self._num_computed_tokens
+
+    def get_num_uncomputed_tokens(self) -> int:
+        return len(self._token_ids) - self._num_computed_tokens
+
+    def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
+        self._num_computed_tokens += num_new_computed_tokens
+
+    def reset_state_for_recompute(self) -> None:
+        """Recompute preemption: everything is prefill again."""
+        self._num_computed_tokens = 0
+
+
+class Sequence:
+    """One generated sequence: its id, tokens, status and adapter ids."""
+
+    def __init__(
+        self,
+        seq_id: int,
+        token_ids: Iterable[int] = (),
+        *,
+        lora_int_id: int = 0,
+        prompt_adapter_id: int = 0,
+        status: SequenceStatus = SequenceStatus.WAITING,
+    ) -> None:
+        self.seq_id = seq_id
+        self.data = SequenceData(token_ids)
+        self.lora_int_id = lora_int_id
+        self.prompt_adapter_id = prompt_adapter_id
+        self.status = status
+
+    def get_token_ids(self) -> list[int]:
+        return self.data.get_token_ids()
+
+    def get_len(self) -> int:
+        return self.data.get_len()
+
+    def append_token_id(self, token_id: int) -> None:
+        self.data.append_token_id(token_id)
+
+    def extra_hash(self) -> Optional[int]:
+        """What keeps adapters apart in the prefix cache (vLLM 0.9.2): None
+        without adapters, else a hash of ``(prompt_adapter_id, lora_int_id)``."""
+        if self.prompt_adapter_id == 0 and self.lora_int_id == 0:
+            return None
+        return hash((self.prompt_adapter_id, self.lora_int_id))
+
+    def is_prefill(self) -> bool:
+        return self.data.get_num_computed_tokens() < self.data.get_len()
+
+    def is_finished(self) -> bool:
+        return SequenceStatus.is_finished(self.status)
+
+    def fork(self, new_seq_id: int) -> Sequence:
+        """A copy with a new id (what beam search and n>1 sampling do)."""
+        child = Sequence(
+            new_seq_id,
+            self.get_token_ids(),
+            lora_int_id=self.lora_int_id,
+            prompt_adapter_id=self.prompt_adapter_id,
+            status=self.status,
+        )
+        child.data._num_computed_tokens = self.data.get_num_computed_tokens()
+        return child
+
+    def __repr__(self) -> str:
+        return f"Sequence(seq_id={self.seq_id}, len={self.get_len()}, status={self.status.name})"
+
+
+class SequenceGroup:
+    """The sequences generated from one prompt (n>1 sampling, beam search),
+    plus the encoder sequence of an encoder-decoder request."""
+
+    def __init__(
+        self,
+        request_id: str,
+        seqs: Iterable[Sequence],
+        encoder_seq: Optional[Sequence] = None,
+        arrival_time: float = 0.0,
+    ) -> None:
+        self.request_id = request_id
+        self.seqs: list[Sequence] = list(seqs)
+        self.encoder_seq = encoder_seq
+        self.arrival_time = arrival_time
+
+    @classmethod
+    def from_prompt(
+        cls,
+        request_id: str,
+        prompt_token_ids: Iterable[int],
+        *,
+        n: int = 1,
+        lora_int_id: int = 0,
+        encoder_prompt: Optional[Iterable[int]] = None,
+        first_seq_id: Optional[int] = None,
+        arrival_time: float = 0.0,
+    ) -> SequenceGroup:
+        """A WAITING group of ``n`` sequences with the same prompt; sequence
+        ids are consecutive from ``first_seq_id`` (default: a process-wide
+        counter), the encoder sequence (if any) takes the next one."""
+        if n < 1:
+            raise ValueError(f"a sequence group needs n >= 1 sequences, got n={n}")
+        prompt = list(prompt_token_ids)
+        if first_seq_id is None:
+            ids = [next(_next_seq_id) for _ in range(n + 1)]
+        else:
+            ids = [first_seq_id + i for i in range(n + 1)]
+        seqs = [Sequence(ids[i], prompt, lora_int_id=lora_int_id) for i in range(n)]
+        encoder = None
+        if encoder_prompt is not None:
+            encoder = Sequence(ids[n], encoder_prompt, lora_int_id=lora_int_id)
+        return cls(request_id, seqs, encoder, arrival_time)
+
+    def get_seqs(self, status: Optional[SequenceStatus] = None) -> list[Sequence]:
+        if status is None:
+            return list(self.seqs)
+        return [seq for seq in self.seqs if seq.status == status]
+
+    def add(self, seq: Sequence) -> None:
+        self.seqs.append(seq)
+
+    def is_encoder_decoder(self) -> bool:
+        return self.encoder_seq is not None
+
+    def get_encoder_seq(self) -> Optional[Sequence]:
+        return self.encoder_seq
+
+    def is_finished(self) -> bool:
+        return all(seq.is_finished() for seq in self.seqs)
+
+    def __repr__(self) -> str:
+        return f"SequenceGroup(request_id={self.request_id!r}, seqs={self.seqs!r})"
+
+
+__all__ = ["Sequence", "SequenceData", "SequenceGroup", "SequenceStatus"]

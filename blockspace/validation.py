@@ -1,0 +1,62 @@
+"""Argument checks shared by every implementation, so that each raises the
+same error with the same message for the same bad input."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from blockspace.errors import InvalidArgumentError, InvalidConfigError, UnsupportedError
+
+MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32 by the fast manager
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_config(
+    block_size: Any,
+    num_gpu_blocks: Any,
+    num_cpu_blocks: Any,
+    watermark: Any,
+    sliding_window: Any,
+    enable_caching: Any,
+) -> None:
+    """Constructor arguments: positive block size and GPU pool, non-negative
+    CPU pool, watermark >= 0, sliding window None or >= 0."""
+    if not _is_int(block_size) or block_size <= 0:
+        raise InvalidConfigError(f"block_size must be a positive int, got {block_size!r}")
+    if not _is_int(num_gpu_blocks) or num_gpu_blocks <= 0:
+        raise InvalidConfigError(f"num_gpu_blocks must be a positive int, got {num_gpu_blocks!r}")
+    if not _is_int(num_cpu_blocks) or num_cpu_blocks < 0:
+        raise InvalidConfigError(f"num_cpu_blocks must be a non-negative int, got {num_cpu_blocks!r}")
+    if not isinstance(watermark, numbers.Real) or not watermark >= 0.0:
+        raise InvalidConfigError(f"watermark must be >= 0.0, got {watermark!r}")
+    if sliding_window is not None and (not _is_int(sliding_window) or sliding_window < 0):
+        raise InvalidConfigError(f"sliding_window must be None or a non-negative int, got {sliding_window!r}")
+    if sliding_window is not None and enable_caching:
+        raise UnsupportedError("prefix caching with a sliding window is not supported (vLLM's engine rejects it too)")
+
+
+def check_lookahead(num_lookahead_slots: Any) -> None:
+    if not _is_int(num_lookahead_slots) or num_lookahead_slots < 0:
+        raise InvalidArgumentError(f"num_lookahead_slots must be a non-negative int, got {num_lookahead_slots!r}")
+
+
+def check_token_ids(seq: Any, tokens: Any, start: int = 0) -> None:
+    """Every token id from ``start`` on is an int in ``0..MAX_TOKEN_ID``."""
+    for position in range(start, len(tokens)):
+        token = tokens[position]
+        if not _is_int(token) or not 0 <= token <= MAX_TOKEN_ID:
+            raise InvalidArgumentError(
+                f"sequence {seq.seq_id}: token id {token!r} at position {position} is not an int in 0..{MAX_TOKEN_ID}"
+            )
+
+
+def token_ids(seq: Any, start: int = 0) -> list[int]:
+    """The sequence's token ids, those from ``start`` on checked."""
+    tokens = seq.get_token_ids()
+    check_token_ids(seq, tokens, start)
+    return tokens
+

@@ -1,0 +1,75 @@
+"""The placeholder manager: for models without a KV cache (pooling,
+attention-free). It keeps no state and answers every call with the same
+value (spec §12), so the scheduler's bookkeeping runs unchanged."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from blockspace.enums import AllocStatus, Device
+from blockspace.interfaces import BlockSpaceManager
+
+
+class PlaceholderBlockSpaceManager(BlockSpaceManager):
+    def __init__(self, **kwargs: Any) -> None:
+        pass
+
+    def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
+        return AllocStatus.OK
+
+    def allocate(self, seq_group: Any) -> None:
+        pass
+
+    def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool:
+        return True
+
+    def append_slots(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
+        return []
+
+    def fork(self, parent_seq: Any, child_seq: Any) -> None:
+        pass
+
+    def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
+        return AllocStatus.OK
+
+    def swap_in(self, seq_group: Any) -> None:  # type: ignore[override]  # vLLM returns None
+        return None
+
+    def can_swap_out(self, seq_group: Any) -> bool:
+        return True
+
+    def swap_out(self, seq_group: Any) -> None:  # type: ignore[override]
+        return None
+
+    def free(self, seq: Any) -> None:
+        pass
+
+    def get_block_table(self, seq: Any) -> None:  # type: ignore[override]
+        return None
+
+    def get_num_free_gpu_blocks(self) -> int:
+        return 1
+
+    def get_num_free_cpu_blocks(self) -> int:
+        return 1
+
+    def access_all_blocks_in_seq(self, seq: Any, access_time: float) -> None:
+        pass
+
+    def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]:
+        return []
+
+    def mark_blocks_as_computed(self, seq_group: Any, token_chunk_size: int) -> None:
+        pass
+
+    def get_prefix_cache_hit_rate(self, device: Device) -> float:
+        return -1
+
+    def reset_prefix_cache(self, device: Optional[Device] = None) -> bool:
+        return True
+
+    def get_num_cached_tokens(self, seq: Any) -> int:
+        return 0
+
+    def remove_seq_from_computed_blocks_tracker(self, seq: Any) -> None:
+        pass

@@ -1,0 +1,30 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from blockspace import Sequence, SequenceGroup, SequenceStatus
+
+
+def seq(seq_id: int, tokens, *, lora: int = 0) -> Sequence:
+    return Sequence(seq_id, list(tokens), lora_int_id=lora)
+
+
+def group(request_id: str, *seqs: Sequence, encoder: Sequence | None = None) -> SequenceGroup:
+    return SequenceGroup(request_id, list(seqs), encoder)
+
+
+def run(*seqs: Sequence) -> None:
+    for s in seqs:
+        s.status = SequenceStatus.RUNNING
+
+
+def grow(s: Sequence, *tokens: int) -> None:
+    for t in tokens:
+        s.append_token_id(t)
+
+
+def decode_step(s: Sequence, token: int) -> None:
+    """One decode step as the scheduler sees it: everything before the new
+    token is computed, the new token is not."""
+    s.data._num_computed_tokens = s.get_len()
+    s.append_token_id(token)
