@@ -1,0 +1,5 @@
+import sys
+
+from blockspace.cli import main
+
+sys.exit(main())

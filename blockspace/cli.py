@@ -1,0 +1,33 @@
+"""The ``blockspace`` command: one entry point, one module per subcommand.
+
+    blockspace simulate     replay a trace through a continuous-batching scheduler
+    blockspace bench        micro and macro benchmarks, reference against fast
+    blockspace conformance  check one implementation against another
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Optional
+
+SUBCOMMANDS = {
+    "simulate": ("blockspace.simulator.cli", "replay a request trace through a continuous-batching scheduler"),
+    "bench": ("blockspace.bench", "benchmark the implementations side by side"),
+    "conformance": ("blockspace.conformance.cli", "prove two implementations agree"),
+}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help") or args[0] not in SUBCOMMANDS:
+        print("usage: blockspace {" + ",".join(SUBCOMMANDS) + "} [options]\n")
+        for name, (_, summary) in SUBCOMMANDS.items():
+            print(f"  {name:<12} {summary}")
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    module = importlib.import_module(SUBCOMMANDS[args[0]][0])
+    return int(module.main(args[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
