@@ -61,12 +61,14 @@ class Sequence:
         lora_int_id: int = 0,
         prompt_adapter_id: int = 0,
         status: SequenceStatus = SequenceStatus.WAITING,
+        cache_salt: Optional[str] = None,
     ) -> None:
         self.seq_id = seq_id
         self.data = SequenceData(token_ids)
         self.lora_int_id = lora_int_id
         self.prompt_adapter_id = prompt_adapter_id
         self.status = status
+        self.cache_salt = cache_salt  # tenant isolation of the prefix cache (not in vLLM v0)
 
     def get_token_ids(self) -> list[int]:
         return self.data.get_token_ids()
@@ -98,6 +100,7 @@ class Sequence:
             lora_int_id=self.lora_int_id,
             prompt_adapter_id=self.prompt_adapter_id,
             status=self.status,
+            cache_salt=self.cache_salt,
         )
         child.data._num_computed_tokens = self.data.get_num_computed_tokens()
         return child
@@ -121,6 +124,7 @@ class SequenceGroup:
         self.seqs: list[Sequence] = list(seqs)
         self.encoder_seq = encoder_seq
         self.arrival_time = arrival_time
+        self.cache_salt: Optional[str] = None
 
     @classmethod
     def from_prompt(
@@ -133,10 +137,13 @@ class SequenceGroup:
         encoder_prompt: Optional[Iterable[int]] = None,
         first_seq_id: Optional[int] = None,
         arrival_time: float = 0.0,
+        cache_salt: Optional[str] = None,
     ) -> SequenceGroup:
         """A WAITING group of ``n`` sequences with the same prompt; sequence
         ids are consecutive from ``first_seq_id`` (default: a process-wide
-        counter), the encoder sequence (if any) takes the next one."""
+        counter), the encoder sequence (if any) takes the next one. A
+        ``cache_salt`` keeps the request's prefix-cache blocks apart from
+        every request with another salt (tenant isolation)."""
         if n < 1:
             raise ValueError(f"a sequence group needs n >= 1 sequences, got n={n}")
         prompt = list(prompt_token_ids)
@@ -144,11 +151,13 @@ class SequenceGroup:
             ids = [next(_next_seq_id) for _ in range(n + 1)]
         else:
             ids = [first_seq_id + i for i in range(n + 1)]
-        seqs = [Sequence(ids[i], prompt, lora_int_id=lora_int_id) for i in range(n)]
+        seqs = [Sequence(ids[i], prompt, lora_int_id=lora_int_id, cache_salt=cache_salt) for i in range(n)]
         encoder = None
         if encoder_prompt is not None:
-            encoder = Sequence(ids[n], encoder_prompt, lora_int_id=lora_int_id)
-        return cls(request_id, seqs, encoder, arrival_time)
+            encoder = Sequence(ids[n], encoder_prompt, lora_int_id=lora_int_id, cache_salt=cache_salt)
+        group = cls(request_id, seqs, encoder, arrival_time)
+        group.cache_salt = cache_salt
+        return group
 
     def get_seqs(self, status: Optional[SequenceStatus] = None) -> list[Sequence]:
         if status is None:

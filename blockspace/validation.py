@@ -60,3 +60,15 @@ def token_ids(seq: Any, start: int = 0) -> list[int]:
     check_token_ids(seq, tokens, start)
     return tokens
 
+
+
+def cache_salt(seq: Any) -> Any:
+    """The tenant's prefix-cache salt of a sequence (``None``: no salt).
+
+    Requests with different salts never share a cached block; the same salt
+    shares as usual. vLLM's v0 sequences have no salt, hence the default.
+    """
+    salt = getattr(seq, "cache_salt", None)
+    if salt is not None and not isinstance(salt, (str, bytes, int)):
+        raise InvalidArgumentError(f"sequence {seq.seq_id}: cache_salt must be a str, bytes or int, got {salt!r}")
+    return salt

@@ -32,7 +32,7 @@ from blockspace.reference.content import ContentKeys
 from blockspace.reference.invariants import check_invariants, snapshot
 from blockspace.reference.table import BlockTable
 from blockspace.reference.tracker import ComputedBlocksTracker
-from blockspace.validation import check_config, check_lookahead, check_token_ids, token_ids
+from blockspace.validation import cache_salt, check_config, check_lookahead, check_token_ids, token_ids
 
 
 class ReferenceBlockSpaceManager(BlockSpaceManager):
@@ -129,7 +129,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             self._check_encoder_decoder(seq_group)
             encoder = seq_group.get_encoder_seq()
         extra = first.extra_hash()
-        table = BlockTable(self.block_size)
+        table = BlockTable(self.block_size, root=ContentKeys.root(cache_salt(first)))
         chunk_keys = table.prompt_keys(tokens, extra, self.content_keys)
         need = table.cost_allocate(tokens, chunk_keys, self.gpu)
         if encoder is not None:

@@ -48,6 +48,7 @@ class BlockTable:
     num_filled: int = 0
     device: Device = Device.GPU
     last_access: Optional[float] = None  # set by access_all_blocks_in_seq (caching)
+    root: Hashable = None  # what the first block's key chains from (a tenant's cache salt)
 
     @property
     def block_ids(self) -> list[int]:
@@ -70,7 +71,7 @@ class BlockTable:
         num_full = len(tokens) // self.block_size
         if keys is None:
             return [None] * num_full
-        return list(keys.chain(tokens, self.block_size, extra))
+        return list(keys.chain(tokens, self.block_size, extra, self.root))
 
     def cost_allocate(self, tokens: Sequence[int], chunk_keys: list[Optional[int]], allocator: BlockAllocator) -> int:
         """Free blocks ``allocate`` consumes: every chunk but those that hit an
@@ -110,7 +111,7 @@ class BlockTable:
             written = (entry.tokens if entry else []) + chunk
             key = None
             if keys is not None and len(written) == bs:
-                parent = writes[-1][2] if writes else (self.entries[index - 1].key if index else None)
+                parent = writes[-1][2] if writes else (self.entries[index - 1].key if index else self.root)
                 key = keys.key(parent, written, entry.extra if entry else extra)
             writes.append((index, chunk, key))
             position += len(chunk)
@@ -144,7 +145,7 @@ class BlockTable:
 
     # -- fork (§8.4), free (§8.5), swap (§9.7) -------------------------------
     def fork(self, allocator: BlockAllocator) -> BlockTable:
-        child = BlockTable(self.block_size, num_filled=self.num_filled, device=self.device)
+        child = BlockTable(self.block_size, num_filled=self.num_filled, device=self.device, root=self.root)
         for entry in self.entries:
             allocator.share(entry.block_id)
             child.entries.append(Entry(entry.block_id, list(entry.tokens), entry.extra, entry.key))

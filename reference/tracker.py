@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from blockspace.errors import TrackerError
+from blockspace.validation import cache_salt
 from blockspace.reference.content import ContentKeys
 
 
@@ -35,7 +36,10 @@ class ComputedBlocksTracker:
 
     def num_cached_tokens(self, seq: Any) -> int:
         self.check_tokens(seq)
-        keys = self._keys.chain(seq.get_token_ids(), self.block_size, seq.extra_hash(), self.keys_of.get(seq.seq_id))
+        root = self._keys.root(cache_salt(seq))
+        keys = self._keys.chain(
+            seq.get_token_ids(), self.block_size, seq.extra_hash(), root, self.keys_of.get(seq.seq_id)
+        )
         self.keys_of[seq.seq_id] = keys
         if seq.seq_id in self.num_cached and seq.is_prefill():
             return self.num_cached[seq.seq_id]
