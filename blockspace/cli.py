@@ -3,6 +3,7 @@
     blockspace simulate     replay a trace through a continuous-batching scheduler
     blockspace bench        micro and macro benchmarks, reference against fast
     blockspace conformance  check one implementation against another
+    blockspace gpu-bench    benchmark the CUDA kernels against vLLM v0's way
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ SUBCOMMANDS = {
     "simulate": ("blockspace.simulator.cli", "replay a request trace through a continuous-batching scheduler"),
     "bench": ("blockspace.bench", "benchmark the implementations side by side"),
     "conformance": ("blockspace.conformance.cli", "prove two implementations agree"),
+    "gpu-bench": ("blockspace.fast.gpu_bench", "benchmark the CUDA kernels (table sync, slot mapping, KV copies)"),
 }
 
 
