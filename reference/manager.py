@@ -25,6 +25,7 @@ from blockspace.errors import (
     UnsupportedError,
     WrongDeviceError,
 )
+from blockspace.guard import guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
 from blockspace.reference import rules
 from blockspace.reference.allocator import BlockAllocator, CachingAllocator
@@ -35,6 +36,7 @@ from blockspace.reference.tracker import ComputedBlocksTracker
 from blockspace.validation import cache_salt, check_config, check_lookahead, check_token_ids, token_ids
 
 
+@guard_concurrency
 class ReferenceBlockSpaceManager(BlockSpaceManager):
     """Paged KV-cache blocks for every sequence, on the GPU or swapped to the CPU."""
 
