@@ -1,16 +1,15 @@
 """The ``blockspace`` command: one entry point, one module per subcommand.
 
-    blockspace simulate     replay a trace through a continuous-batching scheduler
-    blockspace bench        micro and macro benchmarks, reference against fast
-    blockspace conformance  check one implementation against another
-    blockspace gpu-bench    benchmark the CUDA kernels against vLLM v0's way
+blockspace simulate     replay a trace through a continuous-batching scheduler
+blockspace bench        micro and macro benchmarks, reference against fast
+blockspace conformance  check one implementation against another
+blockspace gpu-bench    benchmark the CUDA kernels against vLLM v0's way
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Optional
 
 SUBCOMMANDS = {
     "simulate": ("blockspace.simulator.cli", "replay a request trace through a continuous-batching scheduler"),
@@ -20,7 +19,7 @@ SUBCOMMANDS = {
 }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help") or args[0] not in SUBCOMMANDS:
         print("usage: blockspace {" + ",".join(SUBCOMMANDS) + "} [options]\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from typing import Any, Optional
+from typing import Any
 
 from blockspace.enums import AllocStatus, Device
 
@@ -101,7 +101,7 @@ class BlockSpaceManager(ABC):
     def get_prefix_cache_hit_rate(self, device: Device) -> float: ...
 
     @abstractmethod
-    def reset_prefix_cache(self, device: Optional[Device] = None) -> bool: ...
+    def reset_prefix_cache(self, device: Device | None = None) -> bool: ...
 
     @abstractmethod
     def get_num_cached_tokens(self, seq: Any) -> int: ...

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import Optional
 
 from blockspace.enums import SequenceStatus
 
@@ -61,7 +60,7 @@ class Sequence:
         lora_int_id: int = 0,
         prompt_adapter_id: int = 0,
         status: SequenceStatus = SequenceStatus.WAITING,
-        cache_salt: Optional[str] = None,
+        cache_salt: str | None = None,
     ) -> None:
         self.seq_id = seq_id
         self.data = SequenceData(token_ids)
@@ -79,7 +78,7 @@ class Sequence:
     def append_token_id(self, token_id: int) -> None:
         self.data.append_token_id(token_id)
 
-    def extra_hash(self) -> Optional[int]:
+    def extra_hash(self) -> int | None:
         """What keeps adapters apart in the prefix cache (vLLM 0.9.2): None
         without adapters, else a hash of ``(prompt_adapter_id, lora_int_id)``."""
         if self.prompt_adapter_id == 0 and self.lora_int_id == 0:
@@ -117,14 +116,14 @@ class SequenceGroup:
         self,
         request_id: str,
         seqs: Iterable[Sequence],
-        encoder_seq: Optional[Sequence] = None,
+        encoder_seq: Sequence | None = None,
         arrival_time: float = 0.0,
     ) -> None:
         self.request_id = request_id
         self.seqs: list[Sequence] = list(seqs)
         self.encoder_seq = encoder_seq
         self.arrival_time = arrival_time
-        self.cache_salt: Optional[str] = None
+        self.cache_salt: str | None = None
 
     @classmethod
     def from_prompt(
@@ -134,10 +133,10 @@ class SequenceGroup:
         *,
         n: int = 1,
         lora_int_id: int = 0,
-        encoder_prompt: Optional[Iterable[int]] = None,
-        first_seq_id: Optional[int] = None,
+        encoder_prompt: Iterable[int] | None = None,
+        first_seq_id: int | None = None,
         arrival_time: float = 0.0,
-        cache_salt: Optional[str] = None,
+        cache_salt: str | None = None,
     ) -> SequenceGroup:
         """A WAITING group of ``n`` sequences with the same prompt; sequence
         ids are consecutive from ``first_seq_id`` (default: a process-wide
@@ -159,7 +158,7 @@ class SequenceGroup:
         group.cache_salt = cache_salt
         return group
 
-    def get_seqs(self, status: Optional[SequenceStatus] = None) -> list[Sequence]:
+    def get_seqs(self, status: SequenceStatus | None = None) -> list[Sequence]:
         if status is None:
             return list(self.seqs)
         return [seq for seq in self.seqs if seq.status == status]
@@ -170,7 +169,7 @@ class SequenceGroup:
     def is_encoder_decoder(self) -> bool:
         return self.encoder_seq is not None
 
-    def get_encoder_seq(self) -> Optional[Sequence]:
+    def get_encoder_seq(self) -> Sequence | None:
         return self.encoder_seq
 
     def is_finished(self) -> bool:

@@ -61,7 +61,6 @@ def token_ids(seq: Any, start: int = 0) -> list[int]:
     return tokens
 
 
-
 def cache_salt(seq: Any) -> Any:
     """The tenant's prefix-cache salt of a sequence (``None``: no salt).
 

@@ -11,7 +11,6 @@ is a last line of defence, never expected).
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional
 
 from blockspace.enums import Device
 from blockspace.errors import NoFreeBlocksError
@@ -59,7 +58,7 @@ class BlockAllocator:
         self.refcount[block_id - self.first_id] = 1
         return block_id
 
-    def fill_full(self, key: Optional[int]) -> int:
+    def fill_full(self, key: int | None) -> int:
         """A block for a full block of content (prompt allocation, swap)."""
         return self.take()
 
@@ -67,7 +66,7 @@ class BlockAllocator:
         """One more table entry points at an in-use block (fork)."""
         self.refcount[block_id - self.first_id] += 1
 
-    def release(self, block_id: int, key: Optional[int], depth: int) -> None:
+    def release(self, block_id: int, key: int | None, depth: int) -> None:
         """One table entry stops pointing at ``block_id``."""
         self.refcount[block_id - self.first_id] -= 1
         if self.refcount[block_id - self.first_id] == 0:
@@ -83,7 +82,7 @@ class BlockAllocator:
         return block_id
 
     # -- what an operation will cost (for the checks before it) --------------
-    def fill_cost(self, key: Optional[int]) -> int:
+    def fill_cost(self, key: int | None) -> int:
         """Free blocks ``fill_full(key)`` consumes."""
         return 1
 
@@ -91,7 +90,7 @@ class BlockAllocator:
         """Free blocks ``promote`` of a singly owned block gives back."""
         return 0
 
-    def is_in_use_cached(self, key: Optional[int]) -> bool:
+    def is_in_use_cached(self, key: int | None) -> bool:
         return False
 
     # -- prefix caching (nothing to do without it) ---------------------------
@@ -177,7 +176,7 @@ class CachingAllocator(BlockAllocator):
             self.evictor.remove(block_id)
             self._activate(block_id, computed=True)
 
-    def fill_full(self, key: Optional[int]) -> int:
+    def fill_full(self, key: int | None) -> int:
         assert key is not None
         hit = key in self.cached
         self.stats.query(hit)
@@ -189,7 +188,7 @@ class CachingAllocator(BlockAllocator):
         self._register(key, block_id)
         return block_id
 
-    def release(self, block_id: int, key: Optional[int], depth: int) -> None:
+    def release(self, block_id: int, key: int | None, depth: int) -> None:
         """A keyed block goes idle but stays cached; an unkeyed one is free."""
         physical = block_id - self.first_id
         self.refcount[physical] -= 1
@@ -211,10 +210,10 @@ class CachingAllocator(BlockAllocator):
         self._adopt(cached_id)
         return cached_id
 
-    def is_in_use_cached(self, key: Optional[int]) -> bool:
+    def is_in_use_cached(self, key: int | None) -> bool:
         return key in self.cached and self.refs(self.cached[key]) > 0
 
-    def fill_cost(self, key: Optional[int]) -> int:
+    def fill_cost(self, key: int | None) -> int:
         return 0 if self.is_in_use_cached(key) else 1
 
     def promote_gain(self, key: int) -> int:

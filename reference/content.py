@@ -14,7 +14,6 @@ salt can ever produce the key of some LoRA id or of another tenant's prefix.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Optional
 
 
 class ContentKeys:
@@ -46,7 +45,7 @@ class ContentKeys:
         block_size: int,
         extra: Hashable,
         root: Hashable = None,
-        keys: Optional[list[int]] = None,
+        keys: list[int] | None = None,
     ) -> list[int]:
         """Keys of every full block of ``tokens``, extending ``keys`` (the keys
         of its first blocks, already known) in place."""

@@ -9,7 +9,7 @@ so an error leaves the manager exactly as it was.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.errors import (
@@ -17,7 +17,6 @@ from blockspace.errors import (
     DuplicateTableError,
     EmptyTableError,
     InvalidArgumentError,
-    InvalidConfigError,
     NoCrossTableError,
     NoFreeBlocksError,
     NoWaitingSequenceError,
@@ -46,7 +45,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         num_gpu_blocks: int,
         num_cpu_blocks: int,
         watermark: float = 0.01,
-        sliding_window: Optional[int] = None,
+        sliding_window: int | None = None,
         enable_caching: bool = False,
     ) -> None:
         check_config(block_size, num_gpu_blocks, num_cpu_blocks, watermark, sliding_window, enable_caching)
@@ -62,7 +61,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         allocator = CachingAllocator if enable_caching else BlockAllocator
         self.gpu = allocator(Device.GPU, 0, num_gpu_blocks)
         self.cpu = allocator(Device.CPU, num_gpu_blocks, num_cpu_blocks)
-        self.content_keys: Optional[ContentKeys] = ContentKeys() if enable_caching else None
+        self.content_keys: ContentKeys | None = ContentKeys() if enable_caching else None
         self.tracker = (
             ComputedBlocksTracker(block_size, self.content_keys, self.gpu.is_cached_and_computed)
             if self.content_keys is not None
@@ -70,7 +69,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         )
         self.block_tables: dict[int, BlockTable] = {}
         self.cross_block_tables: dict[str, BlockTable] = {}
-        self.null_block_id: Optional[int] = None  # sliding window: taken at the first append
+        self.null_block_id: int | None = None  # sliding window: taken at the first append
 
     # -- helpers ---------------------------------------------------------------
     def _allocator(self, device: Device) -> BlockAllocator:
@@ -146,7 +145,9 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         if encoder is not None:
             cross = BlockTable(self.block_size)
             encoder_tokens = token_ids(encoder)
-            cross.allocate(encoder_tokens, encoder.extra_hash(), cross.prompt_keys(encoder_tokens, None, None), self.gpu)
+            cross.allocate(
+                encoder_tokens, encoder.extra_hash(), cross.prompt_keys(encoder_tokens, None, None), self.gpu
+            )
             self.cross_block_tables[seq_group.request_id] = cross
 
     # -- decode ----------------------------------------------------------------------
@@ -229,13 +230,17 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         need = 0
         for seq in seq_group.get_seqs(status=status):
             table = self._table(seq)
-            need += rules.blocks_touched(table.num_filled, self._unseen(seq, table), num_lookahead_slots, self.block_size)
+            need += rules.blocks_touched(
+                table.num_filled, self._unseen(seq, table), num_lookahead_slots, self.block_size
+            )
             for entry in table.entries:
                 if table.is_full(entry) and not entry.is_null and not allocator.is_in_use_cached(entry.key):
                     need += 1
         return need
 
-    def _swap_status(self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int) -> AllocStatus:
+    def _swap_status(
+        self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int
+    ) -> AllocStatus:
         allocator = self._allocator(device)
         need = self._swap_need(seq_group, device, status, num_lookahead_slots)
         watermark = self.watermark_blocks if device == Device.GPU else 0
@@ -263,7 +268,9 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         tables = [table for table in tables if table.entries]
         for table in tables:
             if table.device != source.device:
-                raise WrongDeviceError(f"a {status.name} sequence of group {seq_group.request_id!r} is not on the {source.device.name}")
+                raise WrongDeviceError(
+                    f"a {status.name} sequence of group {seq_group.request_id!r} is not on the {source.device.name}"
+                )
             if table.has_dropped_blocks:
                 raise UnsupportedError("swap of a sliding-window table after blocks were dropped")
         seen: set[int] = set()
@@ -331,7 +338,8 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         for seq in seqs:
             self.tracker.check_tokens(seq)
         prefixes = [
-            table.block_ids[: self.tracker.num_cached_tokens(seq) // self.block_size] for seq, table in zip(seqs, tables)
+            table.block_ids[: self.tracker.num_cached_tokens(seq) // self.block_size]
+            for seq, table in zip(seqs, tables)
         ]
         if len(prefixes) == 1:
             return prefixes[0]
@@ -349,7 +357,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
         return self._allocator(Device.parse(device)).hit_rate()
 
-    def reset_prefix_cache(self, device: Optional[Device] = None) -> bool:
+    def reset_prefix_cache(self, device: Device | None = None) -> bool:
         """Forget every idle cached block of the device(s); False if a block is in use."""
         if device is not None:
             return self._allocator(Device.parse(device)).reset()
@@ -370,4 +378,3 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
 
     def snapshot(self) -> dict[str, Any]:
         return snapshot(self)
-

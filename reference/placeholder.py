@@ -4,7 +4,7 @@ value (spec §12), so the scheduler's bookkeeping runs unchanged."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from blockspace.enums import AllocStatus, Device
 from blockspace.interfaces import BlockSpaceManager
@@ -65,7 +65,7 @@ class PlaceholderBlockSpaceManager(BlockSpaceManager):
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
         return -1
 
-    def reset_prefix_cache(self, device: Optional[Device] = None) -> bool:
+    def reset_prefix_cache(self, device: Device | None = None) -> bool:
         return True
 
     def get_num_cached_tokens(self, seq: Any) -> int:

@@ -7,8 +7,6 @@ fast kernels mirror these functions and are checked against them.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from blockspace.enums import AllocStatus
 
 
@@ -35,7 +33,7 @@ def watermark_blocks(watermark: float, num_gpu_blocks: int) -> int:
     return int(watermark * num_gpu_blocks)
 
 
-def window_blocks(sliding_window: Optional[int], block_size: int) -> Optional[int]:
+def window_blocks(sliding_window: int | None, block_size: int) -> int | None:
     """The most blocks a sliding-window sequence needs: ``window // bs + 2``.
 
     pre: sliding_window is None or sliding_window >= 0
@@ -48,7 +46,7 @@ def window_blocks(sliding_window: Optional[int], block_size: int) -> Optional[in
     return sliding_window // block_size + 2
 
 
-def window_cap(num_blocks: int, max_window_blocks: Optional[int]) -> int:
+def window_cap(num_blocks: int, max_window_blocks: int | None) -> int:
     """``can_allocate`` never asks for more than the window's blocks.
 
     pre: num_blocks >= 0
@@ -66,7 +64,7 @@ def blocks_for_prompt(
     num_lookahead_slots: int,
     num_encoder_tokens: int,
     block_size: int,
-    max_window_blocks: Optional[int],
+    max_window_blocks: int | None,
 ) -> int:
     """Blocks ``can_allocate`` asks for: the decoder prompt plus lookahead,
     plus the encoder prompt, capped by the sliding window. Cache hits are

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 from blockspace.enums import Device
 from blockspace.reference import rules
@@ -28,7 +27,7 @@ class Entry:
     block_id: int
     tokens: list[int]
     extra: Hashable
-    key: Optional[int] = None  # content key, once full (prefix caching only)
+    key: int | None = None  # content key, once full (prefix caching only)
     is_null: bool = False  # dropped by the sliding window: points at the null block
 
 
@@ -38,7 +37,7 @@ class AppendPlan:
 
     drops: list[int]  # entry indexes the sliding window releases
     num_new_blocks: int  # empty blocks appended
-    writes: list[tuple[int, list[int], Optional[int]]]  # (entry index, tokens, key if it becomes full)
+    writes: list[tuple[int, list[int], int | None]]  # (entry index, tokens, key if it becomes full)
 
 
 @dataclass
@@ -47,7 +46,7 @@ class BlockTable:
     entries: list[Entry] = field(default_factory=list)
     num_filled: int = 0
     device: Device = Device.GPU
-    last_access: Optional[float] = None  # set by access_all_blocks_in_seq (caching)
+    last_access: float | None = None  # set by access_all_blocks_in_seq (caching)
     root: Hashable = None  # what the first block's key chains from (a tenant's cache salt)
 
     @property
@@ -66,21 +65,21 @@ class BlockTable:
         return (index + 1) * self.block_size
 
     # -- prompt allocation (§8.1) ---------------------------------------------
-    def prompt_keys(self, tokens: Sequence[int], extra: Hashable, keys: Optional[ContentKeys]) -> list[Optional[int]]:
+    def prompt_keys(self, tokens: Sequence[int], extra: Hashable, keys: ContentKeys | None) -> list[int | None]:
         """Content keys of the full chunks of a prompt (all None without caching)."""
         num_full = len(tokens) // self.block_size
         if keys is None:
             return [None] * num_full
         return list(keys.chain(tokens, self.block_size, extra, self.root))
 
-    def cost_allocate(self, tokens: Sequence[int], chunk_keys: list[Optional[int]], allocator: BlockAllocator) -> int:
+    def cost_allocate(self, tokens: Sequence[int], chunk_keys: list[int | None], allocator: BlockAllocator) -> int:
         """Free blocks ``allocate`` consumes: every chunk but those that hit an
         in-use cached block (a hit on an idle block revives it, which costs)."""
         tail = 1 if len(tokens) % self.block_size else 0
         return sum(allocator.fill_cost(key) for key in chunk_keys) + tail
 
     def allocate(
-        self, tokens: Sequence[int], extra: Hashable, chunk_keys: list[Optional[int]], allocator: BlockAllocator
+        self, tokens: Sequence[int], extra: Hashable, chunk_keys: list[int | None], allocator: BlockAllocator
     ) -> None:
         bs = self.block_size
         for index, key in enumerate(chunk_keys):
@@ -97,12 +96,12 @@ class BlockTable:
         num_lookahead_slots: int,
         num_drops: int,
         extra: Hashable,
-        keys: Optional[ContentKeys],
+        keys: ContentKeys | None,
     ) -> AppendPlan:
         bs = self.block_size
         drops = [index for index in range(min(num_drops, len(self.entries))) if not self.entries[index].is_null]
         num_new = rules.blocks_to_add(len(self.entries), self.num_filled, len(new_tokens) + num_lookahead_slots, bs)
-        writes: list[tuple[int, list[int], Optional[int]]] = []
+        writes: list[tuple[int, list[int], int | None]] = []
         position, offset = self.num_filled, 0
         while offset < len(new_tokens):
             index = position // bs
@@ -119,7 +118,12 @@ class BlockTable:
         return AppendPlan(drops, num_new, writes)
 
     def append(
-        self, plan: AppendPlan, new_tokens: Sequence[int], extra: Hashable, allocator: BlockAllocator, null_id: Optional[int]
+        self,
+        plan: AppendPlan,
+        new_tokens: Sequence[int],
+        extra: Hashable,
+        allocator: BlockAllocator,
+        null_id: int | None,
     ) -> list[tuple[int, int]]:
         """Carry out a checked plan; returns the copy-on-write pairs."""
         for index in plan.drops:
@@ -176,6 +180,10 @@ class BlockTable:
         old_ids = self.block_ids
         self.release_all(source)
         for entry in self.entries:
-            entry.block_id = destination.fill_full(entry.key) if self.is_full(entry) and entry.key is not None else destination.take()
+            entry.block_id = (
+                destination.fill_full(entry.key)
+                if self.is_full(entry) and entry.key is not None
+                else destination.take()
+            )
         self.device = destination.device
         return [(source.physical(a), destination.physical(e.block_id)) for a, e in zip(old_ids, self.entries)]

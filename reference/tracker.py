@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from blockspace.errors import TrackerError
-from blockspace.validation import cache_salt
 from blockspace.reference.content import ContentKeys
+from blockspace.validation import cache_salt
 
 
 class ComputedBlocksTracker:

@@ -153,8 +153,12 @@ def test_example_6_sliding_window(make):
     m.allocate(group("s", s))
     run(s)
     assert m.get_block_table(s) == [0, 1, 2] and free_list(m) == [3, 4, 5, 6, 7]
-    expected = {11: ([0, 1, 2], [4, 5, 6, 7]), 13: ([0, 1, 2, 4], [5, 6, 7]),
-                17: ([3, 1, 2, 4, 0], [5, 6, 7]), 21: ([3, 3, 2, 4, 0, 1], [5, 6, 7])}
+    expected = {
+        11: ([0, 1, 2], [4, 5, 6, 7]),
+        13: ([0, 1, 2, 4], [5, 6, 7]),
+        17: ([3, 1, 2, 4, 0], [5, 6, 7]),
+        21: ([3, 3, 2, 4, 0, 1], [5, 6, 7]),
+    }
     for length in range(11, 22):
         decode_step(s, 1000 + length)
         assert m.append_slots(s, 0) == []

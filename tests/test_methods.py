@@ -6,7 +6,7 @@ import pytest
 
 from blockspace import AllocStatus, BlockSpaceManager, Device, SequenceStatus
 from blockspace.reference import PlaceholderBlockSpaceManager
-from helpers import decode_step, group, grow, run, seq
+from helpers import group, grow, run, seq
 
 
 def free_list(m, device="GPU"):
