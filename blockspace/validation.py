@@ -31,7 +31,7 @@ def check_config(
         raise InvalidConfigError(f"num_gpu_blocks must be a positive int, got {num_gpu_blocks!r}")
     if not _is_int(num_cpu_blocks) or num_cpu_blocks < 0:
         raise InvalidConfigError(f"num_cpu_blocks must be a non-negative int, got {num_cpu_blocks!r}")
-    if not isinstance(watermark, numbers.Real) or not watermark >= 0.0:
+    if not isinstance(watermark, (int, float)) or isinstance(watermark, bool) or not watermark >= 0.0:
         raise InvalidConfigError(f"watermark must be >= 0.0, got {watermark!r}")
     if sliding_window is not None and (not _is_int(sliding_window) or sliding_window < 0):
         raise InvalidConfigError(f"sliding_window must be None or a non-negative int, got {sliding_window!r}")
