@@ -1,0 +1,114 @@
+"""Content keys in arrays: an open-addressing hash table over block contents.
+
+A key is a small int handed out in order of first sight, exactly like the
+reference's interner: key ``k`` stands for the content ``(parent[k],
+tokens[k], extra[k])``. ``extra`` is an interned ``extra_hash()``; the parent
+of a sequence's first block is its root: ``-1``, or a negative id interned
+from the tenant's cache salt (never equal to a key, which is >= 0). The hash only picks where to look:
+every probe compares the stored content itself, so two different contents
+never share a key however their hashes collide (equal key <=> equal content).
+
+Kernels that may create keys first ask ``has_room`` and, when it says no,
+return ``NO_KEY_ROOM`` before changing anything; the caller grows the table
+with ``grow_keys`` and calls again.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+MASK = (1 << 40) - 1  # keeps every intermediate hash below 2**61 (no overflow, jit or not)
+
+
+class Keys(NamedTuple):
+    parent: np.ndarray  # int64[cap]: key of the previous block, -1 for the first
+    extra: np.ndarray  # int64[cap]: interned extra_hash() of the content
+    tokens: np.ndarray  # int64[cap, block_size]
+    slots: np.ndarray  # int64[2 * cap]: key id or -1, probed linearly
+    count: np.ndarray  # int64[1]: keys handed out so far
+
+
+def new_keys(block_size: int, capacity: int = 256) -> Keys:
+    return Keys(
+        np.full(capacity, -1, np.int64),
+        np.zeros(capacity, np.int64),
+        np.zeros((capacity, block_size), np.int64),
+        np.full(2 * capacity, -1, np.int64),
+        np.zeros(1, np.int64),
+    )
+
+
+def grow_keys(keys: Keys, num_more: int) -> Keys:
+    """A table with room for ``num_more`` more keys; same key ids."""
+    capacity = len(keys.parent)
+    while capacity < keys.count[0] + num_more:
+        capacity *= 2
+    grown = new_keys(keys.tokens.shape[1], capacity)
+    count = keys.count[0]
+    grown.parent[:count] = keys.parent[:count]
+    grown.extra[:count] = keys.extra[:count]
+    grown.tokens[:count] = keys.tokens[:count]
+    grown.count[0] = count
+    _rehash(grown)
+    return grown
+
+
+@njit(cache=True)
+def _hash(parent, tokens, start, block_size, extra):
+    h = (parent & MASK) ^ ((extra & MASK) * 31)
+    for j in range(block_size):
+        h = ((h ^ (tokens[start + j] & MASK)) * 1000003) & MASK
+    return h ^ (h >> 21)
+
+
+@njit(cache=True)
+def _same(keys, key, parent, tokens, start, extra):
+    if keys.parent[key] != parent or keys.extra[key] != extra:
+        return False
+    stored = keys.tokens[key]
+    for j in range(stored.shape[0]):
+        if stored[j] != tokens[start + j]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _rehash(keys):
+    mask = keys.slots.shape[0] - 1
+    block_size = keys.tokens.shape[1]
+    for key in range(keys.count[0]):
+        slot = _hash(keys.parent[key], keys.tokens[key], 0, block_size, keys.extra[key]) & mask
+        while keys.slots[slot] >= 0:
+            slot = (slot + 1) & mask
+        keys.slots[slot] = key
+
+
+@njit(cache=True)
+def has_room(keys, num_new):
+    return keys.count[0] + num_new <= keys.parent.shape[0]
+
+
+@njit(cache=True)
+def intern(keys, parent, tokens, start, extra):
+    """The key of the block ``tokens[start:start + block_size]`` after the
+    block keyed ``parent``; a new key if this content was never seen (the
+    caller has checked ``has_room``)."""
+    block_size = keys.tokens.shape[1]
+    mask = keys.slots.shape[0] - 1
+    slot = _hash(parent, tokens, start, block_size, extra) & mask
+    while keys.slots[slot] >= 0:
+        key = keys.slots[slot]
+        if _same(keys, key, parent, tokens, start, extra):
+            return key
+        slot = (slot + 1) & mask
+    key = keys.count[0]
+    keys.count[0] = key + 1
+    keys.parent[key] = parent
+    keys.extra[key] = extra
+    for j in range(block_size):
+        keys.tokens[key, j] = tokens[start + j]
+    keys.slots[slot] = key
+    return key

@@ -1,0 +1,140 @@
+"""``check_invariants()`` and ``snapshot()`` of the fast manager, read from
+its arrays (plain NumPy: they are for tests and debugging, not the hot path)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from blockspace.errors import InvariantError
+from blockspace.fast import pool as P
+from blockspace.fast import table as T
+
+if TYPE_CHECKING:
+    from blockspace.fast.manager import FastBlockSpaceManager
+
+
+def _fail(what: str) -> None:
+    raise InvariantError(what)
+
+
+def free_list(pool: P.Pool) -> list[int]:
+    """The uncached free blocks, front of the deque first."""
+    size = len(pool.free_ids)
+    head, count = int(pool.meta[P.FREE_HEAD]), int(pool.meta[P.NUM_FREE_IDS])
+    return pool.free_ids[(head + np.arange(count)) % size].tolist()
+
+
+def evictable(pool: P.Pool) -> list[int]:
+    """The idle cached blocks in eviction order (oldest, deepest, smallest id)."""
+    idle = np.flatnonzero(pool.heap_pos[: pool.meta[P.NUM_BLOCKS]] >= 0)
+    order = np.lexsort((idle, -pool.idle_depth[idle], pool.idle_time[idle]))
+    return (idle[order] + pool.meta[P.FIRST_ID]).tolist()
+
+
+def _blocks(pool: P.Pool, caching: bool) -> list[tuple[int, bool, bool, float]]:
+    n = int(pool.meta[P.NUM_BLOCKS])
+    refcount = pool.refcount[:n].tolist()
+    if not caching:
+        return [(ref, False, False, P.NEVER_ACCESSED) for ref in refcount]
+    idle = pool.heap_pos[:n] >= 0
+    times = np.where(idle, pool.idle_time[:n], pool.last_access[:n]).tolist()
+    cached = (pool.block_key[:n] >= 0).tolist()
+    return list(zip(refcount, cached, pool.computed[:n].tolist(), times))
+
+
+def _hit_stats(pool: P.Pool) -> tuple[int, float, int, int]:
+    meta = pool.meta
+    return (int(meta[P.HIT_BUCKETS]), float(pool.hit_mean[0]), int(meta[P.HIT_QUERIES]), int(meta[P.HIT_HITS]))
+
+
+def snapshot(m: FastBlockSpaceManager) -> dict[str, Any]:
+    """The observable state in the form of ``blockspace.snapshot``."""
+    tables = m.tables
+    null = int(m.null_block[0])
+    pools = {"GPU": m.gpu, "CPU": m.cpu}
+    return {
+        "tables": {
+            seq_id: {
+                "blocks": m._block_ids(row),
+                "num_tokens": int(tables.num_filled[row]),
+                "device": "GPU" if tables.device[row] == T.GPU else "CPU",
+                "last_access": float(tables.last_access[row]) if tables.accessed[row] else None,
+            }
+            for seq_id, row in m._rows.items()
+        },
+        "cross_tables": {request_id: m._block_ids(row) for request_id, row in m._cross_rows.items()},
+        "blocks": _blocks(m.gpu, m.enable_caching) + _blocks(m.cpu, m.enable_caching),
+        "free": {name: free_list(pool) for name, pool in pools.items()},
+        "evictable": {name: evictable(pool) for name, pool in pools.items()},
+        "touched": sorted(m.gpu.touched_ids[: m.gpu.meta[P.NUM_TOUCHED]].tolist()) if m.enable_caching else [],
+        "hit_stats": {name: _hit_stats(pool) for name, pool in pools.items()},
+        "tracker": {
+            seq_id: (int(m.tracker.num_keys[row]), int(m.tracker.num_cached[row])) for seq_id, row in m._tracked.items()
+        },
+        "null_block": None if null < 0 else null,
+    }
+
+
+def check_invariants(m: FastBlockSpaceManager) -> None:
+    """Refcounts equal references; per device every id is exactly one of
+    free, idle cached or in use; keys, heap and tables agree."""
+    bs, tables, null = m.block_size, m.tables, int(m.null_block[0])
+    references: Counter[int] = Counter()
+    named = [(f"sequence {i}", r) for i, r in m._rows.items()] + [(f"cross table {i!r}", r) for i, r in m._cross_rows.items()]
+    for name, row in named:
+        num_blocks = int(tables.num_blocks[row])
+        if tables.num_filled[row] > num_blocks * bs:
+            _fail(f"{name}: {tables.num_filled[row]} tokens in {num_blocks} blocks")
+        pool = m.gpu if tables.device[row] == T.GPU else m.cpu
+        for index in range(num_blocks):
+            block_id = int(tables.blocks[row, index])
+            if index < tables.num_null[row]:
+                if block_id != null:
+                    _fail(f"{name}: dropped block {index} is not the null block")
+                continue
+            references[block_id] += 1
+            if not P.owns(pool, block_id):
+                _fail(f"{name}: block {block_id} is not on its device")
+            key = int(tables.keys[row, index])
+            if m.enable_caching and key >= 0 and pool.key_block[key] != block_id:
+                _fail(f"{name}: keyed block {block_id} is not the cached block of its content")
+    if null >= 0:
+        references[null] += 1
+    for name, pool in (("GPU", m.gpu), ("CPU", m.cpu)):
+        _check_pool(name, pool, references)
+
+
+def _check_pool(device: str, pool: P.Pool, references: Counter[int]) -> None:
+    n, first = int(pool.meta[P.NUM_BLOCKS]), int(pool.meta[P.FIRST_ID])
+    free = free_list(pool)
+    if len(set(free)) != len(free):
+        _fail(f"{device}: a block is twice on the free list")
+    free_set = set(free)
+    num_idle = int(pool.meta[P.NUM_IDLE])
+    for index in range(num_idle):
+        physical = int(pool.heap[index])
+        if pool.heap_pos[physical] != index:
+            _fail(f"{device}: evictor heap position of block {physical + first} is wrong")
+        if index and P._before(pool, physical, int(pool.heap[(index - 1) // 2])):
+            _fail(f"{device}: evictor heap order broken at block {physical + first}")
+    idle = {int(pool.heap[i]) + first for i in range(num_idle)}
+    for physical in range(n):
+        block_id = physical + first
+        ref = int(pool.refcount[physical])
+        if ref != references[block_id]:
+            _fail(f"{device} block {block_id}: refcount {ref}, referenced {references[block_id]} times")
+        states = (ref > 0) + (block_id in idle) + (block_id in free_set)
+        if states != 1:
+            _fail(f"{device} block {block_id} is in {states} of the states in use / idle cached / free")
+        key = int(pool.block_key[physical])
+        if key >= 0 and pool.key_block[key] != block_id:
+            _fail(f"{device}: block {block_id} and its content key {key} disagree")
+        if (block_id in idle and key < 0) or (block_id in free_set and key >= 0):
+            _fail(f"{device}: an idle block is uncached or a free block is cached")
+    if int((pool.key_block >= 0).sum()) != int((pool.block_key[:n] >= 0).sum()):
+        _fail(f"{device}: cache and block keys disagree")
+    if P.num_free(pool) != len(free) + len(idle):
+        _fail(f"{device}: free count {P.num_free(pool)} != {len(free)} free + {len(idle)} idle")

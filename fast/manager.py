@@ -1,0 +1,519 @@
+"""The fast block manager: the reference's behaviour, call for call, with
+its state in NumPy arrays and every change made by a compiled kernel.
+
+This class only checks arguments (the same checks, in the same order, as
+``reference/manager.py``, so the same bad input raises the same error before
+anything changes), maps sequences and groups to table rows, and converts the
+kernels' results. The state:
+
+- ``gpu``, ``cpu``: the blocks of each device (``fast/pool.py``);
+- ``keys``: content keys (``fast/content.py``), shared by both devices;
+- ``tables``: one row per sequence table and per cross table (``fast/table.py``);
+- ``tracker``: one row per sequence the computed-blocks tracker knows (``fast/tracker.py``).
+
+Arrays grow on demand: a kernel that lacks room says so before it changes
+anything, the class grows the arrays and calls it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from blockspace.enums import AllocStatus, Device, SequenceStatus
+from blockspace.errors import (
+    ChildExistsError,
+    DuplicateTableError,
+    EmptyTableError,
+    InvalidArgumentError,
+    NoCrossTableError,
+    NoFreeBlocksError,
+    NoWaitingSequenceError,
+    TrackerError,
+    UnknownSequenceError,
+    UnsupportedError,
+    WrongDeviceError,
+)
+from blockspace.fast import pool as P
+from blockspace.fast import rules
+from blockspace.fast import table as T
+from blockspace.fast import tracker as K
+from blockspace.fast.batch import BatchedSteps
+from blockspace.fast.content import grow_keys, new_keys
+from blockspace.fast.invariants import check_invariants, snapshot
+from blockspace.guard import guard_concurrency
+from blockspace.interfaces import BlockSpaceManager
+from blockspace.validation import MAX_TOKEN_ID, cache_salt, check_config, check_lookahead, check_token_ids
+
+_FEW_TOKENS = 32  # below this, the shared per-token check is as quick as the vectorised one
+
+
+def checked_token_array(seq: Any, tokens: Any, start: int = 0) -> np.ndarray:
+    """``tokens[start:]`` as int64, each checked as ``check_token_ids`` does
+    (raising its error for the first bad one), but vectorised when all are ints."""
+    part = tokens[start:]
+    if len(part) > _FEW_TOKENS and set(map(type, part)) == {int}:
+        try:
+            array = np.array(part, np.int64)
+        except OverflowError:
+            array = None
+        if array is not None and array.min() >= 0 and array.max() <= MAX_TOKEN_ID:
+            return array
+    check_token_ids(seq, tokens, start)
+    return np.array(part, np.int64).reshape(-1)
+
+
+@guard_concurrency
+class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
+    """Paged KV-cache blocks for every sequence, on the GPU or swapped to the CPU."""
+
+    def __init__(
+        self,
+        block_size: int,
+        num_gpu_blocks: int,
+        num_cpu_blocks: int,
+        watermark: float = 0.01,
+        sliding_window: Optional[int] = None,
+        enable_caching: bool = False,
+    ) -> None:
+        check_config(block_size, num_gpu_blocks, num_cpu_blocks, watermark, sliding_window, enable_caching)
+        self.block_size = block_size
+        self.num_total_gpu_blocks = num_gpu_blocks
+        self.num_total_cpu_blocks = num_cpu_blocks
+        self.sliding_window = sliding_window
+        self.max_block_sliding_window = rules.window_blocks(sliding_window, block_size)
+        self.watermark = watermark
+        self.watermark_blocks = rules.watermark_blocks(watermark, num_gpu_blocks)
+        self.enable_caching = bool(enable_caching)
+
+        self.keys = new_keys(block_size)
+        self.gpu = P.new_pool(0, num_gpu_blocks, self.enable_caching, len(self.keys.parent))
+        self.cpu = P.new_pool(num_gpu_blocks, num_cpu_blocks, self.enable_caching, len(self.keys.parent))
+        self.tables = T.new_tables()
+        self.tracker = K.new_tracker()
+        self.null_block = np.full(1, -1, np.int64)  # sliding window: taken at the first append
+        self._window = self.max_block_sliding_window is not None
+        self._rows: dict[int, int] = {}  # seq_id -> table row
+        self._cross_rows: dict[str, int] = {}  # request_id -> table row
+        self._free_rows: list[int] = []
+        self._num_rows = 0  # rows ever used
+        self._tracked: dict[int, int] = {}  # seq_id -> tracker row
+        self._free_tracker_rows: list[int] = []
+        self._num_tracker_rows = 0
+        self._extra_ids: dict[Any, int] = {None: 0}  # extra_hash() -> small int
+        self._root_ids: dict[Any, int] = {None: -1}  # cache salt -> negative id (first block's parent)
+        self._cow = np.zeros(64, np.int64)  # copy-on-write pairs / swap mappings come back here
+        self._info = np.zeros(2, np.int64)
+
+    # -- rows, arrays, ids ---------------------------------------------------------
+    def _row(self, seq: Any) -> int:
+        row = self._rows.get(seq.seq_id)
+        if row is None:
+            raise UnknownSequenceError(f"sequence {seq.seq_id} has no block table")
+        return row
+
+    def _take_row(self) -> int:
+        if self._free_rows:
+            return self._free_rows.pop()
+        if self._num_rows == self.tables.blocks.shape[0]:
+            self.tables = T.grow_tables(self.tables, num_rows=self._num_rows + 1)
+        self._num_rows += 1
+        return self._num_rows - 1
+
+    def _take_tracker_row(self) -> int:
+        if self._free_tracker_rows:
+            row = self._free_tracker_rows.pop()
+        else:
+            row = self._num_tracker_rows
+            self._num_tracker_rows += 1
+            if row == self.tracker.keys.shape[0]:
+                self.tracker = K.grow_tracker(self.tracker, num_rows=row + 1)
+        K.open_row(self.tracker, row)
+        return row
+
+    def _extra_id(self, extra: Any) -> int:
+        extra_id = self._extra_ids.get(extra)
+        if extra_id is None:
+            extra_id = self._extra_ids[extra] = len(self._extra_ids)
+        return extra_id
+
+    def _root_id(self, seq: Any) -> int:
+        """The parent of the sequence's first block key: -1, or its cache salt's id."""
+        salt = cache_salt(seq)
+        root = self._root_ids.get(salt)
+        if root is None:
+            root = self._root_ids[salt] = -1 - len(self._root_ids)
+        return root
+
+    def _grow_keys(self, num_more: int = 0) -> None:
+        self.keys = grow_keys(self.keys, max(num_more, len(self.keys.parent)))
+        self.gpu = P.grow_key_index(self.gpu, len(self.keys.parent))
+        self.cpu = P.grow_key_index(self.cpu, len(self.keys.parent))
+
+    def _grow_columns(self) -> None:
+        self.tables = T.grow_tables(self.tables, num_cols=2 * self.tables.blocks.shape[1])
+
+    def _grow_tracker_columns(self) -> None:
+        self.tracker = K.grow_tracker(self.tracker, num_cols=2 * self.tracker.keys.shape[1])
+
+    def _scratch(self, num_values: int) -> np.ndarray:
+        if len(self._cow) < num_values:
+            self._cow = np.zeros(2 * num_values, np.int64)
+        return self._cow
+
+    def _retry(self, call: Callable[[], int], grow_columns: Optional[Callable[[], None]] = None) -> int:
+        """Run a kernel, growing the arrays it asks for, until it has room."""
+        while True:
+            result = call()
+            if result == T.NO_ROOM:
+                (grow_columns or self._grow_columns)()
+            elif result == T.NO_KEY_ROOM:
+                self._grow_keys()
+            else:
+                return int(result)
+
+    def _pool(self, device: Device) -> P.Pool:
+        return self.gpu if device == Device.GPU else self.cpu
+
+    @staticmethod
+    def _num_free(pool: P.Pool) -> int:
+        """``pool.num_free`` for Python callers (one read instead of a kernel call)."""
+        return int(pool.meta[P.NUM_FREE_IDS] + pool.meta[P.NUM_IDLE])
+
+    @staticmethod
+    def _pairs(values: np.ndarray, count: int) -> list[tuple[int, int]]:
+        flat = values[: 2 * count].tolist()
+        return list(zip(flat[0::2], flat[1::2]))
+
+    # -- the reference's small checks --------------------------------------------
+    def _waiting(self, seq_group: Any) -> list[Any]:
+        waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
+        if not waiting:
+            raise NoWaitingSequenceError(f"group {seq_group.request_id!r} has no WAITING sequence")
+        return waiting
+
+    def _check_encoder_decoder(self, seq_group: Any) -> None:
+        if not seq_group.is_encoder_decoder():
+            return
+        if self.sliding_window is not None:
+            raise UnsupportedError("Sliding window attention for encoder/decoder models is not currently supported.")
+        if self.enable_caching:
+            raise UnsupportedError("Prefix caching for encoder/decoder models is not currently supported.")
+
+    # -- admission ---------------------------------------------------------------
+    def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
+        check_lookahead(num_lookahead_slots)
+        self._check_encoder_decoder(seq_group)
+        seq = self._waiting(seq_group)[0]
+        encoder = seq_group.get_encoder_seq() if seq_group.is_encoder_decoder() else None
+        need = rules.blocks_for_prompt(
+            len(seq.get_token_ids()),
+            num_lookahead_slots,
+            len(encoder.get_token_ids()) if encoder is not None else 0,
+            self.block_size,
+            self.max_block_sliding_window,
+        )
+        status = rules.alloc_status(self.num_total_gpu_blocks, self._num_free(self.gpu), need, self.watermark_blocks)
+        return AllocStatus(status)
+
+    def allocate(self, seq_group: Any) -> None:
+        """One table for the first WAITING sequence; the others share it."""
+        waiting = self._waiting(seq_group)
+        seq_ids = [seq.seq_id for seq in waiting]
+        if len(set(seq_ids)) != len(seq_ids) or any(i in self._rows for i in seq_ids):
+            raise DuplicateTableError(f"block table already exists for a sequence of group {seq_group.request_id!r}")
+        first = waiting[0]
+        tokens = checked_token_array(first, first.get_token_ids())
+        if not len(tokens) and len(waiting) > 1:
+            raise EmptyTableError("an empty prompt cannot be shared by several WAITING sequences")
+        encoder = None
+        encoder_tokens = T.NO_TOKENS
+        if seq_group.is_encoder_decoder():
+            if seq_group.request_id in self._cross_rows:
+                raise DuplicateTableError(f"cross block table already exists for group {seq_group.request_id!r}")
+            self._check_encoder_decoder(seq_group)
+            encoder = seq_group.get_encoder_seq()
+        extra = self._extra_id(first.extra_hash())
+        root = self._root_id(first)
+        if encoder is not None:
+            encoder_tokens = checked_token_array(encoder, encoder.get_token_ids())
+        rows = [self._take_row() for _ in range(len(waiting) + (encoder is not None))]
+        cross_row = rows.pop() if encoder is not None else -1
+        encoder_extra = self._extra_id(encoder.extra_hash()) if encoder is not None else 0
+        fork_rows = np.array(rows[1:], np.int64)
+        result = self._retry(
+            lambda: T.allocate(
+                self.gpu, self.keys, self.tables, rows[0], tokens, extra, root,
+                fork_rows, cross_row, encoder_tokens, encoder_extra, self._info,
+            )
+        )  # fmt: skip
+        if result == T.NO_BLOCKS:
+            self._free_rows += rows[::-1] + ([cross_row] if cross_row >= 0 else [])
+            raise NoFreeBlocksError(
+                f"allocate needs {int(self._info[0])} GPU blocks, {self._num_free(self.gpu)} are free"
+            )
+        for seq, row in zip(waiting, rows):
+            self._rows[seq.seq_id] = row
+        if encoder is not None:
+            self._cross_rows[seq_group.request_id] = cross_row
+
+    # -- decode ----------------------------------------------------------------------
+    def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool:
+        check_lookahead(num_lookahead_slots)
+        seqs = seq_group.get_seqs(status=SequenceStatus.RUNNING)
+        rows = [self._row(seq) for seq in seqs]
+        num_filled = self.tables.num_filled
+        touched = 0
+        for seq, row in zip(seqs, rows):
+            filled = int(num_filled[row])
+            unseen = max(0, len(seq.get_token_ids()) - filled)
+            touched += rules.blocks_touched(filled, unseen, num_lookahead_slots, self.block_size)
+        return touched <= self._num_free(self.gpu)
+
+    def _check_appendable(self, seq: Any) -> tuple[int, int, list[int]]:
+        """The reference's checks before an append; returns (row, num_filled, tokens)."""
+        row = self._row(seq)
+        tables = self.tables
+        if tables.num_blocks[row] == 0:
+            raise EmptyTableError(f"sequence {seq.seq_id} has no blocks to append to")
+        if tables.device[row] != T.GPU:
+            raise WrongDeviceError(f"sequence {seq.seq_id} is swapped out; swap it in before appending")
+        tokens = seq.get_token_ids()
+        num_filled = int(tables.num_filled[row])
+        if len(tokens) < num_filled:
+            raise InvalidArgumentError(f"sequence {seq.seq_id} has fewer tokens than its block table holds")
+        if len(tokens) - num_filled > _FEW_TOKENS:
+            checked_token_array(seq, tokens, num_filled)
+        else:
+            check_token_ids(seq, tokens, num_filled)
+        return row, num_filled, tokens
+
+    def _append_args(self, seq: Any, num_filled: int, tokens: list[int]) -> tuple[np.ndarray, int, int]:
+        """What the append kernel needs besides the row: the token ids from the
+        start of the last block (caching only), the drops, the extra id."""
+        extra = self._extra_id(seq.extra_hash())
+        num_drops = 0
+        if self._window:
+            computed = seq.data.get_num_computed_tokens()
+            num_drops = rules.num_blocks_to_drop(computed, self.block_size, self.max_block_sliding_window)
+        if self.enable_caching:
+            array = np.array(tokens[num_filled - num_filled % self.block_size :], np.int64)
+        else:
+            array = T.NO_TOKENS
+        return array, num_drops, extra
+
+    def append_slots(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
+        """Room for the sequence's new tokens plus lookahead slots; returns
+        the copy-on-write pairs ``(src, dst)`` the worker must copy."""
+        check_lookahead(num_lookahead_slots)
+        row, num_filled, tokens = self._check_appendable(seq)
+        array, num_drops, extra = self._append_args(seq, num_filled, tokens)
+        num_new = len(tokens) - num_filled
+        cow = self._scratch(2 * (num_new // self.block_size + 2))
+        result = self._retry(
+            lambda: T.append(
+                self.gpu, self.keys, self.tables, row, array, num_new, num_lookahead_slots,
+                num_drops, extra, self._window, self.null_block, cow, 0,
+            )
+        )  # fmt: skip
+        if result in T.SHORTAGE:
+            raise NoFreeBlocksError(f"append_slots needs a free GPU block for {T.SHORTAGE[result]}; none is left")
+        return self._pairs(cow, result) if result else []
+
+    def fork(self, parent_seq: Any, child_seq: Any) -> None:
+        """The child shares every block of the parent (copy-on-write later)."""
+        parent = self._rows.get(parent_seq.seq_id)
+        if parent is None:
+            return
+        if self.tables.num_blocks[parent] == 0:
+            raise EmptyTableError(f"sequence {parent_seq.seq_id} has no blocks to fork")
+        if child_seq.seq_id in self._rows:
+            raise ChildExistsError(f"fork onto sequence {child_seq.seq_id}, which already has a block table")
+        if self.tables.num_null[parent] > 0:
+            raise UnsupportedError("fork of a sliding-window table after blocks were dropped")
+        child = self._take_row()
+        pool = self.gpu if self.tables.device[parent] == T.GPU else self.cpu
+        T.fork(pool, self.tables, parent, child)
+        self._rows[child_seq.seq_id] = child
+
+    # -- swapping ------------------------------------------------------------------
+    def _swap_status(self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int) -> AllocStatus:
+        seqs = seq_group.get_seqs(status=status)
+        rows = np.array([self._row(seq) for seq in seqs], np.int64)
+        num_tokens = np.array([len(seq.get_token_ids()) for seq in seqs], np.int64)
+        pool = self._pool(device)
+        need = T.swap_need(pool, self.tables, rows, num_tokens, num_lookahead_slots, self.block_size)
+        watermark = self.watermark_blocks if device == Device.GPU else 0
+        total = self.num_total_gpu_blocks if device == Device.GPU else self.num_total_cpu_blocks
+        return AllocStatus(rules.swap_status(total, self._num_free(pool), need, watermark))
+
+    def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
+        check_lookahead(num_lookahead_slots)
+        return self._swap_status(seq_group, Device.GPU, SequenceStatus.SWAPPED, num_lookahead_slots)
+
+    def can_swap_out(self, seq_group: Any) -> bool:
+        return self._swap_status(seq_group, Device.CPU, SequenceStatus.RUNNING, 0) == AllocStatus.OK
+
+    def swap_in(self, seq_group: Any) -> list[tuple[int, int]]:
+        return self._swap(seq_group, SequenceStatus.SWAPPED, Device.CPU, Device.GPU)
+
+    def swap_out(self, seq_group: Any) -> list[tuple[int, int]]:
+        return self._swap(seq_group, SequenceStatus.RUNNING, Device.GPU, Device.CPU)
+
+    def _swap(self, seq_group: Any, status: SequenceStatus, source: Device, destination: Device) -> list[tuple[int, int]]:
+        """Move the tables of the group's ``status`` sequences; returns the
+        ``(source, destination)`` physical-id pairs, sequence by sequence."""
+        rows = [self._row(seq) for seq in seq_group.get_seqs(status=status)]
+        rows = [row for row in rows if self.tables.num_blocks[row] > 0]
+        source_code = T.GPU if source == Device.GPU else T.CPU
+        for row in rows:
+            if self.tables.device[row] != source_code:
+                raise WrongDeviceError(f"a {status.name} sequence of group {seq_group.request_id!r} is not on the {source.name}")
+            if self.tables.num_null[row] > 0:
+                raise UnsupportedError("swap of a sliding-window table after blocks were dropped")
+        rows_array = np.array(rows, np.int64)
+        mapping = self._scratch(2 * int(self.tables.num_blocks[rows_array].sum()))
+        source_pool, destination_pool = self._pool(source), self._pool(destination)
+        count = T.swap(
+            source_pool, destination_pool, self.tables, rows_array, 1 - source_code, self.block_size, mapping
+        )
+        if count == T.NO_BLOCKS:
+            need = T.swap_cost(destination_pool, self.tables, rows_array, self.block_size)  # unchanged by the failed call
+            raise NoFreeBlocksError(
+                f"swap needs {need} {destination.name} blocks, {self._num_free(destination_pool)} are free"
+            )
+        return self._pairs(mapping, count)
+
+    # -- finishing ---------------------------------------------------------------------
+    def free(self, seq: Any) -> None:
+        """Release the sequence's blocks; unknown sequences are ignored."""
+        row = self._rows.pop(seq.seq_id, None)
+        if row is None:
+            return
+        tracked = self._tracked.pop(seq.seq_id, None)
+        if tracked is not None:
+            self._free_tracker_rows.append(tracked)
+        T.free(self.gpu, self.cpu, self.tables, row, self.block_size)
+        self._free_rows.append(row)
+
+    def free_cross(self, seq_group: Any) -> None:
+        row = self._cross_rows.pop(seq_group.request_id, None)
+        if row is not None:
+            T.free(self.gpu, self.cpu, self.tables, row, self.block_size)
+            self._free_rows.append(row)
+
+    # -- tables and counts ---------------------------------------------------------
+    def _block_ids(self, row: int) -> list[int]:
+        return self.tables.blocks[row, : self.tables.num_blocks[row]].tolist()
+
+    def get_block_table(self, seq: Any) -> list[int]:
+        return self._block_ids(self._row(seq))
+
+    def get_cross_block_table(self, seq_group: Any) -> list[int]:
+        row = self._cross_rows.get(seq_group.request_id)
+        if row is None:
+            raise NoCrossTableError(f"group {seq_group.request_id!r} has no cross block table")
+        return self._block_ids(row)
+
+    def get_num_free_gpu_blocks(self) -> int:
+        return self._num_free(self.gpu)
+
+    def get_num_free_cpu_blocks(self) -> int:
+        return self._num_free(self.cpu)
+
+    # -- prefix caching ------------------------------------------------------------------
+    def access_all_blocks_in_seq(self, seq: Any, access_time: float) -> None:
+        """Remember when the sequence last ran; its blocks get the time at ``free``."""
+        if self.enable_caching:
+            row = self._row(seq)
+            self.tables.accessed[row] = access_time is not None
+            if access_time is not None:
+                self.tables.last_access[row] = access_time
+
+    def mark_blocks_as_computed(self, seq_group: Any, token_chunk_size: int) -> None:
+        """Every block registered since the last call is now computed (the
+        arguments are ignored, as in vLLM)."""
+        if self.enable_caching:
+            P.mark_computed(self.gpu)
+
+    def _num_cached_tokens(self, seq: Any) -> int:
+        tokens = seq.get_token_ids()
+        row = self._tracked.get(seq.seq_id)
+        known = 0 if row is None else int(self.tracker.num_keys[row])
+        if len(tokens) < known * self.block_size:
+            raise TrackerError(
+                f"sequence {seq.seq_id} has {len(tokens)} tokens, fewer than the "
+                f"{known * self.block_size} the tracker already keyed"
+            )
+        root = self._root_id(seq)
+        extra = self._extra_id(seq.extra_hash())
+        num_full = len(tokens) // self.block_size
+        array = np.array(tokens[known * self.block_size : num_full * self.block_size], np.int64).reshape(-1)
+        frozen = row is not None and seq.is_prefill()
+        if row is None:
+            row = self._take_tracker_row()
+        count = self._retry(
+            lambda: K.num_cached_tokens(self.gpu, self.keys, self.tracker, row, array, num_full, extra, root, frozen),
+            self._grow_tracker_columns,
+        )
+        self._tracked[seq.seq_id] = row
+        return count
+
+    def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]:
+        rows = [self._row(seq) for seq in seqs]
+        if not self.enable_caching:
+            return []
+        for seq in seqs:
+            row = self._tracked.get(seq.seq_id)
+            known = 0 if row is None else int(self.tracker.num_keys[row])
+            if len(seq.get_token_ids()) < known * self.block_size:
+                raise TrackerError(
+                    f"sequence {seq.seq_id} has {len(seq.get_token_ids())} tokens, fewer than the "
+                    f"{known * self.block_size} the tracker already keyed"
+                )
+        prefixes = [
+            self._block_ids(row)[: self._num_cached_tokens(seq) // self.block_size] for seq, row in zip(seqs, rows)
+        ]
+        if len(prefixes) == 1:
+            return prefixes[0]
+        prefixes = [ids for ids in prefixes if ids]  # vLLM drops sequences without cached blocks
+        if not prefixes:
+            return []
+        common = prefixes[0]
+        for ids in prefixes[1:]:
+            length = 0
+            while length < min(len(common), len(ids)) and common[length] == ids[length]:
+                length += 1
+            common = common[:length]
+        return common
+
+    def get_prefix_cache_hit_rate(self, device: Device) -> float:
+        pool = self._pool(Device.parse(device))
+        return P.hit_rate(pool) if self.enable_caching else -1
+
+    def reset_prefix_cache(self, device: Optional[Device] = None) -> bool:
+        """Forget every idle cached block of the device(s); False if a block is in use."""
+        if device is not None:
+            return bool(P.reset(self._pool(Device.parse(device))))
+        cpu_done = bool(P.reset(self.cpu))
+        gpu_done = bool(P.reset(self.gpu))  # tried even if the CPU failed (vLLM stops there)
+        return cpu_done and gpu_done
+
+    def get_num_cached_tokens(self, seq: Any) -> int:
+        return self._num_cached_tokens(seq) if self.enable_caching else 0
+
+    def remove_seq_from_computed_blocks_tracker(self, seq: Any) -> None:
+        if not self.enable_caching:
+            return
+        row = self._tracked.pop(seq.seq_id, None)
+        if row is None:
+            raise TrackerError(f"sequence {seq.seq_id} is not in the computed-blocks tracker (query it first)")
+        self._free_tracker_rows.append(row)
+
+    # -- introspection --------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        check_invariants(self)
+
+    def snapshot(self) -> dict[str, Any]:
+        return snapshot(self)

@@ -1,0 +1,401 @@
+"""The blocks of one device in arrays, and the kernels that take and release
+them: the compiled twin of ``reference/allocator.py`` and ``evictor.py``.
+
+Per block (indexed by physical id, ``block_id - first_id``): refcount, the
+content key it is cached under (-1: uncached), computed flag, last access,
+touched flag, and its place in the evictor. The uncached free blocks form a
+ring-buffer deque used LIFO, as the reference's ``deque``: a released block
+goes to the front and is handed out next. Idle cached blocks sit in an
+indexed binary min-heap ordered by (time, -depth, id): the exact LRU order of
+the reference's evictor, with O(log n) removal on a cache hit.
+
+A plain (non-caching) pool uses the same arrays and simply never caches a
+block, so both modes share every kernel.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+NEVER_ACCESSED = -1.0
+BUCKET = 1000  # hit-rate bucket (spec §6.7)
+
+# Slots of Pool.meta
+FIRST_ID = 0
+NUM_BLOCKS = 1
+FREE_HEAD = 2  # ring-buffer index of the front of the free deque
+NUM_FREE_IDS = 3  # uncached free blocks
+NUM_IDLE = 4  # idle cached blocks (in the evictor)
+NUM_TOUCHED = 5
+CACHING = 6
+HIT_BUCKETS = 7
+HIT_QUERIES = 8  # in the running bucket
+HIT_HITS = 9  # in the running bucket
+NUM_META = 10
+
+
+class Pool(NamedTuple):
+    refcount: np.ndarray  # int64[n]
+    block_key: np.ndarray  # int64[n]: content key of a cached block, -1 uncached
+    computed: np.ndarray  # bool[n]
+    last_access: np.ndarray  # float64[n]
+    touched: np.ndarray  # bool[n]: registered since the last mark_computed
+    touched_ids: np.ndarray  # int64[n]: the touched blocks (absolute ids), a stack
+    free_ids: np.ndarray  # int64[n]: ring buffer of absolute ids
+    heap: np.ndarray  # int64[n]: physical ids of idle cached blocks, a min-heap
+    heap_pos: np.ndarray  # int64[n]: index in heap, -1 when not idle
+    idle_time: np.ndarray  # float64[n]: eviction time of an idle block
+    idle_depth: np.ndarray  # int64[n]: tokens up to the end of an idle block
+    key_block: np.ndarray  # int64[key capacity]: content key -> absolute id cached here, -1
+    meta: np.ndarray  # int64[NUM_META]
+    hit_mean: np.ndarray  # float64[1]: mean hit rate of the completed buckets
+
+
+def new_pool(first_id: int, num_blocks: int, caching: bool, key_capacity: int) -> Pool:
+    size = max(num_blocks, 1)  # a CPU pool may be empty; keep the ring buffer's modulus positive
+    meta = np.zeros(NUM_META, np.int64)
+    meta[FIRST_ID], meta[NUM_BLOCKS], meta[NUM_FREE_IDS], meta[CACHING] = first_id, num_blocks, num_blocks, caching
+    free_ids = np.zeros(size, np.int64)
+    free_ids[:num_blocks] = np.arange(first_id, first_id + num_blocks)
+    return Pool(
+        np.zeros(size, np.int64),
+        np.full(size, -1, np.int64),
+        np.zeros(size, np.bool_),
+        np.full(size, NEVER_ACCESSED),
+        np.zeros(size, np.bool_),
+        np.zeros(size, np.int64),
+        free_ids,
+        np.zeros(size, np.int64),
+        np.full(size, -1, np.int64),
+        np.full(size, NEVER_ACCESSED),
+        np.zeros(size, np.int64),
+        np.full(key_capacity, -1, np.int64),
+        meta,
+        np.zeros(1),
+    )
+
+
+def grow_key_index(pool: Pool, key_capacity: int) -> Pool:
+    key_block = np.full(key_capacity, -1, np.int64)
+    key_block[: len(pool.key_block)] = pool.key_block
+    return pool._replace(key_block=key_block)
+
+
+# -- counts ------------------------------------------------------------------
+@njit(cache=True)
+def num_free(pool):
+    """Uncached free blocks plus idle cached ones (both can be handed out)."""
+    return pool.meta[NUM_FREE_IDS] + pool.meta[NUM_IDLE]
+
+
+@njit(cache=True)
+def refs(pool, block_id):
+    return pool.refcount[block_id - pool.meta[FIRST_ID]]
+
+
+@njit(cache=True)
+def owns(pool, block_id):
+    return pool.meta[FIRST_ID] <= block_id < pool.meta[FIRST_ID] + pool.meta[NUM_BLOCKS]
+
+
+# -- the free deque --------------------------------------------------------------
+@njit(cache=True)
+def _pop_free(pool):
+    head = pool.meta[FREE_HEAD]
+    block_id = pool.free_ids[head]
+    pool.meta[FREE_HEAD] = (head + 1) % pool.free_ids.shape[0]
+    pool.meta[NUM_FREE_IDS] -= 1
+    return block_id
+
+
+@njit(cache=True)
+def _push_free_front(pool, block_id):
+    head = (pool.meta[FREE_HEAD] - 1) % pool.free_ids.shape[0]
+    pool.free_ids[head] = block_id
+    pool.meta[FREE_HEAD] = head
+    pool.meta[NUM_FREE_IDS] += 1
+
+
+# -- the evictor: an indexed min-heap of physical ids ----------------------------
+@njit(cache=True)
+def _before(pool, a, b):
+    """Is idle block ``a`` evicted before ``b``? Oldest time, then deepest, then smallest id."""
+    if pool.idle_time[a] != pool.idle_time[b]:
+        return pool.idle_time[a] < pool.idle_time[b]
+    if pool.idle_depth[a] != pool.idle_depth[b]:
+        return pool.idle_depth[a] > pool.idle_depth[b]
+    return a < b
+
+
+@njit(cache=True)
+def _place(pool, index, physical):
+    pool.heap[index] = physical
+    pool.heap_pos[physical] = index
+
+
+@njit(cache=True)
+def _sift_up(pool, index):
+    physical = pool.heap[index]
+    while index > 0:
+        parent = (index - 1) // 2
+        if not _before(pool, physical, pool.heap[parent]):
+            break
+        _place(pool, index, pool.heap[parent])
+        index = parent
+    _place(pool, index, physical)
+
+
+@njit(cache=True)
+def _sift_down(pool, index):
+    size = pool.meta[NUM_IDLE]
+    physical = pool.heap[index]
+    while True:
+        child = 2 * index + 1
+        if child >= size:
+            break
+        if child + 1 < size and _before(pool, pool.heap[child + 1], pool.heap[child]):
+            child += 1
+        if not _before(pool, pool.heap[child], physical):
+            break
+        _place(pool, index, pool.heap[child])
+        index = child
+    _place(pool, index, physical)
+
+
+@njit(cache=True)
+def _evictor_add(pool, physical, depth, time):
+    pool.idle_time[physical] = time
+    pool.idle_depth[physical] = depth
+    index = pool.meta[NUM_IDLE]
+    pool.meta[NUM_IDLE] = index + 1
+    _place(pool, index, physical)
+    _sift_up(pool, index)
+
+
+@njit(cache=True)
+def _evictor_remove(pool, physical):
+    index = pool.heap_pos[physical]
+    last = pool.meta[NUM_IDLE] - 1
+    pool.meta[NUM_IDLE] = last
+    pool.heap_pos[physical] = -1
+    if index != last:
+        moved = pool.heap[last]
+        _place(pool, index, moved)
+        _sift_up(pool, index)
+        _sift_down(pool, pool.heap_pos[moved])
+
+
+@njit(cache=True)
+def is_idle(pool, block_id):
+    return pool.heap_pos[block_id - pool.meta[FIRST_ID]] >= 0
+
+
+# -- the content cache -----------------------------------------------------------
+@njit(cache=True)
+def _activate(pool, physical, computed):
+    pool.computed[physical] = computed
+    pool.last_access[physical] = NEVER_ACCESSED
+
+
+@njit(cache=True)
+def _register(pool, key, block_id):
+    physical = block_id - pool.meta[FIRST_ID]
+    pool.key_block[key] = block_id
+    pool.block_key[physical] = key
+    if not pool.touched[physical]:
+        pool.touched[physical] = True
+        pool.touched_ids[pool.meta[NUM_TOUCHED]] = block_id
+        pool.meta[NUM_TOUCHED] += 1
+
+
+@njit(cache=True)
+def _forget(pool, physical):
+    pool.key_block[pool.block_key[physical]] = -1
+    pool.block_key[physical] = -1
+
+
+@njit(cache=True)
+def is_in_use_cached(pool, key):
+    if key < 0:
+        return False
+    block_id = pool.key_block[key]
+    return block_id >= 0 and refs(pool, block_id) > 0
+
+
+@njit(cache=True)
+def is_cached_and_computed(pool, key):
+    """Cached, and computed: an in-use block by its flag, an idle one always."""
+    block_id = pool.key_block[key]
+    if block_id < 0:
+        return False
+    physical = block_id - pool.meta[FIRST_ID]
+    if pool.refcount[physical] > 0:
+        return pool.computed[physical]
+    return pool.heap_pos[physical] >= 0
+
+
+@njit(cache=True)
+def fill_cost(pool, key):
+    """Free blocks ``fill_full(key)`` consumes (0 on a hit of an in-use block)."""
+    if pool.meta[CACHING] and is_in_use_cached(pool, key):
+        return 0
+    return 1
+
+
+@njit(cache=True)
+def promote_gain(pool, key):
+    if pool.meta[CACHING] and is_in_use_cached(pool, key):
+        return 1
+    return 0
+
+
+@njit(cache=True)
+def _query(pool, hit):
+    """One cache lookup for the hit rate, in vLLM's bucketed arithmetic."""
+    meta = pool.meta
+    meta[HIT_QUERIES] += 1
+    if hit:
+        meta[HIT_HITS] += 1
+    if meta[HIT_QUERIES] == BUCKET:
+        rate = meta[HIT_HITS] / meta[HIT_QUERIES]
+        pool.hit_mean[0] = (pool.hit_mean[0] * meta[HIT_BUCKETS] + rate) / (meta[HIT_BUCKETS] + 1)
+        meta[HIT_QUERIES] = 0
+        meta[HIT_HITS] = 0
+        meta[HIT_BUCKETS] += 1
+
+
+@njit(cache=True)
+def hit_rate(pool):
+    if not pool.meta[CACHING]:
+        return -1.0
+    num_buckets, num_queries, num_hits = pool.meta[HIT_BUCKETS], pool.meta[HIT_QUERIES], pool.meta[HIT_HITS]
+    fraction = num_queries / BUCKET
+    total = num_buckets + fraction
+    if total == 0:
+        return 0.0
+    done = pool.hit_mean[0] * num_buckets if num_buckets > 0 else 0.0
+    running = (num_hits / num_queries) * fraction if num_queries > 0 else 0.0
+    return (done + running) / total
+
+
+# -- taking and releasing (the caller has checked that a block is there) --------------
+@njit(cache=True)
+def take(pool):
+    """A block for new, unkeyed content: uncached free first, then the LRU idle one."""
+    if pool.meta[NUM_FREE_IDS] > 0:
+        block_id = _pop_free(pool)
+        physical = block_id - pool.meta[FIRST_ID]
+    else:
+        physical = pool.heap[0]
+        _evictor_remove(pool, physical)
+        _forget(pool, physical)
+        block_id = physical + pool.meta[FIRST_ID]
+    pool.refcount[physical] = 1
+    _activate(pool, physical, False)
+    return block_id
+
+
+@njit(cache=True)
+def _adopt(pool, block_id):
+    """Share a cached block found by content; revive it if it was idle."""
+    physical = block_id - pool.meta[FIRST_ID]
+    pool.refcount[physical] += 1
+    if pool.refcount[physical] == 1:
+        _evictor_remove(pool, physical)
+        _activate(pool, physical, True)
+
+
+@njit(cache=True)
+def fill_full(pool, key):
+    """A block for a full block of content (prompt allocation, swap)."""
+    if not pool.meta[CACHING]:
+        return take(pool)
+    block_id = pool.key_block[key]
+    _query(pool, block_id >= 0)
+    if block_id >= 0:
+        _adopt(pool, block_id)
+        return block_id
+    block_id = take(pool)
+    _register(pool, key, block_id)
+    return block_id
+
+
+@njit(cache=True)
+def share(pool, block_id):
+    pool.refcount[block_id - pool.meta[FIRST_ID]] += 1
+
+
+@njit(cache=True)
+def release(pool, block_id, key, depth):
+    """One table entry stops pointing at the block: a keyed block goes idle
+    (caching), anything else to the front of the free deque."""
+    physical = block_id - pool.meta[FIRST_ID]
+    pool.refcount[physical] -= 1
+    if pool.refcount[physical] == 0:
+        if key < 0 or not pool.meta[CACHING]:
+            _push_free_front(pool, block_id)
+        else:
+            _evictor_add(pool, physical, depth, pool.last_access[physical])
+        if pool.meta[CACHING]:
+            _activate(pool, physical, False)
+
+
+@njit(cache=True)
+def copy_on_write(pool, block_id):
+    pool.refcount[block_id - pool.meta[FIRST_ID]] -= 1
+    return take(pool)
+
+
+@njit(cache=True)
+def promote(pool, block_id, key):
+    """A block just became full: register it, or give it back and share the
+    cached copy of the same content."""
+    if not pool.meta[CACHING]:
+        return block_id
+    cached_id = pool.key_block[key]
+    if cached_id < 0:
+        _register(pool, key, block_id)
+        return block_id
+    release(pool, block_id, -1, 0)
+    _adopt(pool, cached_id)
+    return cached_id
+
+
+@njit(cache=True)
+def stamp(pool, block_id, time):
+    if pool.meta[CACHING]:
+        pool.last_access[block_id - pool.meta[FIRST_ID]] = time
+
+
+@njit(cache=True)
+def mark_computed(pool):
+    for i in range(pool.meta[NUM_TOUCHED]):
+        physical = pool.touched_ids[i] - pool.meta[FIRST_ID]
+        pool.computed[physical] = True
+        pool.touched[physical] = False
+    pool.meta[NUM_TOUCHED] = 0
+
+
+@njit(cache=True)
+def reset(pool):
+    """Forget every idle cached block, if no block is in use (spec §6.8)."""
+    if not pool.meta[CACHING]:
+        return True
+    if pool.meta[NUM_BLOCKS] - num_free(pool) > 0:
+        return False
+    while pool.meta[NUM_IDLE] > 0:
+        physical = pool.heap[0]
+        _evictor_remove(pool, physical)
+        _forget(pool, physical)
+        _push_free_front(pool, physical + pool.meta[FIRST_ID])
+    for physical in range(pool.meta[NUM_BLOCKS]):
+        pool.computed[physical] = False
+        pool.last_access[physical] = NEVER_ACCESSED
+    pool.meta[HIT_BUCKETS] = 0
+    pool.meta[HIT_QUERIES] = 0
+    pool.meta[HIT_HITS] = 0
+    pool.hit_mean[0] = 0.0
+    return True
