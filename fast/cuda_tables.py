@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 from collections import namedtuple
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -402,7 +402,7 @@ class DeviceBlockTable:
         self._upload_done = torch.cuda.Event() if self._on_gpu else None
         self._stream_handle = None
         self._stream = 0
-        self._views: Optional[tuple] = None
+        self._views: tuple | None = None
 
     # -- the per-step protocol ---------------------------------------------
 
@@ -410,11 +410,11 @@ class DeviceBlockTable:
         """Apply one step's changes, with no tokens to map."""
         self.step(delta)
 
-    def slot_mapping(self, rows, starts, ends, pad_to: Optional[int] = None) -> torch.Tensor:
+    def slot_mapping(self, rows, starts, ends, pad_to: int | None = None) -> torch.Tensor:
         """The slots of the given tokens, with no table changes."""
         return self.step(None, rows, starts, ends, pad_to)
 
-    def step(self, delta: Optional[TableDelta], rows=(), starts=(), ends=(), pad_to: Optional[int] = None):
+    def step(self, delta: TableDelta | None, rows=(), starts=(), ends=(), pad_to: int | None = None):
         delta = empty_delta() if delta is None else delta
         rows, starts, ends = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (rows, starts, ends))
         self._check_delta(delta)

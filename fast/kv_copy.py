@@ -29,7 +29,7 @@ with vLLM's swaps, synchronize before the host reads a swapped-out block.
 from __future__ import annotations
 
 import ctypes
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
