@@ -89,13 +89,6 @@ from blockspace.reference import ReferenceBlockSpaceManager
 from blockspace.sequence import Sequence, SequenceData, SequenceGroup
 from blockspace.snapshot import diff
 
-
-class AllocStatusLater:
-    """Stands for AllocStatus.LATER where the driver decides to wait."""
-
-    name = "LATER"
-
-
 WAITING, RUNNING, SWAPPED = SequenceStatus.WAITING, SequenceStatus.RUNNING, SequenceStatus.SWAPPED
 FINISHED, IGNORED = SequenceStatus.FINISHED_STOPPED, SequenceStatus.FINISHED_IGNORED
 
@@ -693,18 +686,19 @@ class Driver:
         if self.c.enable_caching:
             for seq in waiting:
                 self.query(seq)
-        status = self.h.call("can_allocate", ("G", request_id), ("V", self.rng.choice([0, 0, 0, self.lookahead()])))
-        if status.name == "OK" and self.c.sliding_window is not None:
+        num_lookahead = self.rng.choice([0, 0, 0, self.lookahead()])
+        status = self.h.call("can_allocate", ("G", request_id), ("V", num_lookahead)).name
+        if status == "OK" and self.c.sliding_window is not None:
             # can_allocate caps at the window but allocate takes every block (§14.2): wait instead of crashing
             need = -(-waiting[0].get_len() // self.c.block_size)
             if need > self.h.vllm.get_num_free_gpu_blocks():
-                status = AllocStatusLater
-        if status.name != "OK":
+                status = "LATER"
+        if status != "OK":
             if self.c.enable_caching:
                 for seq in waiting:
                     self.h.call("remove_seq_from_computed_blocks_tracker", ("S", seq.seq_id))
                     self.tracked.discard(seq.seq_id)
-            if status.name == "LATER":
+            if status == "LATER":
                 return None
             self.waiting.remove(request_id)
             for seq in waiting:
@@ -735,6 +729,7 @@ class Driver:
         for seq in running:
             if window is not None and seq.data.get_num_computed_tokens() // self.c.block_size - window > 0:
                 self.dropped.add(request_id)
+                self.h.coverage["append_slots with a sliding-window drop"] += 1
             self.h.call("append_slots", ("S", seq.seq_id), ("V", num_lookahead))
         seq = running[0]
         return self.chunk(seq) if seq.is_prefill() else seq.get_len() - seq.data.get_num_computed_tokens()
@@ -918,7 +913,14 @@ def format_trace(config: Config, trace: list[tuple]) -> str:
     for entry in trace:
         if entry[0] == "call":
             _, name, args, probe = entry
-            shown = ", ".join(repr(a[1]) if a[0] != "S" else f"seq{a[1]}" for a in args)
+            shown = ", ".join(
+                f"seq{a[1]}"
+                if a[0] == "S"
+                else f"[{', '.join(f'seq{i}' for i in a[1])}]"
+                if a[0] == "L"
+                else repr(a[1])
+                for a in args
+            )
             lines.append(f"  {name}({shown}){'   # expected to raise' if probe else ''}")
         elif entry[0] == "group":
             _, request_id, seq_ids, prompt, lora, encoder = entry
@@ -981,16 +983,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if options.show:
         family = families[options.seed % len(families)]
-        result = run_one(options.seed, family, deep)
         rng = random.Random(options.seed)
         config = random_config(rng, family)
         harness = Harness(config, deep)
+        ending = "completed"
         try:
             Driver(harness, rng).run()
         except (RunEnded, Disagreement) as end:
-            print(f"# ended: {end}")
+            ending = str(end)
         print(format_trace(config, harness.log))
-        print(f"# outcome: {result['outcome']} {result['detail']}")
+        print(f"# {family} run, seed {options.seed}: {ending}")
         return 0
 
     deadline = time.time() + options.seconds
