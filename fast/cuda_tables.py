@@ -174,8 +174,8 @@ def deltas_append(buf, row, value):
     """Append block ``value`` to ``row``. Returns the buffers."""
     if row < 0:
         raise InvalidArgumentError("table row must be non-negative")
-    col = buf.lengths[row] if row < buf.lengths.shape[0] else 0
-    return deltas_record(buf, row, col, value)
+    col = np.int64(buf.lengths[row]) if row < buf.lengths.shape[0] else np.int64(0)
+    return deltas_record(buf, np.int64(row), col, np.int64(value))
 
 
 @njit(cache=True)
@@ -186,7 +186,7 @@ def deltas_set_length(buf, row, num_blocks):
         raise InvalidArgumentError("table row and length must be non-negative")
     buf = _fit(buf, row, max(num_blocks - 1, 0))
     for col in range(num_blocks, buf.lengths[row]):
-        buf = _write(buf, row, col, PAD_BLOCK_ID)
+        buf = _write(buf, row, col, np.int64(PAD_BLOCK_ID))
     _write_length(buf, row, num_blocks)
     return buf
 
@@ -194,7 +194,7 @@ def deltas_set_length(buf, row, num_blocks):
 @njit(cache=True)
 def deltas_clear_row(buf, row):
     """Empty ``row`` (a freed sequence). Returns the buffers."""
-    return deltas_set_length(buf, row, 0)
+    return deltas_set_length(buf, row, np.int64(0))
 
 
 @njit(cache=True)
@@ -235,19 +235,19 @@ class TableDeltas:
 
     def record(self, row: int, col: int, value: int) -> None:
         _check_ints(row=row, col=col, value=value)
-        self.buffers = deltas_record(self.buffers, row, col, value)
+        self.buffers = deltas_record(self.buffers, int(row), int(col), int(value))
 
     def append(self, row: int, value: int) -> None:
         _check_ints(row=row, value=value)
-        self.buffers = deltas_append(self.buffers, row, value)
+        self.buffers = deltas_append(self.buffers, int(row), int(value))
 
     def set_length(self, row: int, num_blocks: int) -> None:
         _check_ints(row=row, num_blocks=num_blocks)
-        self.buffers = deltas_set_length(self.buffers, row, num_blocks)
+        self.buffers = deltas_set_length(self.buffers, int(row), int(num_blocks))
 
     def clear_row(self, row: int) -> None:
         _check_ints(row=row)
-        self.buffers = deltas_clear_row(self.buffers, row)
+        self.buffers = deltas_clear_row(self.buffers, int(row))
 
     def length(self, row: int) -> int:
         _check_ints(row=row)

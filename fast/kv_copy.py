@@ -271,7 +271,9 @@ class BlockMover:
         """The pairs on the device, through a pinned buffer: one copy."""
         self._upload_done.synchronize()  # the last upload has left the pinned buffer
         if len(self._host_pairs) < len(flat):
-            self._host_pairs = torch.empty(max(len(flat), 2 * len(self._host_pairs)), dtype=torch.int64, pin_memory=True)
+            self._host_pairs = torch.empty(
+                max(len(flat), 2 * len(self._host_pairs)), dtype=torch.int64, pin_memory=True
+            )
         self._host_pairs.numpy()[: len(flat)] = flat
         device = self._host_pairs[: len(flat)].to("cuda", non_blocking=True)
         self._upload_done.record()
