@@ -293,30 +293,105 @@ def empty_delta() -> TableDelta:
 
 
 # ---------------------------------------------------------------------------
-# Device side: the kernel
+# Device side: packing, the kernel, the table
 # ---------------------------------------------------------------------------
+
+# The int32 stage one step uploads: a header of counts, then the changed
+# cells' rows, cols and values, the changed lengths' rows and values, and the
+# scheduled sequences' token offsets (a running sum, one more than the
+# sequences), rows and first positions.
+NUM_ENTRIES, NUM_LENGTHS, NUM_SEQS, NUM_TOKENS, NUM_OUT, HEADER = range(6)
+
+PACK_ERRORS = {
+    -1: "delta arrays differ in length",
+    -2: "a delta cell, length or block id lies outside the table or is negative",
+    -3: "rows, starts and ends differ in length",
+    -4: "a scheduled row is outside the table",
+    -5: "token ranges need 0 <= start <= end",
+    -6: "a token position lies past its row's blocks",
+    -7: "too many tokens for one step",
+}
+
+
+def stage_size(delta: TableDelta, num_seqs: int) -> int:
+    return HEADER + 3 * len(delta.rows) + 2 * len(delta.length_rows) + 3 * num_seqs + 1
+
+
+@njit(cache=True)
+def _pack_step(stage, lengths, new_lengths, delta_rows, delta_cols, delta_values, length_rows, length_values,
+               seq_rows, seq_starts, seq_ends, block_size, num_cols, pad_to):  # fmt: skip
+    """Check one step's input against a table of ``len(new_lengths) x
+    num_cols`` and pack it into ``stage``; ``new_lengths`` receives the
+    lengths after the step. Returns the number of tokens, or a negative
+    ``PACK_ERRORS`` code having written nothing but ``new_lengths``."""
+    num_entries = delta_rows.shape[0]
+    num_lengths = length_rows.shape[0]
+    num_seqs = seq_rows.shape[0]
+    num_rows = new_lengths.shape[0]
+    if delta_cols.shape[0] != num_entries or delta_values.shape[0] != num_entries:
+        return -1
+    if length_values.shape[0] != num_lengths:
+        return -1
+    for i in range(num_entries):
+        if not (0 <= delta_rows[i] < num_rows and 0 <= delta_cols[i] < num_cols and delta_values[i] >= 0):
+            return -2
+    new_lengths[: lengths.shape[0]] = lengths
+    new_lengths[lengths.shape[0] :] = 0
+    for i in range(num_lengths):
+        if not (0 <= length_rows[i] < num_rows and 0 <= length_values[i] <= num_cols):
+            return -2
+        new_lengths[length_rows[i]] = length_values[i]
+    if seq_starts.shape[0] != num_seqs or seq_ends.shape[0] != num_seqs:
+        return -3
+    num_tokens = 0
+    for i in range(num_seqs):
+        if not 0 <= seq_rows[i] < num_rows:
+            return -4
+        if not 0 <= seq_starts[i] <= seq_ends[i]:
+            return -5
+        if (seq_ends[i] + block_size - 1) // block_size > new_lengths[seq_rows[i]]:
+            return -6
+        num_tokens += seq_ends[i] - seq_starts[i]
+    if num_tokens >= 2**31 or pad_to >= 2**31:
+        return -7
+    stage[NUM_ENTRIES] = num_entries
+    stage[NUM_LENGTHS] = num_lengths
+    stage[NUM_SEQS] = num_seqs
+    stage[NUM_TOKENS] = num_tokens
+    stage[NUM_OUT] = max(pad_to, num_tokens)
+    at = HEADER
+    for piece in (delta_rows, delta_cols, delta_values, length_rows, length_values):
+        stage[at : at + piece.shape[0]] = piece
+        at += piece.shape[0]
+    stage[at] = 0
+    for i in range(num_seqs):
+        stage[at + 1 + i] = stage[at + i] + seq_ends[i] - seq_starts[i]
+        stage[at + 1 + num_seqs + i] = seq_rows[i]
+        stage[at + 1 + 2 * num_seqs + i] = seq_starts[i]
+    return num_tokens
 
 
 @cuda.jit
-def _step_kernel(table, lengths, stage, num_entries, num_lengths, num_seqs, num_tokens, block_size, out, num_out):
+def _step_kernel(table, lengths, stage, block_size, out):
     """Apply the deltas, then map tokens to slots. Launch with ONE thread
     block: ``syncthreads`` orders the table writes before the reads, which a
-    grid of blocks could not do within one launch.
-
-    ``stage`` (int32) holds, one after the other: the changed cells' rows,
-    cols and values (``num_entries`` each); the changed lengths' rows and
-    values (``num_lengths`` each); the token offset of each scheduled sequence
-    (``num_seqs + 1``, a running sum), its row and its first position.
-    """
+    grid of blocks could not do within one launch (one block of 1,024
+    threads maps a decode batch in one pass, a long prefill in a few)."""
+    num_entries = stage[NUM_ENTRIES]
+    num_lengths = stage[NUM_LENGTHS]
+    num_seqs = stage[NUM_SEQS]
+    num_tokens = stage[NUM_TOKENS]
+    num_out = stage[NUM_OUT]
     thread = cuda.threadIdx.x
     stride = cuda.blockDim.x
+    cells = HEADER
     for i in range(thread, num_entries, stride):
-        table[stage[i], stage[num_entries + i]] = stage[2 * num_entries + i]
-    base = 3 * num_entries
+        table[stage[cells + i], stage[cells + num_entries + i]] = stage[cells + 2 * num_entries + i]
+    changed = cells + 3 * num_entries
     for i in range(thread, num_lengths, stride):
-        lengths[stage[base + i]] = stage[base + num_lengths + i]
+        lengths[stage[changed + i]] = stage[changed + num_lengths + i]
     cuda.syncthreads()
-    offsets = base + 2 * num_lengths
+    offsets = changed + 2 * num_lengths
     seq_rows = offsets + num_seqs + 1
     seq_starts = seq_rows + num_seqs
     for token in range(thread, num_out, stride):
@@ -362,6 +437,15 @@ def resolve_backend(backend: str) -> str:
     raise InvalidArgumentError(f"backend must be 'auto', 'cpu' or 'cuda', got {backend!r}")
 
 
+def _int64_array(values) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype != np.int64:
+        if array.size and array.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"rows, starts and ends must be integers, got {array.dtype}")
+        array = array.astype(np.int64)
+    return array.reshape(-1)
+
+
 class DeviceBlockTable:
     """The block tables of all running sequences, resident on the device.
 
@@ -371,7 +455,7 @@ class DeviceBlockTable:
     ``ends[i]``), as an int64 tensor of ``pad_to`` slots (default: the number
     of tokens), padding tokens ``PAD_SLOT_ID``. The returned tensor is a view
     of a persistent buffer, valid until the next call (as vLLM's persistent
-    input buffers are).
+    input buffers are). Pass int64 NumPy arrays for speed; lists work too.
     """
 
     def __init__(
@@ -394,15 +478,16 @@ class DeviceBlockTable:
         self.device = torch.device("cuda") if self._on_gpu else torch.device("cpu")
         self.table = torch.full((max_seqs, max_blocks), PAD_BLOCK_ID, dtype=torch.int32, device=self.device)
         self.lengths = torch.zeros(max_seqs, dtype=torch.int32, device=self.device)
-        self._host_lengths = np.zeros(max_seqs, np.int32)  # for checking token ranges without a device read
+        self._host_lengths = np.zeros(max_seqs, np.int32)  # to check token ranges without reading the device
+        self._new_lengths = self._host_lengths.copy()
+        self._upload_done = torch.cuda.Event() if self._on_gpu else None
         self._stage_capacity = 0
         self._out_capacity = 0
         self._ensure_stage(4096)
         self._ensure_out(4096)
-        self._upload_done = torch.cuda.Event() if self._on_gpu else None
-        self._stream_handle = None
-        self._stream = 0
         self._views: tuple | None = None
+        self._launch = None
+        self._launch_stream = None
 
     # -- the per-step protocol ---------------------------------------------
 
@@ -415,55 +500,33 @@ class DeviceBlockTable:
         return self.step(None, rows, starts, ends, pad_to)
 
     def step(self, delta: TableDelta | None, rows=(), starts=(), ends=(), pad_to: int | None = None):
-        delta = empty_delta() if delta is None else delta
-        rows, starts, ends = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (rows, starts, ends))
-        self._check_delta(delta)
-        new_lengths = self._host_lengths_after(delta)
-        num_tokens = self._check_tokens(rows, starts, ends, new_lengths)
-        num_out = num_tokens if pad_to is None else pad_to
-        if isinstance(num_out, bool) or not isinstance(num_out, (int, np.integer)) or num_out < num_tokens:
-            raise InvalidArgumentError(f"pad_to must be an int >= the number of tokens ({num_tokens}), got {pad_to!r}")
-        self._grow(max(delta.num_rows, len(new_lengths)), delta.num_cols)
-        self._host_lengths[: len(new_lengths)] = new_lengths
+        delta = _EMPTY_DELTA if delta is None else delta
+        rows, starts, ends = _int64_array(rows), _int64_array(starts), _int64_array(ends)
+        if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, (int, np.integer)) or pad_to < 0):
+            raise InvalidArgumentError(f"pad_to must be a non-negative int, got {pad_to!r}")
+        num_rows = max(self.table.shape[0], delta.num_rows)
+        num_cols = max(self.table.shape[1], delta.num_cols)
+        if len(self._new_lengths) != num_rows:
+            self._new_lengths = np.zeros(num_rows, np.int32)
+        size = stage_size(delta, len(rows))
+        self._ensure_stage(size)
+        if self._on_gpu:
+            self._upload_done.synchronize()  # the previous upload has left the pinned buffer
+        stage = self._host_stage_np
+        num_tokens = _pack_step(stage, self._host_lengths, self._new_lengths, delta.rows, delta.cols, delta.values,
+                                delta.length_rows, delta.length_values, rows, starts, ends, self.block_size,
+                                num_cols, -1 if pad_to is None else pad_to)  # fmt: skip
+        if num_tokens < 0:
+            raise InvalidArgumentError(PACK_ERRORS[num_tokens])
+        if pad_to is not None and pad_to < num_tokens:
+            raise InvalidArgumentError(f"pad_to ({pad_to}) is below the number of tokens ({num_tokens})")
+        num_out = int(stage[NUM_OUT])
+        self._grow(num_rows, num_cols)
+        self._host_lengths, self._new_lengths = self._new_lengths, self._host_lengths
+        self._ensure_out(num_out)
         if self.backend == "cpu":
             return self._step_cpu(delta, rows, starts, ends, num_out)
-        return self._step_kernel(delta, rows, starts, ends, num_tokens, num_out)
-
-    # -- checks (all before any change) --------------------------------------
-
-    def _check_delta(self, delta: TableDelta) -> None:
-        num = len(delta.rows)
-        if len(delta.cols) != num or len(delta.values) != num or len(delta.length_rows) != len(delta.length_values):
-            raise InvalidArgumentError("delta arrays differ in length")
-        for name in ("rows", "cols", "values", "length_rows", "length_values"):
-            array = getattr(delta, name)
-            if len(array) and array.min() < 0:
-                raise InvalidArgumentError(f"delta {name} must be non-negative")
-        if num and (delta.rows.max() >= max(delta.num_rows, 1) or delta.cols.max() >= max(delta.num_cols, 1)):
-            raise InvalidArgumentError("delta cell outside the shape it declares")
-
-    def _host_lengths_after(self, delta: TableDelta) -> np.ndarray:
-        num_rows = max(len(self._host_lengths), delta.num_rows, int(delta.length_rows.max(initial=-1)) + 1)
-        lengths = np.zeros(num_rows, np.int32)
-        lengths[: len(self._host_lengths)] = self._host_lengths
-        lengths[delta.length_rows] = delta.length_values
-        return lengths
-
-    def _check_tokens(self, rows, starts, ends, lengths) -> int:
-        if not len(rows) == len(starts) == len(ends):
-            raise InvalidArgumentError("rows, starts and ends differ in length")
-        if not len(rows):
-            return 0
-        if rows.min() < 0 or rows.max() >= len(lengths):
-            raise InvalidArgumentError("a scheduled row is outside the table")
-        if starts.min() < 0 or np.any(ends < starts):
-            raise InvalidArgumentError("token ranges need 0 <= start <= end")
-        if np.any(-(-ends // self.block_size) > lengths[rows]):
-            raise InvalidArgumentError("a token position lies past its row's blocks")
-        num_tokens = int((ends - starts).sum())
-        if num_tokens >= 2**31:
-            raise InvalidArgumentError("too many tokens for one step")
-        return num_tokens
+        return self._step_kernel(size, num_out)
 
     # -- capacity -------------------------------------------------------------
 
@@ -477,9 +540,7 @@ class DeviceBlockTable:
         table[:old_rows, :old_cols] = self.table
         lengths = torch.zeros(new_rows, dtype=torch.int32, device=self.device)
         lengths[:old_rows] = self.lengths
-        host_lengths = np.zeros(new_rows, np.int32)
-        host_lengths[:old_rows] = self._host_lengths
-        self.table, self.lengths, self._host_lengths = table, lengths, host_lengths
+        self.table, self.lengths = table, lengths
         self._views = None
 
     def _ensure_stage(self, size: int) -> None:
@@ -487,8 +548,7 @@ class DeviceBlockTable:
             return
         size = max(size, 2 * self._stage_capacity)
         if self._on_gpu:
-            if self._stage_capacity:
-                self._upload_done.synchronize()
+            self._upload_done.synchronize()
             self._host_stage = torch.empty(size, dtype=torch.int32, pin_memory=True)
             self._dev_stage = torch.empty(size, dtype=torch.int32, device=self.device)
         else:
@@ -517,38 +577,18 @@ class DeviceBlockTable:
         first_token = np.repeat(np.cumsum(counts) - counts, counts)
         positions = starts[seq_of_token] + np.arange(len(seq_of_token)) - first_token
         blocks = table[rows[seq_of_token], positions // self.block_size].astype(np.int64)
-        self._ensure_out(max(num_out, 1))
         out = self._out[:num_out]
         out_np = out.numpy()
         out_np[: len(positions)] = blocks * self.block_size + positions % self.block_size
         out_np[len(positions) :] = PAD_SLOT_ID
         return out
 
-    def _step_kernel(self, delta, rows, starts, ends, num_tokens, num_out) -> torch.Tensor:
-        num_entries, num_lengths, num_seqs = len(delta.rows), len(delta.length_rows), len(rows)
-        size = 3 * num_entries + 2 * num_lengths + 3 * num_seqs + 1
-        self._ensure_stage(size)
-        self._ensure_out(max(num_out, 1))
-        if self._on_gpu:
-            self._upload_done.synchronize()  # the previous upload has left the pinned buffer
-        stage = self._host_stage_np
-        pieces = (delta.rows, delta.cols, delta.values, delta.length_rows, delta.length_values)
-        at = 0
-        for piece in pieces:
-            stage[at : at + len(piece)] = piece
-            at += len(piece)
-        stage[at] = 0
-        np.cumsum(ends - starts, out=stage[at + 1 : at + 1 + num_seqs])
-        at += num_seqs + 1
-        stage[at : at + num_seqs] = rows
-        stage[at + num_seqs : at + 2 * num_seqs] = starts
+    def _step_kernel(self, size: int, num_out: int) -> torch.Tensor:
         if self._on_gpu:
             self._dev_stage[:size].copy_(self._host_stage[:size], non_blocking=True)
             self._upload_done.record()
-        table, lengths, dev_stage, out = self._kernel_views()
-        _step_kernel[1, self.threads_per_block, self._current_stream()](
-            table, lengths, dev_stage, num_entries, num_lengths, num_seqs, num_tokens, self.block_size, out, num_out
-        )
+        table, lengths, stage, out = self._kernel_views()
+        self._configured_kernel()(table, lengths, stage, self.block_size, out)
         return self._out[:num_out]
 
     def _kernel_views(self) -> tuple:
@@ -563,15 +603,18 @@ class DeviceBlockTable:
                 self._views = tuple(t.numpy() for t in tensors)
         return self._views
 
-    def _current_stream(self):
-        """Torch's current stream, for Numba: kernels stay in order with torch's work."""
-        if not self._on_gpu:
-            return 0
-        handle = torch.cuda.current_stream().cuda_stream
-        if handle != self._stream_handle:
-            self._stream_handle = handle
-            self._stream = cuda.external_stream(handle)
-        return self._stream
+    def _configured_kernel(self):
+        """The kernel bound to one thread block and torch's current stream
+        (so it stays in order with torch's work), made once per stream."""
+        handle = torch.cuda.current_stream().cuda_stream if self._on_gpu else 0
+        if self._launch is None or handle != self._launch_stream:
+            stream = cuda.external_stream(handle) if self._on_gpu else 0
+            self._launch = _step_kernel[1, self.threads_per_block, stream]
+            self._launch_stream = handle
+        return self._launch
+
+
+_EMPTY_DELTA = empty_delta()
 
 
 __all__ = [
