@@ -345,33 +345,21 @@ def bench_copy_config(config: dict, on_gpu: bool, peak_gbs: float | None) -> dic
     return row
 
 
-def bench_copies(configs: list[dict], on_gpu: bool, peak_gbs: float | None, deadline: float) -> list[dict]:
-    results = []
-    for config in configs:
-        if time.perf_counter() > deadline:
-            results.append({**config, "skipped": "time budget"})
-            continue
-        results.append(bench_copy_config(config, on_gpu, peak_gbs))
-        if on_gpu:
-            torch.cuda.empty_cache()
-    return results
-
-
 def copy_configs(on_gpu: bool) -> list[dict]:
     if not on_gpu:
         return [
             dict(name="cpu-tiny", dtype="float16", block_size=16, num_kv_heads=4, head_size=64, num_layers=2,
                  num_gpu_blocks=64, num_cpu_blocks=16, num_pairs=16, repeats=5),
         ]  # fmt: skip
-    return [  # per layer tensor: 32 KiB (vLLM's usual 16-token block), 1 MiB, 2 MiB
+    return [  # per layer tensor: 32 KiB (vLLM's usual 16-token block), 2 MiB, 1 MiB; swaps last
         dict(name="32KiB-fp16", dtype="float16", block_size=16, num_kv_heads=8, head_size=128, num_layers=32,
              num_gpu_blocks=4096, num_cpu_blocks=0, num_pairs=1024, repeats=20),
-        dict(name="1MiB-bf16", dtype="bfloat16", block_size=256, num_kv_heads=16, head_size=128, num_layers=16,
-             num_gpu_blocks=256, num_cpu_blocks=32, num_pairs=64, repeats=20),
         dict(name="2MiB-fp16", dtype="float16", block_size=512, num_kv_heads=16, head_size=128, num_layers=8,
              num_gpu_blocks=256, num_cpu_blocks=0, num_pairs=64, repeats=20),
         dict(name="1MiB-fp32", dtype="float32", block_size=128, num_kv_heads=16, head_size=128, num_layers=16,
              num_gpu_blocks=256, num_cpu_blocks=0, num_pairs=64, repeats=20),
+        dict(name="1MiB-bf16", dtype="bfloat16", block_size=256, num_kv_heads=16, head_size=128, num_layers=16,
+             num_gpu_blocks=256, num_cpu_blocks=32, num_pairs=64, repeats=20),
     ]  # fmt: skip
 
 
@@ -380,7 +368,7 @@ def copy_configs(on_gpu: bool) -> list[dict]:
 # ---------------------------------------------------------------------------
 
 
-def print_report(info: dict, tables: dict, copies: list[dict], bandwidth: dict) -> None:
+def print_header(info: dict, bandwidth: dict) -> None:
     gpu = info["gpu"]
     print(f"python {info['python']}  torch {info['torch']} (CUDA {info['torch_cuda']})  numpy {info['numpy']}  "
           f"numba {info['numba']}  numba-cuda {info['numba_cuda']}")  # fmt: skip
@@ -390,8 +378,10 @@ def print_report(info: dict, tables: dict, copies: list[dict], bandwidth: dict) 
               f"{gpu['memory_gib']} GiB  driver {gpu.get('driver')}  CUDA driver API {gpu.get('cuda_driver_api')}")  # fmt: skip
     else:
         print("NO CUDA GPU: tiny CPU-only run. These are NOT the GPU figures the targets refer to.")
-    print(f"memory bandwidth: peak {bandwidth.get('peak_gbs')} GB/s, large copy_ {bandwidth.get('copy_gbs')} GB/s")
-    print()
+    print(f"memory bandwidth: peak {bandwidth.get('peak_gbs')} GB/s, large copy_ {bandwidth.get('copy_gbs')} GB/s\n")
+
+
+def print_tables(tables: dict) -> None:
     print(f"(a) block table sync + slot mapping, {tables['num_seqs']} sequences, block size {tables['block_size']}, "
           f"{tables['num_steps']} steps, {tables['mean_changed_cells_per_step']} changed cells/step")  # fmt: skip
     print(
@@ -403,31 +393,32 @@ def print_report(info: dict, tables: dict, copies: list[dict], bandwidth: dict) 
     print(f"    vLLM v0 rebuild + copy     {tables['vllm_v0_latency_us_median']:>10} us (median)   "
           f"x{tables['speedup_latency']} slower")  # fmt: skip
     print(f"    same slots as vLLM v0: {tables['slots_equal']}   same table: {tables['table_equal']}   "
-          f"meets target: {tables['meets_target']}")  # fmt: skip
-    print()
+          f"meets target: {tables['meets_target']}\n")  # fmt: skip
     print("(b) KV block moves, GB/s (copy: bytes read + written; swaps: bytes across the bus, one way)")
     print(
         f"    {'config':<12} {'move':<9} {'block/tensor':>12} {'kernel':>9} {'index':>9} {'per-block':>9} {'of peak':>8}  target"
     )
-    for row in copies:
-        if "skipped" in row:
-            print(f"    {row['name']:<12} skipped ({row['skipped']})")
+
+
+def print_copies(row: dict) -> None:
+    if "skipped" in row:
+        print(f"    {row['name']:<12} skipped ({row['skipped']})")
+        return
+    for move in ("copy", "swap_out", "swap_in"):
+        if move not in row:
             continue
-        for move in ("copy", "swap_out", "swap_in"):
-            if move not in row:
-                continue
-            figures = row[move]
-            fraction = row.get("copy_fraction_of_peak") if move == "copy" else None
-            target = row.get("meets_target", "-") if move == "copy" else "-"
-            print(f"    {row['name']:<12} {move:<9} {row['block_bytes_per_tensor'] / 1024:>9.0f}KiB "
-                  f"{figures['kernel_gbs']:>9} {figures['torch_index_gbs']:>9} {figures['copy_per_block_gbs']:>9} "
-                  f"{'' if fraction is None else f'{fraction:.0%}':>8}  {target}"
-                  f"{'' if figures['kernel_correct'] else '  KERNEL WRONG'}")  # fmt: skip
+        figures = row[move]
+        fraction = row.get("copy_fraction_of_peak") if move == "copy" else None
+        target = row.get("meets_target", "-") if move == "copy" else "-"
+        print(f"    {row['name']:<12} {move:<9} {row['block_bytes_per_tensor'] / 1024:>9.0f}KiB "
+              f"{figures['kernel_gbs']:>9} {figures['torch_index_gbs']:>9} {figures['copy_per_block_gbs']:>9} "
+              f"{'' if fraction is None else f'{fraction:.0%}':>8}  {target}"
+              f"{'' if figures['kernel_correct'] else '  KERNEL WRONG'}", flush=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="blockspace gpu-bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", metavar="PATH", help="write every figure to this JSON file")
+    parser.add_argument("--json", metavar="PATH", help="write every figure to this JSON file (after each part)")
     parser.add_argument("--seqs", type=int, default=None, help="sequences per step for (a) (default 1024 on a GPU)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps for (a) (default 300 on a GPU)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block for (a)")
@@ -436,30 +427,37 @@ def main(argv: list[str] | None = None) -> int:
 
     began = time.perf_counter()
     on_gpu = gpu_available()
-    info = environment()
-    bandwidth = {"peak_gbs": info["gpu"].get("peak_bandwidth_gbs") if on_gpu else None}
     if not on_gpu:
         print("blockspace gpu-bench: no CUDA GPU here; running a tiny CPU-only version (labelled below).\n")
+    info = environment()
+    bandwidth = {"peak_gbs": info["gpu"].get("peak_bandwidth_gbs") if on_gpu else None}
     bandwidth["copy_gbs"] = round(measured_copy_bandwidth(on_gpu, 2**31 if on_gpu else 2**24), 1)
+    report = {"mode": "gpu" if on_gpu else "cpu-only", "environment": info, "bandwidth": bandwidth, "copies": []}
+    print_header(info, bandwidth)
+
+    def save() -> None:  # after each part: a crash later keeps what was measured
+        report["seconds"] = round(time.perf_counter() - began, 1)
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(report, out, indent=2)
+
     num_seqs = args.seqs or (1024 if on_gpu else 64)
     num_steps = args.steps or (300 if on_gpu else 20)
-    tables = bench_tables(num_seqs, num_steps, args.block_size, on_gpu)
-    copies = bench_copies(copy_configs(on_gpu), on_gpu, bandwidth["peak_gbs"], began + args.budget_s)
-    print_report(info, tables, copies, bandwidth)
-    elapsed = time.perf_counter() - began
-    print(f"\nran in {elapsed:.1f} s")
-    if args.json:
-        report = {
-            "mode": "gpu" if on_gpu else "cpu-only",
-            "environment": info,
-            "bandwidth": bandwidth,
-            "tables": tables,
-            "copies": copies,
-            "seconds": round(elapsed, 1),
-        }
-        with open(args.json, "w") as out:
-            json.dump(report, out, indent=2)
-        print(f"wrote {args.json}")
+    report["tables"] = bench_tables(num_seqs, num_steps, args.block_size, on_gpu)
+    save()
+    print_tables(report["tables"])
+    for config in copy_configs(on_gpu):
+        if time.perf_counter() > began + args.budget_s:
+            row = {**config, "skipped": "time budget"}
+        else:
+            row = bench_copy_config(config, on_gpu, bandwidth["peak_gbs"])
+            if on_gpu:
+                torch.cuda.empty_cache()
+        report["copies"].append(row)
+        save()
+        print_copies(row)
+    save()
+    print(f"\nran in {report['seconds']} s" + (f", wrote {args.json}" if args.json else ""))
     return 0
 
 

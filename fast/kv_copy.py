@@ -95,8 +95,9 @@ def move_blocks_torch(src: list[torch.Tensor], dst: list[torch.Tensor], pairs: n
         return
     src_ids = torch.from_numpy(pairs[:, 0]).to(src[0].device)
     dst_ids = torch.from_numpy(pairs[:, 1]).to(dst[0].device)
+    to_gpu = dst[0].device.type == "cuda"  # a copy to the host must be complete before the host reads it
     for source, target in zip(src, dst):
-        blocks = source.index_select(0, src_ids).to(target.device, non_blocking=True)
+        blocks = source.index_select(0, src_ids).to(target.device, non_blocking=to_gpu)
         target.index_copy_(0, dst_ids, blocks)
 
 

@@ -81,6 +81,15 @@ def test_copy_kernel_equals_torch_path(dtype, stacked):
         assert same_bytes(caches, expected)
 
 
+def test_pageable_cpu_cache_falls_back_to_torch():
+    gpu = to_cuda(make_caches(1, 8, (4, 1, 8), torch.float16))
+    cpu = make_caches(1, 8, (4, 1, 8), torch.float16)  # not pinned: no kernel can reach it
+    assert BlockMover(gpu, cpu).backend == "torch"
+    with pytest.raises(InvalidArgumentError):
+        BlockMover(gpu, cpu, backend="cuda")
+
+
+# last: a kernel that faults on host memory would spoil the CUDA context for what follows
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_swap_kernel_with_pinned_cpu_cache_equals_torch_path(dtype):
     rng = random.Random(4)
@@ -98,11 +107,3 @@ def test_swap_kernel_with_pinned_cpu_cache_equals_torch_path(dtype):
         BlockMover(expected_cpu, expected_gpu, backend="torch").move(in_pairs)
         torch.cuda.synchronize()
         assert same_bytes(gpu, expected_gpu) and same_bytes(cpu, expected_cpu)
-
-
-def test_pageable_cpu_cache_falls_back_to_torch():
-    gpu = to_cuda(make_caches(1, 8, (4, 1, 8), torch.float16))
-    cpu = make_caches(1, 8, (4, 1, 8), torch.float16)  # not pinned: no kernel can reach it
-    assert BlockMover(gpu, cpu).backend == "torch"
-    with pytest.raises(InvalidArgumentError):
-        BlockMover(gpu, cpu, backend="cuda")
