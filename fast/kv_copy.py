@@ -121,7 +121,11 @@ def _address_ops(word_bytes: int):
 
     from llvmlite import ir
     from numba import types
-    from numba.cuda.extending import intrinsic
+
+    try:
+        from numba.cuda.extending import intrinsic
+    except ImportError:  # numba-cuda releases before it had its own
+        from numba.core.extending import intrinsic
 
     word_type = getattr(types, WORD_TYPES[word_bytes])
     llvm_pointer = ir.IntType(8 * word_bytes).as_pointer()
