@@ -401,8 +401,11 @@ def print_tables(tables: dict) -> None:
 
 
 def print_copies(row: dict) -> None:
-    if "skipped" in row:
-        print(f"    {row['name']:<12} skipped ({row['skipped']})")
+    if "skipped" in row or "error" in row:
+        print(
+            f"    {row['name']:<12} "
+            + (f"skipped ({row['skipped']})" if "skipped" in row else f"FAILED: {row['error']}")
+        )
         return
     for move in ("copy", "swap_out", "swap_in"):
         if move not in row:
@@ -446,19 +449,24 @@ def main(argv: list[str] | None = None) -> int:
     report["tables"] = bench_tables(num_seqs, num_steps, args.block_size, on_gpu)
     save()
     print_tables(report["tables"])
+    failed = False
     for config in copy_configs(on_gpu):
         if time.perf_counter() > began + args.budget_s:
             row = {**config, "skipped": "time budget"}
         else:
-            row = bench_copy_config(config, on_gpu, bandwidth["peak_gbs"])
-            if on_gpu:
-                torch.cuda.empty_cache()
+            try:
+                row = bench_copy_config(config, on_gpu, bandwidth["peak_gbs"])
+                if on_gpu:
+                    torch.cuda.empty_cache()
+            except Exception as error:  # recorded, so that the figures before it still come out
+                row = {**config, "error": repr(error)}
+                failed = True
         report["copies"].append(row)
         save()
         print_copies(row)
     save()
     print(f"\nran in {report['seconds']} s" + (f", wrote {args.json}" if args.json else ""))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
