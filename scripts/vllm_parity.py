@@ -275,10 +275,10 @@ def _is_evictor_corner(exc: BaseException) -> bool:
 
 
 def _is_pool_corner(exc: BaseException) -> bool:
-    """vLLM's IndexError from a block-object pool that received another
-    device's block object: ``free`` of a swapped-out sequence hands the
-    GPU pool's object (and its pool index) to the CPU pool; a later CPU
-    allocation indexes past the CPU pool (see docs/vllm-parity.md)."""
+    """vLLM's IndexError from a block-object pool: ``free`` of a swapped-out
+    sequence returns its block objects, with their GPU pool indices, to the
+    CPU pool; a later CPU allocation indexes past the end of the CPU pool
+    (docs/vllm-parity.md, finding 2)."""
     names = [frame.name for frame in traceback.extract_tb(exc.__traceback__)]
     return isinstance(exc, IndexError) and "init_block" in names
 
@@ -499,6 +499,10 @@ class Harness:
         if reason is not None:
             raise Illegal(f"{name}{args}: {reason}")
 
+    def _hit_rate(self, manager: Any, device: str, side: str) -> tuple[str, float]:
+        rate = manager.get_prefix_cache_hit_rate(self._resolve(("D", device), side))
+        return type(rate).__name__, rate  # the plain allocator's is the int -1
+
     def compare_state(self, after: str) -> None:
         vllm, ref = self.vllm, self.ref
         views = {}
@@ -506,8 +510,7 @@ class Harness:
             views[side] = (
                 manager.get_num_free_gpu_blocks(),
                 manager.get_num_free_cpu_blocks(),
-                manager.get_prefix_cache_hit_rate(self._resolve(("D", "GPU"), side)),
-                manager.get_prefix_cache_hit_rate(self._resolve(("D", "CPU"), side)),
+                [self._hit_rate(manager, device, side) for device in ("GPU", "CPU")],
                 {
                     i: list(t.physical_block_ids if side == "vllm" else t.block_ids)
                     for i, t in manager.block_tables.items()
