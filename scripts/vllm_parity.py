@@ -85,7 +85,7 @@ from typing import Any
 
 from blockspace.enums import Device, SequenceStatus
 from blockspace.errors import InvariantError
-from blockspace.reference import ReferenceBlockSpaceManager
+from blockspace.interfaces import load_manager_class
 from blockspace.sequence import Sequence, SequenceData, SequenceGroup
 from blockspace.snapshot import diff
 
@@ -364,12 +364,12 @@ class Harness:
     ``log`` records every event and call, so a run can be replayed (and
     minimised) without the generator."""
 
-    def __init__(self, config: Config, deep: bool = True) -> None:
+    def __init__(self, config: Config, deep: bool = True, impl: str = "reference") -> None:
         vllm_class, self.vllm_device = load_vllm()
         self.config = config
         self.deep = deep
         self.vllm = vllm_class(**config.manager_kwargs())
-        self.ref = ReferenceBlockSpaceManager(**config.manager_kwargs())
+        self.ref = load_manager_class(impl)(**config.manager_kwargs())  # "ref": the implementation under test
         self.world = World()
         self.log: list[tuple] = []
         self.num_calls = 0
@@ -504,6 +504,9 @@ class Harness:
         return type(rate).__name__, rate  # the plain allocator's is the int -1
 
     def compare_state(self, after: str) -> None:
+        """Free counts, hit rates and vLLM's block tables through the public
+        API of both; then (deep) the whole snapshot, if the implementation
+        under test has ``snapshot()``."""
         vllm, ref = self.vllm, self.ref
         views = {}
         for side, manager in (("vllm", vllm), ("ref", ref)):
@@ -511,17 +514,15 @@ class Harness:
                 manager.get_num_free_gpu_blocks(),
                 manager.get_num_free_cpu_blocks(),
                 [self._hit_rate(manager, device, side) for device in ("GPU", "CPU")],
-                {
-                    i: list(t.physical_block_ids if side == "vllm" else t.block_ids)
-                    for i, t in manager.block_tables.items()
-                },
+                {i: list(manager.get_block_table(self.world.seqs[i])) for i in vllm.block_tables},
             )
         if views["vllm"] != views["ref"]:
             raise Disagreement(f"{after}:state", f"vLLM {views['vllm']!r} / reference {views['ref']!r}")
-        if self.deep:
+        if self.deep and hasattr(ref, "snapshot"):
             problems = diff(vllm_snapshot(vllm, self.vllm_device), ref.snapshot())
             if problems:
                 raise Disagreement(f"{after}:snapshot", "; ".join(problems[:6]))
+        if self.deep and hasattr(ref, "check_invariants"):
             ref.check_invariants()
 
 
@@ -559,7 +560,7 @@ class Driver:
         if self.c.enable_caching and seq.seq_id not in self.tracked:
             self.query(seq)
         self.h.event("status", seq.seq_id, int(status))
-        has_table = seq.seq_id in self.h.ref.block_tables
+        has_table = seq.seq_id in self.h.vllm.block_tables
         self.h.call("free", ("S", seq.seq_id))
         if has_table:
             self.tracked.discard(seq.seq_id)
@@ -666,7 +667,7 @@ class Driver:
             h.call("remove_seq_from_computed_blocks_tracker", ("S", seq_id))
             self.tracked.discard(seq_id)
         if rng.random() < 0.1:
-            with_tables = sorted(h.ref.block_tables)
+            with_tables = sorted(h.vllm.block_tables)
             chosen = rng.sample(with_tables, min(len(with_tables), rng.randint(0, 4)))
             h.call("get_common_computed_block_ids", ("L", chosen))
             if self.c.enable_caching:
@@ -678,11 +679,11 @@ class Driver:
             h.call("reset_prefix_cache", ("D", device))
         if rng.random() < 0.05 and world.seqs:
             seq_id = rng.choice(list(world.seqs))
-            if seq_id not in h.ref.block_tables:
+            if seq_id not in h.vllm.block_tables:
                 h.call("get_block_table", ("S", seq_id), probe=True)
         if rng.random() < 0.05 and world.groups:
             request_id = rng.choice(list(world.groups))
-            if request_id not in h.ref.cross_block_tables:
+            if request_id not in h.vllm.cross_block_tables:
                 h.call("get_cross_block_table", ("G", request_id), probe=True)
             if not self.seqs(request_id, WAITING):
                 h.call("can_allocate", ("G", request_id), ("V", 0), probe=True)
@@ -732,7 +733,7 @@ class Driver:
     def append(self, request_id: str, num_lookahead: int) -> int:
         """append_slots for every RUNNING sequence; returns the token chunk."""
         running = self.seqs(request_id, RUNNING)
-        window = self.h.ref.max_block_sliding_window
+        window = self.h.vllm.max_block_sliding_window
         for seq in running:
             if window is not None and seq.data.get_num_computed_tokens() // self.c.block_size - window > 0:
                 self.dropped.add(request_id)
@@ -817,10 +818,10 @@ class Driver:
 # -- runs, replay, minimisation ---------------------------------------------------------------
 
 
-def run_one(seed: int, family: str, deep: bool = True) -> dict[str, Any]:
+def run_one(seed: int, family: str, deep: bool = True, impl: str = "reference") -> dict[str, Any]:
     rng = random.Random(seed)
     config = random_config(rng, family)
-    harness = Harness(config, deep)
+    harness = Harness(config, deep, impl)
     driver = Driver(harness, rng)
     outcome, detail, kind = "completed", "", None
     try:
@@ -852,10 +853,10 @@ def run_one(seed: int, family: str, deep: bool = True) -> dict[str, Any]:
     }
 
 
-def replay(config: Config, trace: list[tuple], deep: bool = True) -> Disagreement | None:
+def replay(config: Config, trace: list[tuple], impl: str = "reference") -> Disagreement | None:
     """Run a recorded trace; the Disagreement it ends in, or None. Any other
     error (a call made illegal by removing earlier ones) also gives None."""
-    harness = Harness(config, deep)
+    harness = Harness(config, True, impl)
     try:
         for entry in trace:
             if entry[0] == "call":
@@ -870,7 +871,9 @@ def replay(config: Config, trace: list[tuple], deep: bool = True) -> Disagreemen
     return None
 
 
-def minimise(config: Config, trace: list[tuple], problem: Disagreement, budget_s: float = 180.0) -> list[tuple]:
+def minimise(
+    config: Config, trace: list[tuple], problem: Disagreement, impl: str = "reference", budget_s: float = 180.0
+) -> list[tuple]:
     """Delta debugging over the calls (the sequences' own history is kept, so
     it stays coherent), then drop the history of groups no call mentions.
     A candidate counts if it ends in the same kind of disagreement (for
@@ -879,7 +882,7 @@ def minimise(config: Config, trace: list[tuple], problem: Disagreement, budget_s
     trace = [tuple(e) for e in trace]
 
     def still_fails(candidate: list[tuple]) -> bool:
-        found = replay(config, candidate)
+        found = replay(config, candidate, impl)
         if found is None or found.kind != problem.kind:
             return False
         return not problem.kind.endswith((":raised", ":error")) or found.detail == problem.detail
@@ -953,7 +956,7 @@ def format_trace(config: Config, trace: list[tuple]) -> str:
 
 
 def _worker(args: tuple) -> dict[str, Any]:
-    worker, num_jobs, first_seed, deadline, max_runs, families, deep = args
+    worker, num_jobs, first_seed, deadline, max_runs, families, deep, impl = args
     stats: dict[str, Counter] = {f: Counter() for f in families}
     problems = []
     k = 0
@@ -963,7 +966,7 @@ def _worker(args: tuple) -> dict[str, Any]:
         seed = first_seed + (k // num_families) * num_families * num_jobs + worker * num_families + k % num_families
         family = families[seed % num_families]
         k += 1
-        result = run_one(seed, family, deep)
+        result = run_one(seed, family, deep, impl)
         s = stats[family]
         s["runs"] += 1
         s["sequences"] += result["num_seqs"]
@@ -987,6 +990,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--only", choices=FAMILIES, action="append", help="restrict to these families")
+    parser.add_argument(
+        "--impl", default="reference", help='implementation under test: "reference", "fast" or package.module:Class'
+    )
     parser.add_argument("--shallow", action="store_true", help="skip the snapshot comparison (faster)")
     parser.add_argument("--show", action="store_true", help="replay --seed and print its trace")
     parser.add_argument("--report", help="write the summary and minimised repros to this JSON file")
@@ -999,7 +1005,7 @@ def main(argv: list[str] | None = None) -> int:
         family = families[options.seed % len(families)]
         rng = random.Random(options.seed)
         config = random_config(rng, family)
-        harness = Harness(config, deep)
+        harness = Harness(config, deep, options.impl)
         ending = "completed"
         try:
             Driver(harness, rng).run()
@@ -1010,7 +1016,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     deadline = time.time() + options.seconds
-    jobs = [(w, options.jobs, options.seed, deadline, options.runs, families, deep) for w in range(options.jobs)]
+    jobs = [
+        (w, options.jobs, options.seed, deadline, options.runs, families, deep, options.impl)
+        for w in range(options.jobs)
+    ]
     with multiprocessing.Pool(options.jobs) as pool:
         parts = pool.map(_worker, jobs)
     totals: dict[str, Counter] = {f: Counter() for f in families}
@@ -1031,12 +1040,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         seen_kinds.add(problem["kind"])
         config = Config(**problem["config"])
-        original = replay(config, [tuple(e) for e in problem["trace"]])
+        original = replay(config, [tuple(e) for e in problem["trace"]], options.impl)
         if original is None:
             print(f"\n!! seed {problem['seed']} did not replay: {problem['detail']}")
             continue
-        trace = minimise(config, [tuple(e) for e in problem["trace"]], original)
-        ending = replay(config, trace)
+        trace = minimise(config, [tuple(e) for e in problem["trace"]], original, options.impl)
+        ending = replay(config, trace, options.impl)
         text = format_trace(config, trace)
         print(f"\n!! disagreement (seed {problem['seed']}, {problem['kind']}): {ending}\n{text}")
         repros.append({"seed": problem["seed"], "kind": problem["kind"], "detail": str(ending), "repro": text})
