@@ -43,30 +43,40 @@ Then make a venv that sees both the stand-in package and blockspace::
     /tmp/vllmenv/bin/pip install -e . --no-deps      # from the repository root
     /tmp/vllmenv/bin/python scripts/vllm_parity.py --seconds 600 --jobs 2
 
-(``pip install vllm==0.9.2`` into a full environment works too.)
+The reference needs nothing else; for ``--impl fast`` drop ``--no-deps``
+(numpy, numba). A full vLLM 0.9.2 installation should serve as well (not
+tried: it needs a CUDA build of torch).
 
 Usage
 -----
 ``--seconds``/``--runs`` bound the campaign, ``--jobs`` the worker processes;
 ``--only plain|caching|window|encdec`` restricts the configurations;
-``--seed N --show`` replays one run and prints its call trace. A disagreement
-is minimised (delta debugging over the trace) and printed as a short call
-sequence; ``--report FILE`` writes the summary and repros as JSON.
+``--seed N --show`` replays one run and prints its call trace (pass the same
+``--only`` as the campaign: the seed picks the family among those given);
+``--impl fast`` (or ``package.module:Class``) checks another implementation
+instead of the reference (the snapshot comparison needs its ``snapshot()``).
+A disagreement is minimised (delta debugging over the calls) and printed as
+a short call sequence; ``--report FILE`` writes the summary and repros as
+JSON. The exit status is 1 if any run disagreed.
 
 What the generator avoids (spec §14/§15/§16): vLLM's crashes and half-done
 operations, and the places where blockspace deliberately differs. A run ends
 (and counts as "stopped", not as a disagreement) when both raise an error
 that leaves vLLM half-changed (NoFreeBlocksError from an append, swap or
-allocate), or when vLLM hits the evictor stale-entry assertion (§6.3,
-§14.10: hash-seed dependent). ``free`` of a swapped-out sequence with prefix
-caching (§14.11) is never called; every sequence is queried by the tracker
-before ``free`` (§14.12); ``reset_prefix_cache()`` without a device is only
-called when the CPU reset cannot fail (§14.13); ``''`` from
-``get_common_computed_block_ids`` is read as ``[]`` (§14.7); tables are
-copied (§14.16); no fork/swap after a sliding-window drop (§14.4); swap-out
-can run out after ``can_swap_out`` said yes (§14.6): both must raise. Prefix
-caching with sliding window and encoder-decoder with either are only probed
-for the NotImplementedError of ``can_allocate``.
+allocate; a swap can run out after ``can_swap_*`` said yes, §14.6), or when
+vLLM hits one of its crash corners: the evictor stale-entry assertion (§6.3,
+§14.10, hash-seed dependent) or the block-pool IndexError after ``free`` of
+a swapped-out sequence (docs/vllm-parity.md). ``free`` of a swapped-out
+sequence with an access time and prefix caching (§14.11) is never called;
+every sequence is queried by the tracker before ``free`` (§14.12);
+``reset_prefix_cache()`` without a device only when the CPU reset cannot
+fail (§14.13); ``''`` from ``get_common_computed_block_ids`` is read as
+``[]`` (§14.7); tables are copied (§14.16); no fork/swap after a
+sliding-window drop (§14.4), no ``allocate`` of a prompt longer than the
+free blocks with a sliding window (§14.2). Prefix caching with sliding window
+and encoder-decoder with either are only probed for the NotImplementedError
+of ``can_allocate``. ``Harness._check_legal`` enforces these rules on every
+call, so minimised traces cannot wander into them either.
 """
 
 from __future__ import annotations
