@@ -11,7 +11,7 @@ where the per-sequence calls would have done the first appends.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +74,16 @@ class BatchedSteps:
             self.tables, rows_array, num_new_array, num_lookahead_slots, self.block_size, self._window, self.null_block
         )
         cow = self._scratch(2 * int(bound) + 2)
-        args = (rows_array, tokens, token_starts, num_new_array, num_lookahead_slots, np.array(num_drops, np.int64), np.array(extras, np.int64), self._window)
+        args = (
+            rows_array,
+            tokens,
+            token_starts,
+            num_new_array,
+            num_lookahead_slots,
+            np.array(num_drops, np.int64),
+            np.array(extras, np.int64),
+            self._window,
+        )
         status = np.zeros(2, np.int64)
         if bound <= self._num_free(self.gpu):  # no append can fail
             count = T.append_batch(self.gpu, self.keys, self.tables, *args, self.null_block, cow, status)
@@ -113,7 +122,7 @@ class BatchedSteps:
         T.gather_tables(self.tables, rows, pad, out)
         return torch.from_numpy(out)
 
-    def slot_mapping(self, seqs: list[Any], num_step_tokens: Union[int, list[int]] = 1) -> Any:
+    def slot_mapping(self, seqs: list[Any], num_step_tokens: int | list[int] = 1) -> Any:
         """The KV-cache slot of every token of the step, sequence by sequence:
         the last ``num_step_tokens`` (one number, or one per sequence) written
         tokens of each table, slot = ``block_id * block_size + offset`` (as

@@ -42,8 +42,8 @@ def new_keys(block_size: int, capacity: int = 256) -> Keys:
 
 
 def grow_keys(keys: Keys, num_more: int) -> Keys:
-    """A table with room for ``num_more`` more keys; same key ids."""
-    capacity = len(keys.parent)
+    """A table at least twice as large, with room for ``num_more`` more keys; same key ids."""
+    capacity = 2 * len(keys.parent)
     while capacity < keys.count[0] + num_more:
         capacity *= 2
     grown = new_keys(keys.tokens.shape[1], capacity)

@@ -83,7 +83,9 @@ def check_invariants(m: FastBlockSpaceManager) -> None:
     free, idle cached or in use; keys, heap and tables agree."""
     bs, tables, null = m.block_size, m.tables, int(m.null_block[0])
     references: Counter[int] = Counter()
-    named = [(f"sequence {i}", r) for i, r in m._rows.items()] + [(f"cross table {i!r}", r) for i, r in m._cross_rows.items()]
+    named = [(f"sequence {i}", r) for i, r in m._rows.items()] + [
+        (f"cross table {i!r}", r) for i, r in m._cross_rows.items()
+    ]
     for name, row in named:
         num_blocks = int(tables.num_blocks[row])
         if tables.num_filled[row] > num_blocks * bs:

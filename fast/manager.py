@@ -17,7 +17,8 @@ anything, the class grows the arrays and calls it again.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -41,12 +42,37 @@ from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.batch import BatchedSteps
 from blockspace.fast.content import grow_keys, new_keys
+from blockspace.fast.dispatch import direct
 from blockspace.fast.invariants import check_invariants, snapshot
 from blockspace.guard import guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
 from blockspace.validation import MAX_TOKEN_ID, cache_salt, check_config, check_lookahead, check_token_ids
 
+# The kernels the manager calls, each through its entry point (fast/dispatch.py).
+_allocate, _append, _fork, _free_table = direct(T.allocate), direct(T.append), direct(T.fork), direct(T.free)
+_swap, _swap_need, _swap_cost = direct(T.swap), direct(T.swap_need), direct(T.swap_cost)
+_num_cached_tokens, _open_tracker_row = direct(K.num_cached_tokens), direct(K.open_row)
+_mark_computed, _hit_rate, _reset_pool = direct(P.mark_computed), direct(P.hit_rate), direct(P.reset)
+
 _FEW_TOKENS = 32  # below this, the shared per-token check is as quick as the vectorised one
+
+
+def check_new_tokens(seq: Any, tokens: Any, start: int) -> None:
+    """``check_token_ids(seq, tokens, start)``, with a quick pass for the usual
+    case (a few plain ints) that leaves any error to the shared check."""
+    if len(tokens) - start > _FEW_TOKENS:
+        checked_token_array(seq, tokens, start)
+        return
+    for position in range(start, len(tokens)):
+        token = tokens[position]
+        if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
+            check_token_ids(seq, tokens, start)
+
+
+def checked_lookahead(num_lookahead_slots: Any) -> None:
+    """``check_lookahead``, with a quick pass for a plain non-negative int."""
+    if type(num_lookahead_slots) is not int or num_lookahead_slots < 0:
+        check_lookahead(num_lookahead_slots)
 
 
 def checked_token_array(seq: Any, tokens: Any, start: int = 0) -> np.ndarray:
@@ -74,7 +100,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         num_gpu_blocks: int,
         num_cpu_blocks: int,
         watermark: float = 0.01,
-        sliding_window: Optional[int] = None,
+        sliding_window: int | None = None,
         enable_caching: bool = False,
     ) -> None:
         check_config(block_size, num_gpu_blocks, num_cpu_blocks, watermark, sliding_window, enable_caching)
@@ -129,7 +155,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
             self._num_tracker_rows += 1
             if row == self.tracker.keys.shape[0]:
                 self.tracker = K.grow_tracker(self.tracker, num_rows=row + 1)
-        K.open_row(self.tracker, row)
+        _open_tracker_row(self.tracker, row)
         return row
 
     def _extra_id(self, extra: Any) -> int:
@@ -147,7 +173,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         return root
 
     def _grow_keys(self, num_more: int = 0) -> None:
-        self.keys = grow_keys(self.keys, max(num_more, len(self.keys.parent)))
+        self.keys = grow_keys(self.keys, num_more)
         self.gpu = P.grow_key_index(self.gpu, len(self.keys.parent))
         self.cpu = P.grow_key_index(self.cpu, len(self.keys.parent))
 
@@ -162,15 +188,21 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
             self._cow = np.zeros(2 * num_values, np.int64)
         return self._cow
 
-    def _retry(self, call: Callable[[], int], grow_columns: Optional[Callable[[], None]] = None) -> int:
+    def _grew(self, result: int, grow_columns: Callable[[], None] | None = None) -> bool:
+        """Grow the arrays a kernel asked for (False: it did not ask)."""
+        if result == T.NO_ROOM:
+            (grow_columns or self._grow_columns)()
+        elif result == T.NO_KEY_ROOM:
+            self._grow_keys()
+        else:
+            return False
+        return True
+
+    def _retry(self, call: Callable[[], int], grow_columns: Callable[[], None] | None = None) -> int:
         """Run a kernel, growing the arrays it asks for, until it has room."""
         while True:
             result = call()
-            if result == T.NO_ROOM:
-                (grow_columns or self._grow_columns)()
-            elif result == T.NO_KEY_ROOM:
-                self._grow_keys()
-            else:
+            if not self._grew(result, grow_columns):
                 return int(result)
 
     def _pool(self, device: Device) -> P.Pool:
@@ -243,7 +275,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         encoder_extra = self._extra_id(encoder.extra_hash()) if encoder is not None else 0
         fork_rows = np.array(rows[1:], np.int64)
         result = self._retry(
-            lambda: T.allocate(
+            lambda: _allocate(
                 self.gpu, self.keys, self.tables, rows[0], tokens, extra, root,
                 fork_rows, cross_row, encoder_tokens, encoder_extra, self._info,
             )
@@ -260,13 +292,13 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
 
     # -- decode ----------------------------------------------------------------------
     def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool:
-        check_lookahead(num_lookahead_slots)
+        checked_lookahead(num_lookahead_slots)
         seqs = seq_group.get_seqs(status=SequenceStatus.RUNNING)
         rows = [self._row(seq) for seq in seqs]
         num_filled = self.tables.num_filled
         touched = 0
         for seq, row in zip(seqs, rows):
-            filled = int(num_filled[row])
+            filled = num_filled.item(row)
             unseen = max(0, len(seq.get_token_ids()) - filled)
             touched += rules.blocks_touched(filled, unseen, num_lookahead_slots, self.block_size)
         return touched <= self._num_free(self.gpu)
@@ -275,18 +307,15 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         """The reference's checks before an append; returns (row, num_filled, tokens)."""
         row = self._row(seq)
         tables = self.tables
-        if tables.num_blocks[row] == 0:
+        if tables.num_blocks.item(row) == 0:
             raise EmptyTableError(f"sequence {seq.seq_id} has no blocks to append to")
-        if tables.device[row] != T.GPU:
+        if tables.device.item(row) != T.GPU:
             raise WrongDeviceError(f"sequence {seq.seq_id} is swapped out; swap it in before appending")
         tokens = seq.get_token_ids()
-        num_filled = int(tables.num_filled[row])
+        num_filled = tables.num_filled.item(row)
         if len(tokens) < num_filled:
             raise InvalidArgumentError(f"sequence {seq.seq_id} has fewer tokens than its block table holds")
-        if len(tokens) - num_filled > _FEW_TOKENS:
-            checked_token_array(seq, tokens, num_filled)
-        else:
-            check_token_ids(seq, tokens, num_filled)
+        check_new_tokens(seq, tokens, num_filled)
         return row, num_filled, tokens
 
     def _append_args(self, seq: Any, num_filled: int, tokens: list[int]) -> tuple[np.ndarray, int, int]:
@@ -306,17 +335,18 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
     def append_slots(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
         """Room for the sequence's new tokens plus lookahead slots; returns
         the copy-on-write pairs ``(src, dst)`` the worker must copy."""
-        check_lookahead(num_lookahead_slots)
+        checked_lookahead(num_lookahead_slots)
         row, num_filled, tokens = self._check_appendable(seq)
         array, num_drops, extra = self._append_args(seq, num_filled, tokens)
         num_new = len(tokens) - num_filled
         cow = self._scratch(2 * (num_new // self.block_size + 2))
-        result = self._retry(
-            lambda: T.append(
+        while True:
+            result = _append(
                 self.gpu, self.keys, self.tables, row, array, num_new, num_lookahead_slots,
                 num_drops, extra, self._window, self.null_block, cow, 0,
-            )
-        )  # fmt: skip
+            )  # fmt: skip
+            if not self._grew(result):
+                break
         if result in T.SHORTAGE:
             raise NoFreeBlocksError(f"append_slots needs a free GPU block for {T.SHORTAGE[result]}; none is left")
         return self._pairs(cow, result) if result else []
@@ -334,16 +364,18 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
             raise UnsupportedError("fork of a sliding-window table after blocks were dropped")
         child = self._take_row()
         pool = self.gpu if self.tables.device[parent] == T.GPU else self.cpu
-        T.fork(pool, self.tables, parent, child)
+        _fork(pool, self.tables, parent, child)
         self._rows[child_seq.seq_id] = child
 
     # -- swapping ------------------------------------------------------------------
-    def _swap_status(self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int) -> AllocStatus:
+    def _swap_status(
+        self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int
+    ) -> AllocStatus:
         seqs = seq_group.get_seqs(status=status)
         rows = np.array([self._row(seq) for seq in seqs], np.int64)
         num_tokens = np.array([len(seq.get_token_ids()) for seq in seqs], np.int64)
         pool = self._pool(device)
-        need = T.swap_need(pool, self.tables, rows, num_tokens, num_lookahead_slots, self.block_size)
+        need = _swap_need(pool, self.tables, rows, num_tokens, num_lookahead_slots, self.block_size)
         watermark = self.watermark_blocks if device == Device.GPU else 0
         total = self.num_total_gpu_blocks if device == Device.GPU else self.num_total_cpu_blocks
         return AllocStatus(rules.swap_status(total, self._num_free(pool), need, watermark))
@@ -361,7 +393,9 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
     def swap_out(self, seq_group: Any) -> list[tuple[int, int]]:
         return self._swap(seq_group, SequenceStatus.RUNNING, Device.GPU, Device.CPU)
 
-    def _swap(self, seq_group: Any, status: SequenceStatus, source: Device, destination: Device) -> list[tuple[int, int]]:
+    def _swap(
+        self, seq_group: Any, status: SequenceStatus, source: Device, destination: Device
+    ) -> list[tuple[int, int]]:
         """Move the tables of the group's ``status`` sequences; returns the
         ``(source, destination)`` physical-id pairs, sequence by sequence."""
         rows = [self._row(seq) for seq in seq_group.get_seqs(status=status)]
@@ -369,17 +403,19 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         source_code = T.GPU if source == Device.GPU else T.CPU
         for row in rows:
             if self.tables.device[row] != source_code:
-                raise WrongDeviceError(f"a {status.name} sequence of group {seq_group.request_id!r} is not on the {source.name}")
+                raise WrongDeviceError(
+                    f"a {status.name} sequence of group {seq_group.request_id!r} is not on the {source.name}"
+                )
             if self.tables.num_null[row] > 0:
                 raise UnsupportedError("swap of a sliding-window table after blocks were dropped")
         rows_array = np.array(rows, np.int64)
         mapping = self._scratch(2 * int(self.tables.num_blocks[rows_array].sum()))
         source_pool, destination_pool = self._pool(source), self._pool(destination)
-        count = T.swap(
-            source_pool, destination_pool, self.tables, rows_array, 1 - source_code, self.block_size, mapping
-        )
+        count = _swap(source_pool, destination_pool, self.tables, rows_array, 1 - source_code, self.block_size, mapping)
         if count == T.NO_BLOCKS:
-            need = T.swap_cost(destination_pool, self.tables, rows_array, self.block_size)  # unchanged by the failed call
+            need = _swap_cost(
+                destination_pool, self.tables, rows_array, self.block_size
+            )  # unchanged by the failed call
             raise NoFreeBlocksError(
                 f"swap needs {need} {destination.name} blocks, {self._num_free(destination_pool)} are free"
             )
@@ -394,13 +430,13 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         tracked = self._tracked.pop(seq.seq_id, None)
         if tracked is not None:
             self._free_tracker_rows.append(tracked)
-        T.free(self.gpu, self.cpu, self.tables, row, self.block_size)
+        _free_table(self.gpu, self.cpu, self.tables, row, self.block_size)
         self._free_rows.append(row)
 
     def free_cross(self, seq_group: Any) -> None:
         row = self._cross_rows.pop(seq_group.request_id, None)
         if row is not None:
-            T.free(self.gpu, self.cpu, self.tables, row, self.block_size)
+            _free_table(self.gpu, self.cpu, self.tables, row, self.block_size)
             self._free_rows.append(row)
 
     # -- tables and counts ---------------------------------------------------------
@@ -435,7 +471,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         """Every block registered since the last call is now computed (the
         arguments are ignored, as in vLLM)."""
         if self.enable_caching:
-            P.mark_computed(self.gpu)
+            _mark_computed(self.gpu)
 
     def _num_cached_tokens(self, seq: Any) -> int:
         tokens = seq.get_token_ids()
@@ -454,7 +490,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         if row is None:
             row = self._take_tracker_row()
         count = self._retry(
-            lambda: K.num_cached_tokens(self.gpu, self.keys, self.tracker, row, array, num_full, extra, root, frozen),
+            lambda: _num_cached_tokens(self.gpu, self.keys, self.tracker, row, array, num_full, extra, root, frozen),
             self._grow_tracker_columns,
         )
         self._tracked[seq.seq_id] = row
@@ -490,14 +526,14 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
         pool = self._pool(Device.parse(device))
-        return P.hit_rate(pool) if self.enable_caching else -1
+        return float(_hit_rate(pool)) if self.enable_caching else -1
 
-    def reset_prefix_cache(self, device: Optional[Device] = None) -> bool:
+    def reset_prefix_cache(self, device: Device | None = None) -> bool:
         """Forget every idle cached block of the device(s); False if a block is in use."""
         if device is not None:
-            return bool(P.reset(self._pool(Device.parse(device))))
-        cpu_done = bool(P.reset(self.cpu))
-        gpu_done = bool(P.reset(self.gpu))  # tried even if the CPU failed (vLLM stops there)
+            return bool(_reset_pool(self._pool(Device.parse(device))))
+        cpu_done = bool(_reset_pool(self.cpu))
+        gpu_done = bool(_reset_pool(self.gpu))  # tried even if the CPU failed (vLLM stops there)
         return cpu_done and gpu_done
 
     def get_num_cached_tokens(self, seq: Any) -> int:

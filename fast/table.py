@@ -42,7 +42,11 @@ NO_KEY_ROOM = -3  # the content-key table needs more room
 NO_NULL_BLOCK = -11
 NO_NEW_BLOCK = -12
 NO_COPY_BLOCK = -13
-SHORTAGE = {NO_NULL_BLOCK: "the sliding-window null block", NO_NEW_BLOCK: "a new block", NO_COPY_BLOCK: "a copy-on-write"}
+SHORTAGE = {
+    NO_NULL_BLOCK: "the sliding-window null block",
+    NO_NEW_BLOCK: "a new block",
+    NO_COPY_BLOCK: "a copy-on-write",
+}
 
 
 class Tables(NamedTuple):
@@ -147,7 +151,9 @@ def allocate(pool, keys, tables, row, tokens, extra, root, fork_rows, cross_row,
     need = 0
     for index in range(num_full):
         if caching:
-            chunk_keys[index] = intern(keys, chunk_keys[index - 1] if index else root, tokens, index * block_size, extra)
+            chunk_keys[index] = intern(
+                keys, chunk_keys[index - 1] if index else root, tokens, index * block_size, extra
+            )
         need += P.fill_cost(pool, chunk_keys[index])
     if tokens.shape[0] % block_size:
         need += 1
@@ -171,7 +177,9 @@ def fork(pool, tables, parent, child):
     _open_row(tables, child, tables.device[parent], tables.roots[parent])
     for index in range(tables.num_blocks[parent]):
         P.share(pool, tables.blocks[parent, index])
-        _add_entry(tables, child, tables.blocks[parent, index], tables.keys[parent, index], tables.extras[parent, index])
+        _add_entry(
+            tables, child, tables.blocks[parent, index], tables.keys[parent, index], tables.extras[parent, index]
+        )
     tables.num_filled[child] = tables.num_filled[parent]
     tables.num_null[child] = tables.num_null[parent]
 
@@ -203,7 +211,9 @@ def _num_writes(num_filled, num_new, block_size):
 
 
 @njit(cache=True)
-def append(pool, keys, tables, row, tokens, num_new, num_lookahead, num_drops, extra, window, null_block, cow, cow_start):
+def append(
+    pool, keys, tables, row, tokens, num_new, num_lookahead, num_drops, extra, window, null_block, cow, cow_start
+):
     """Room for ``num_new`` new tokens plus lookahead slots, as the reference's
     ``plan_append`` / ``_check_append_fits`` / ``append``. ``tokens`` are the
     sequence's ids from the start of its last block (only read when caching);
@@ -299,7 +309,9 @@ def swap_need(destination, tables, rows, num_tokens, num_lookahead, block_size):
         row = rows[i]
         need += touched(tables, row, num_tokens[i], num_lookahead, block_size)
         for index in range(tables.num_null[row], tables.num_blocks[row]):
-            if _is_full(tables, row, index, block_size) and not P.is_in_use_cached(destination, tables.keys[row, index]):
+            if _is_full(tables, row, index, block_size) and not P.is_in_use_cached(
+                destination, tables.keys[row, index]
+            ):
                 need += 1
     return need
 
@@ -378,7 +390,22 @@ def append_bound(tables, rows, num_new, num_lookahead, block_size, window, null_
 
 
 @njit(cache=True)
-def append_batch(pool, keys, tables, rows, tokens, token_starts, num_new, num_lookahead, num_drops, extras, window, null_block, cow, status):
+def append_batch(
+    pool,
+    keys,
+    tables,
+    rows,
+    tokens,
+    token_starts,
+    num_new,
+    num_lookahead,
+    num_drops,
+    extras,
+    window,
+    null_block,
+    cow,
+    status,
+):
     """``append`` for each sequence in order. Stops at the first failure
     (``status[0]`` = code, ``status[1]`` = index); returns the CoW count."""
     num_cow = 0

@@ -26,7 +26,9 @@ class Tracker(NamedTuple):
 
 
 def new_tracker(num_rows: int = 16, num_cols: int = 16) -> Tracker:
-    return Tracker(np.full((num_rows, num_cols), -1, np.int64), np.zeros(num_rows, np.int64), np.zeros(num_rows, np.int64))
+    return Tracker(
+        np.full((num_rows, num_cols), -1, np.int64), np.zeros(num_rows, np.int64), np.zeros(num_rows, np.int64)
+    )
 
 
 def grow_tracker(tracker: Tracker, num_rows: int = 0, num_cols: int = 0) -> Tracker:
