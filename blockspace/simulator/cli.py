@@ -1,0 +1,197 @@
+"""``blockspace simulate``: replay a request trace through the scheduler
+with one manager (or two, compared) and report what happened.
+
+With no arguments it replays the bundled Mooncake sample with the fast
+manager (the reference one while ``blockspace.fast`` provides none), prints
+the summary, and writes ``simulation.png`` and ``simulation.json`` into
+``out/``. Every option is described in docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from blockspace.errors import BlockSpaceError
+from blockspace.interfaces import load_manager_class
+from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
+from blockspace.simulator.report import first_difference, format_comparison, format_summary, summarize, write_json
+from blockspace.simulator.scheduler import PREEMPTION_MODES, SchedulerConfig
+from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
+from blockspace.simulator.trace import TraceRequest, load_trace
+
+DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
+DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blockspace simulate",
+        description="Replay a Mooncake-format trace through a vLLM-v0-style continuous-batching scheduler.",
+    )
+    source = parser.add_argument_group("trace and managers")
+    source.add_argument("--trace", type=Path, help="Mooncake-format JSONL (default: the bundled sample)")
+    source.add_argument("--max-requests", type=int, help="replay only the first N requests")
+    source.add_argument("--manager", default="fast", help="reference | fast | package.module:Class (default: fast)")
+    source.add_argument("--compare", metavar="A,B", help="run two managers and require identical decisions")
+
+    memory = parser.add_argument_group("KV cache")
+    memory.add_argument("--block-size", type=int, default=16, help="tokens per block (default: 16)")
+    gpu = memory.add_mutually_exclusive_group()
+    gpu.add_argument("--num-gpu-blocks", type=int, help="GPU blocks (overrides --kv-memory-gib)")
+    gpu.add_argument("--kv-memory-gib", type=float, help=f"GPU memory for KV cache (default: {DEFAULT_KV_MEMORY_GIB})")
+    cpu = memory.add_mutually_exclusive_group()
+    cpu.add_argument("--num-cpu-blocks", type=int, help="CPU swap blocks (overrides --swap-space-gib)")
+    cpu.add_argument("--swap-space-gib", type=float, help=f"CPU swap space (default: {DEFAULT_SWAP_SPACE_GIB})")
+    memory.add_argument("--watermark", type=float, default=0.01, help="GPU share kept free at admission (0.01)")
+    memory.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="prefix caching (default: on)",
+    )
+    model = parser.add_argument_group("model (bytes per KV token)")
+    model.add_argument("--num-layers", type=int, default=KVCacheModel.num_layers)
+    model.add_argument("--num-kv-heads", type=int, default=KVCacheModel.num_kv_heads)
+    model.add_argument("--head-dim", type=int, default=KVCacheModel.head_dim)
+    model.add_argument("--dtype-bytes", type=int, default=KVCacheModel.dtype_bytes)
+
+    sched = parser.add_argument_group("scheduler")
+    sched.add_argument("--max-num-seqs", type=int, default=256, help="sequences per step (default: 256)")
+    sched.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per step (2048)")
+    sched.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="recompute")
+    sched.add_argument("--n", type=int, default=1, help="samples per request, forked after the first token")
+    sched.add_argument("--max-output-len", type=int, help="cap every request's output length")
+
+    timing = parser.add_argument_group("step-time model")
+    timing.add_argument("--step-overhead-ms", type=float, default=StepTimeModel.step_overhead_ms)
+    timing.add_argument("--prefill-token-us", type=float, default=StepTimeModel.prefill_token_us)
+    timing.add_argument("--decode-seq-us", type=float, default=StepTimeModel.decode_seq_us)
+    timing.add_argument("--kv-token-read-ns", type=float, default=StepTimeModel.kv_token_read_ns)
+    timing.add_argument("--swap-block-us", type=float, default=StepTimeModel.swap_block_us)
+
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", type=Path, default=Path("out"), help="folder for the plot and JSON (default: out)")
+    output.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    output.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def simulation_config(args: argparse.Namespace, record_tables: bool) -> SimulationConfig:
+    kv = KVCacheModel(args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes)
+    num_gpu_blocks = args.num_gpu_blocks
+    if num_gpu_blocks is None:
+        gib = DEFAULT_KV_MEMORY_GIB if args.kv_memory_gib is None else args.kv_memory_gib
+        num_gpu_blocks = kv.num_blocks(gib, args.block_size)
+    num_cpu_blocks = args.num_cpu_blocks
+    if num_cpu_blocks is None:
+        gib = DEFAULT_SWAP_SPACE_GIB if args.swap_space_gib is None else args.swap_space_gib
+        num_cpu_blocks = kv.num_blocks(gib, args.block_size)
+    return SimulationConfig(
+        num_gpu_blocks=num_gpu_blocks,
+        num_cpu_blocks=num_cpu_blocks,
+        watermark=args.watermark,
+        scheduler=SchedulerConfig(
+            block_size=args.block_size,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            enable_prefix_caching=args.enable_prefix_caching,
+            preemption_mode=args.preemption_mode,
+            record_tables=record_tables,
+        ),
+        step_time=StepTimeModel(
+            args.step_overhead_ms, args.prefill_token_us, args.decode_seq_us, args.kv_token_read_ns, args.swap_block_us
+        ),
+        num_samples=args.n,
+        max_output_len=args.max_output_len,
+    )
+
+
+def resolve_manager(name: str, fallback: bool) -> type:
+    """The manager class for a name; ``fast`` falls back to the reference
+    (with a one-line notice) while ``blockspace.fast`` provides no class."""
+    try:
+        return load_manager_class(name)
+    except (ImportError, AttributeError) as error:
+        if fallback and name.lower() == "fast":
+            print(f"note: the fast manager is not available yet ({error}); using the reference manager")
+            return load_manager_class("reference")
+        raise BlockSpaceError(f"cannot load manager {name!r}: {error}") from None
+
+
+def _progress_bar(total: int, label: str, enabled: bool) -> tuple[Any, Callable[[int], None] | None]:
+    """A rich progress bar over requests done, when stdout is a terminal."""
+    if not enabled or not sys.stdout.isatty():
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+    task = progress.add_task(label, total=total)
+    progress.start()
+    return progress, lambda num_done: progress.update(task, completed=num_done)
+
+
+def _run(trace: list[TraceRequest], manager_class: type, config: SimulationConfig, quiet: bool) -> SimulationResult:
+    progress, on_progress = _progress_bar(len(trace), manager_class.__name__, not quiet)
+    try:
+        return run_simulation(trace, manager_class, config, on_progress=on_progress)
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.compare:
+            names = [name.strip() for name in args.compare.split(",") if name.strip()]
+            if len(names) != 2:
+                raise BlockSpaceError(f"--compare takes two managers, A,B; got {args.compare!r}")
+            classes = [resolve_manager(name, fallback=False) for name in names]
+        else:
+            classes = [resolve_manager(args.manager, fallback=True)]
+        config = simulation_config(args, record_tables=len(classes) > 1)
+        trace = load_trace(args.trace, args.max_requests)
+        source = str(args.trace) if args.trace else "the bundled Mooncake sample"
+        print(f"replaying {len(trace):,} requests from {source} ({config.num_gpu_blocks:,} GPU blocks, "
+              f"{config.num_cpu_blocks:,} CPU blocks, block size {config.scheduler.block_size})")
+        results = [_run(trace, cls, config, args.quiet) for cls in classes]
+    except BlockSpaceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    summaries = [summarize(result) for result in results]
+    extra: dict[str, Any] = {"trace": str(args.trace) if args.trace else "bundled:mooncake_sample.jsonl"}
+    status = 0
+    if len(results) == 1:
+        print(format_summary(summaries[0]))
+    else:
+        print(format_comparison(summaries))
+        difference = first_difference(results[0].scheduler.records, results[1].scheduler.records)
+        extra["identical_decisions"] = difference is None
+        if difference is None:
+            print(f"  scheduling decisions, block tables, CoW pairs and swap mappings: identical "
+                  f"({len(results[0].scheduler.records):,} steps)")
+        else:
+            print(f"  DECISIONS DIFFER: {difference}")
+            extra["first_difference"] = difference
+            status = 1
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path = args.out / "simulation.json"
+    write_json(json_path, results, summaries, extra)
+    print(f"figures: {json_path}")
+    if not args.no_plot:
+        from blockspace.simulator.plot import plot_runs
+
+        png_path = args.out / "simulation.png"
+        plot_runs(png_path, results)
+        print(f"plot:    {png_path}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

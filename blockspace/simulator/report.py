@@ -1,0 +1,202 @@
+"""The figures of a run: the summary, its text form, the comparison of two
+runs, and the JSON file.
+
+Latency figures count the requests that finished; ignored (too large for
+the GPU) and aborted requests are counted apart. Throughput is over the
+simulated time from the first arrival to the last finish. KV usage is the
+GPU blocks held by sequences (``num_gpu_blocks - get_num_free_gpu_blocks()``,
+so idle cached blocks count as free, as in vLLM); its mean is weighted by
+step time. Manager time is real CPU time on this machine (``TimedManager``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from blockspace.simulator.scheduler import StepRecord
+from blockspace.simulator.simulation import SimulationResult
+
+MAX_TIMELINE_POINTS = 2000  # per-step series are thinned to this many points in the JSON
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    array = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(array, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(array.mean())}
+
+
+def summarize(result: SimulationResult) -> dict[str, Any]:
+    """Every figure of one run, as plain data."""
+    config = result.config
+    scheduler = result.scheduler
+    timeline = result.timeline
+    finished = [r for r in result.requests if r.finish_s is not None]
+    num_output_tokens = sum(seq.num_generated for r in finished for seq in r.seqs)
+    num_prompt_tokens = sum(r.num_prompt_tokens for r in finished)
+    start = min((r.arrival_s for r in result.requests), default=0.0)
+    end = max((r.finish_s for r in finished), default=start)
+    span = max(end - start, 1e-12)
+    step_s = np.asarray(timeline.step_s, dtype=float)
+    used = np.asarray(timeline.kv_used_blocks, dtype=float)
+    manager_us = np.asarray(timeline.manager_s, dtype=float) * 1e6
+    busy = float(step_s.sum())
+    return {
+        "manager": result.manager_name,
+        "requests": {
+            "arrived": len(result.requests),
+            "finished": len(finished),
+            "ignored": scheduler.num_ignored,
+            "aborted": scheduler.num_aborted,
+        },
+        "simulated_s": end - start,
+        "busy_s": busy,
+        "steps": len(timeline.step_s),
+        "throughput": {
+            "output_tokens_per_s": num_output_tokens / span,
+            "total_tokens_per_s": (num_output_tokens + num_prompt_tokens) / span,
+            "requests_per_s": len(finished) / span,
+        },
+        "ttft_s": _percentiles([r.first_token_s - r.arrival_s for r in finished if r.first_token_s is not None]),
+        "e2e_latency_s": _percentiles([r.finish_s - r.arrival_s for r in finished]),
+        "prefix_cache": {
+            "enabled": config.scheduler.enable_prefix_caching,
+            "gpu_block_hit_rate": result.final_hit_rate,
+            "prefill_tokens_from_cache": scheduler.num_cached_tokens_admitted
+            / max(1, scheduler.num_prefill_tokens_admitted),
+        },
+        "preemption": {
+            "recompute": scheduler.num_recompute_preemptions,
+            "swap_out": scheduler.num_swap_outs,
+            "swap_in": scheduler.num_swap_ins,
+            "blocks_swapped_out": scheduler.num_blocks_swapped_out,
+            "blocks_swapped_in": scheduler.num_blocks_swapped_in,
+            "copy_on_writes": scheduler.num_copy_on_writes,
+        },
+        "kv_cache": {
+            "block_size": config.scheduler.block_size,
+            "num_gpu_blocks": config.num_gpu_blocks,
+            "num_cpu_blocks": config.num_cpu_blocks,
+            "peak_used_blocks": int(used.max()) if used.size else 0,
+            "peak_usage": float(used.max() / config.num_gpu_blocks) if used.size else 0.0,
+            "mean_usage": float((used * step_s).sum() / busy / config.num_gpu_blocks) if busy > 0 else 0.0,
+        },
+        "manager_cpu": {
+            "total_s": float(manager_us.sum() / 1e6),
+            "per_step_mean_us": float(manager_us.mean()) if manager_us.size else 0.0,
+            "per_step_p99_us": float(np.percentile(manager_us, 99)) if manager_us.size else 0.0,
+            "calls": scheduler.manager.num_calls,
+        },
+        "wall_s": result.wall_s,
+    }
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}{unit}" if abs(value) < 1000 else f"{value:,.0f}{unit}"
+    return f"{value:,}{unit}"
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) lines of the text summary."""
+    requests = summary["requests"]
+    cache = summary["prefix_cache"]
+    pre = summary["preemption"]
+    kv = summary["kv_cache"]
+    cpu = summary["manager_cpu"]
+    rows = [
+        ("requests finished", f"{requests['finished']:,} of {requests['arrived']:,} "
+         f"({requests['ignored']} ignored, {requests['aborted']} aborted)"),
+        ("simulated time", _fmt(summary["simulated_s"], " s") + f" ({summary['steps']:,} steps)"),
+        ("throughput", f"{summary['throughput']['output_tokens_per_s']:,.0f} output tok/s, "
+         f"{summary['throughput']['total_tokens_per_s']:,.0f} total tok/s, "
+         f"{summary['throughput']['requests_per_s']:.2f} req/s"),
+    ]
+    for name, key in (("TTFT", "ttft_s"), ("end-to-end latency", "e2e_latency_s")):
+        p = summary[key]
+        rows.append((f"{name} p50/p90/p99", " / ".join(_fmt(p[q], " s") for q in ("p50", "p90", "p99"))))
+    if cache["enabled"]:
+        rows.append(("prefix-cache hit rate", f"{cache['gpu_block_hit_rate']:.1%} of full-block lookups, "
+                     f"{cache['prefill_tokens_from_cache']:.1%} of prefill tokens"))
+    else:
+        rows.append(("prefix-cache hit rate", "caching off"))
+    rows += [
+        ("preemptions", f"{pre['recompute']} recompute, {pre['swap_out']} swap out / {pre['swap_in']} swap in"),
+        ("swap volume", f"{pre['blocks_swapped_out']:,} blocks out, {pre['blocks_swapped_in']:,} blocks in"),
+        ("KV usage peak / mean", f"{kv['peak_usage']:.1%} / {kv['mean_usage']:.1%} of {kv['num_gpu_blocks']:,} "
+         f"GPU blocks ({kv['peak_used_blocks']:,} peak)"),
+        ("manager CPU per step", f"mean {cpu['per_step_mean_us']:,.1f} us, p99 {cpu['per_step_p99_us']:,.1f} us "
+         f"(total {cpu['total_s']:.2f} s, {cpu['calls']:,} calls)"),
+        ("wall time", _fmt(summary["wall_s"], " s")),
+    ]
+    return rows
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    rows = summary_rows(summary)
+    width = max(len(label) for label, _ in rows)
+    lines = [f"manager: {summary['manager']}"]
+    lines += [f"  {label:<{width}}  {value}" for label, value in rows]
+    return "\n".join(lines)
+
+
+def format_comparison(summaries: list[dict[str, Any]]) -> str:
+    """The runs side by side, with the ratio of manager CPU time."""
+    names = [s["manager"].rsplit(".", 1)[-1] for s in summaries]
+    table = [summary_rows(s) for s in summaries]
+    width = max(len(label) for label, _ in table[0])
+    column = max(max(len(value) for _, value in rows) for rows in table)
+    column = min(column, 60)
+    lines = [f"  {'':<{width}}  " + "  ".join(f"{name:<{column}}" for name in names)]
+    for index, (label, _) in enumerate(table[0]):
+        values = [rows[index][1] for rows in table]
+        lines.append(f"  {label:<{width}}  " + "  ".join(f"{value:<{column}}" for value in values))
+    base = summaries[0]["manager_cpu"]["total_s"]
+    for name, summary in zip(names[1:], summaries[1:]):
+        other = summary["manager_cpu"]["total_s"]
+        ratio = base / other if other > 0 else float("inf")
+        lines.append(f"  manager CPU time {names[0]} / {name}: {ratio:.2f}x")
+    return "\n".join(lines)
+
+
+def first_difference(a: list[StepRecord], b: list[StepRecord]) -> str | None:
+    """Where two runs' decisions part, in words (None if they never do)."""
+    for left, right in zip(a, b):
+        if left != right:
+            fields = [f.name for f in dataclasses.fields(StepRecord) if getattr(left, f.name) != getattr(right, f.name)]
+            detail = "; ".join(f"{name}: {getattr(left, name)!r} != {getattr(right, name)!r}" for name in fields)
+            return f"step {left.step}: {detail}"[:2000]
+    if len(a) != len(b):
+        return f"one run took {len(a)} steps, the other {len(b)}"
+    return None
+
+
+def _thin(values: list[Any]) -> list[Any]:
+    if len(values) <= MAX_TIMELINE_POINTS:
+        return list(values)
+    picks = np.linspace(0, len(values) - 1, MAX_TIMELINE_POINTS).astype(int)
+    return [values[i] for i in picks]
+
+
+def write_json(path: Path, results: list[SimulationResult], summaries: list[dict[str, Any]], extra: dict[str, Any]) -> None:
+    """Config, every summary figure, and the per-step series (thinned)."""
+    timeline = results[0].timeline
+    document = {
+        "config": dataclasses.asdict(results[0].config),
+        **extra,
+        "runs": summaries,
+        "timeline": {name: _thin(values) for name, values in dataclasses.asdict(timeline).items()},
+        "manager_s_per_step": {s["manager"]: _thin(r.timeline.manager_s) for s, r in zip(summaries, results)},
+    }
+    path.write_text(json.dumps(document, indent=1))
+
+
+__all__ = ["first_difference", "format_comparison", "format_summary", "summarize", "summary_rows", "write_json"]

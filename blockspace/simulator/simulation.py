@@ -1,0 +1,234 @@
+"""The simulation loop: trace arrivals, scheduler steps, the model's side of
+each step (tokens computed and sampled), and the simulated clock.
+
+The clock is simulated GPU time: each step advances it by the step-time
+model's cost of the batch, and when nothing is queued it jumps to the next
+arrival. Requests join the waiting queue once the clock has reached their
+arrival time, in trace order. After each step the model "samples" the next
+token of every sequence whose prompt is complete (deterministic ids, see
+``tokens.py``), forks the extra samples of an n>1 request after its first
+token, and ends a sample after its output length. The real CPU time spent
+inside the manager is measured per step along the way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from blockspace.enums import Device, SequenceStatus
+from blockspace.errors import BlockSpaceError, InvalidConfigError
+from blockspace.simulator.gpu import StepTimeModel
+from blockspace.simulator.request import SimRequest, SimSequence
+from blockspace.simulator.scheduler import Scheduler, SchedulerConfig, StepOutput
+from blockspace.simulator.tokens import prompt_token_ids
+from blockspace.simulator.trace import TraceRequest
+
+
+class SimulationStalledError(BlockSpaceError, RuntimeError):
+    """Requests are queued, none can run, and nothing will change that."""
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """Everything that decides a run besides the trace and the manager."""
+
+    num_gpu_blocks: int
+    num_cpu_blocks: int
+    watermark: float = 0.01
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    step_time: StepTimeModel = field(default_factory=StepTimeModel)
+    num_samples: int = 1  # n: samples per request, forked after the first token
+    max_output_len: int | None = None  # cap on each request's output length
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_samples, int) or self.num_samples < 1:
+            raise InvalidConfigError(f"n must be a positive int, got {self.num_samples!r}")
+        if self.num_samples > self.scheduler.max_num_seqs:
+            raise InvalidConfigError(f"n ({self.num_samples}) cannot exceed max_num_seqs ({self.scheduler.max_num_seqs})")
+        if self.max_output_len is not None and self.max_output_len < 1:
+            raise InvalidConfigError(f"max_output_len must be >= 1, got {self.max_output_len}")
+
+
+@dataclass
+class Timeline:
+    """One entry per step, taken after the step (time = end of the step)."""
+
+    time_s: list[float] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
+    kv_used_blocks: list[int] = field(default_factory=list)
+    num_running: list[int] = field(default_factory=list)
+    num_waiting: list[int] = field(default_factory=list)
+    num_swapped: list[int] = field(default_factory=list)
+    hit_rate: list[float] = field(default_factory=list)
+    num_batched_tokens: list[int] = field(default_factory=list)
+    manager_s: list[float] = field(default_factory=list)
+
+
+@dataclass
+class SimulationResult:
+    manager_name: str
+    config: SimulationConfig
+    requests: list[SimRequest]
+    timeline: Timeline
+    scheduler: Scheduler
+    final_hit_rate: float
+    wall_s: float
+
+
+class Simulation:
+    """One replay of a trace through one manager."""
+
+    def __init__(
+        self,
+        trace: list[TraceRequest],
+        manager_class: type,
+        config: SimulationConfig,
+        on_step: Callable[[Scheduler], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.trace = trace
+        self.config = config
+        self.manager = manager_class(
+            config.scheduler.block_size,
+            config.num_gpu_blocks,
+            config.num_cpu_blocks,
+            watermark=config.watermark,
+            enable_caching=config.scheduler.enable_prefix_caching,
+        )
+        self.manager_name = f"{manager_class.__module__}.{manager_class.__qualname__}"
+        self.scheduler = Scheduler(self.manager, config.scheduler)
+        self.on_step = on_step
+        self.on_progress = on_progress
+        self.num_done = 0  # requests finished, ignored or aborted
+        self.clock = 0.0
+        self.timeline = Timeline()
+        self.requests: list[SimRequest] = []
+
+    def _arrive(self, entry: TraceRequest) -> SimRequest:
+        n = self.config.num_samples
+        output_length = entry.output_length
+        if self.config.max_output_len is not None:
+            output_length = min(output_length, self.config.max_output_len)
+        request = SimRequest(
+            entry.index,
+            prompt_token_ids(list(entry.hash_ids), entry.input_length),
+            n,
+            output_length,
+            entry.arrival_s,
+            first_seq_id=entry.index * n,
+        )
+        self.requests.append(request)
+        return request
+
+    def run(self) -> SimulationResult:
+        started = time.perf_counter()
+        pending = deque(self.trace)
+        scheduler = self.scheduler
+        while pending or scheduler.has_unfinished():
+            while pending and pending[0].arrival_s <= self.clock:
+                scheduler.add_request(self._arrive(pending.popleft()))
+            if not scheduler.has_unfinished():
+                self.clock = pending[0].arrival_s  # idle GPU: jump to the next arrival
+                continue
+            output = scheduler.schedule(self.clock)
+            self._report_progress(len(output.record.ignored) + len(output.record.aborted))
+            if not output.scheduled:
+                record = output.record
+                if record.ignored or record.aborted or record.preempted or record.swapped_out:
+                    continue  # the queues changed: schedule again
+                if pending:
+                    self.clock = pending[0].arrival_s
+                    continue
+                raise SimulationStalledError(
+                    f"step {record.step}: {len(scheduler.waiting)} waiting, {len(scheduler.swapped)} swapped, "
+                    "nothing can run"
+                )
+            self._run_model(output)
+        hit_rate = self.manager.get_prefix_cache_hit_rate(Device.GPU) if self.config.scheduler.enable_prefix_caching else 0.0
+        return SimulationResult(
+            self.manager_name,
+            self.config,
+            self.requests,
+            self.timeline,
+            scheduler,
+            float(hit_rate),
+            time.perf_counter() - started,
+        )
+
+    def _run_model(self, output: StepOutput) -> None:
+        """Advance the clock by the batch's cost, then compute and sample."""
+        decode_seqs = output.decode_seqs
+        step_s = self.config.step_time.step_seconds(
+            output.num_prefill_tokens,
+            len(decode_seqs),
+            sum(seq.get_len() for seq in decode_seqs),
+            len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out),
+        )
+        self.clock += step_s
+        finished: list[SimSequence] = []
+        for group in output.scheduled:
+            request = group.request
+            request.update_num_computed_tokens(group.token_chunk_size)
+            if request.is_prefill():
+                continue  # a prefill chunk that does not end the prompt samples nothing
+            self._sample(request, finished)
+        done = self.scheduler.free_finished(finished)
+        for request in done:
+            request.finish_s = self.clock
+        self._report_progress(len(done))
+        self._record(step_s, output)
+        if self.on_step is not None:
+            self.on_step(self.scheduler)
+
+    def _report_progress(self, num_done: int) -> None:
+        if num_done:
+            self.num_done += num_done
+            if self.on_progress is not None:
+                self.on_progress(self.num_done)
+
+    def _sample(self, request: SimRequest, finished: list[SimSequence]) -> None:
+        """One new token per running sample; the first token of an n>1
+        request forks the other samples (as vLLM's output processor did)."""
+        if request.first_token_s is None:
+            request.first_token_s = self.clock
+        running = request.get_seqs(SequenceStatus.RUNNING)
+        children: list[SimSequence] = []
+        if len(request.seqs) < request.num_samples:
+            parent = running[0]
+            for sample in range(len(request.seqs), request.num_samples):
+                children.append(request.add_sample(parent, parent.seq_id + sample, sample))
+        for seq in children + running:
+            seq.data.append_token_id(request.next_token(seq))
+            seq.num_generated += 1
+            if seq.num_generated >= request.output_length:
+                seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
+                finished.append(seq)
+        for child in children:
+            if not child.is_finished():
+                self.scheduler.fork_seq(running[0], child)
+
+    def _record(self, step_s: float, output: StepOutput) -> None:
+        timeline = self.timeline
+        scheduler = self.scheduler
+        timeline.time_s.append(self.clock)
+        timeline.step_s.append(step_s)
+        timeline.kv_used_blocks.append(self.config.num_gpu_blocks - self.manager.get_num_free_gpu_blocks())
+        timeline.num_running.append(len(scheduler.running))
+        timeline.num_waiting.append(len(scheduler.waiting))
+        timeline.num_swapped.append(len(scheduler.swapped))
+        rate = self.manager.get_prefix_cache_hit_rate(Device.GPU) if self.config.scheduler.enable_prefix_caching else 0.0
+        timeline.hit_rate.append(float(rate))
+        timeline.num_batched_tokens.append(sum(group.num_uncached_tokens for group in output.scheduled))
+        timeline.manager_s.append(scheduler.manager.take_seconds())
+
+
+def run_simulation(trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any) -> SimulationResult:
+    """Replay ``trace`` through a fresh ``manager_class`` and return the result."""
+    return Simulation(trace, manager_class, config, **hooks).run()
+
+
+__all__ = ["SimulationConfig", "SimulationResult", "SimulationStalledError", "Simulation", "Timeline", "run_simulation"]
