@@ -259,7 +259,7 @@ def method_latency(quick: bool) -> dict[str, dict[str, float]]:
 
 # -- the replay -------------------------------------------------------------------------------
 def replay_throughput(quick: bool) -> dict[str, Any]:
-    num_requests, max_output = (30, 16) if quick else (100, 64)
+    num_requests, max_output = (30, 32) if quick else (100, 128)
     requests = load_requests(num_requests)
     result: dict[str, Any] = {"requests": num_requests, "max_output": max_output}
     for name, cls in _classes().items():

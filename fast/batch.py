@@ -18,8 +18,9 @@ import numpy as np
 from blockspace.enums import SequenceStatus
 from blockspace.errors import InvalidArgumentError, NoFreeBlocksError
 from blockspace.fast import table as T
+from blockspace.fast.checks import check_new_tokens, checked_lookahead
 from blockspace.fast.content import has_room
-from blockspace.validation import check_lookahead
+from blockspace.validation import MAX_TOKEN_ID, check_lookahead
 
 BLOCK_TABLE_PAD = 0  # what vLLM's model runner pads block tables with (never read: lengths bound the kernels)
 
@@ -36,9 +37,11 @@ class BatchedSteps:
         rows: list[int] = []
         num_tokens: list[int] = []
         group_ends: list[int] = []
+        row_of = self._rows
         for group in seq_groups:
             for seq in group.get_seqs(status=SequenceStatus.RUNNING):
-                rows.append(self._row(seq))
+                row = row_of.get(seq.seq_id)
+                rows.append(self._row(seq) if row is None else row)  # _row raises for an unknown sequence
                 num_tokens.append(len(seq.get_token_ids()))
             group_ends.append(len(rows))
         result = np.zeros(len(seq_groups), np.bool_)
@@ -52,20 +55,12 @@ class BatchedSteps:
         """``append_slots(seq, num_lookahead_slots)`` for each sequence in
         order; returns all copy-on-write pairs of the step, in order. Raises
         ``NoFreeBlocksError`` before any change if the blocks run out."""
-        check_lookahead(num_lookahead_slots)
+        checked_lookahead(num_lookahead_slots)
         if len({seq.seq_id for seq in seqs}) != len(seqs):
             raise InvalidArgumentError("append_slots_batch got the same sequence twice")
-        rows, num_new, num_drops, extras, token_parts = [], [], [], [], []
-        for seq in seqs:
-            row, num_filled, tokens = self._check_appendable(seq)
-            array, drops, extra = self._append_args(seq, num_filled, tokens)
-            rows.append(row)
-            num_new.append(len(tokens) - num_filled)
-            num_drops.append(drops)
-            extras.append(extra)
-            token_parts.append(array)
-        rows_array = np.array(rows, np.int64)
-        num_new_array = np.array(num_new, np.int64)
+        rows, num_new, num_drops, extras, token_parts = self._check_batch(seqs)
+        rows_array = rows
+        num_new_array = num_new
         token_starts = np.zeros(len(seqs) + 1, np.int64)
         np.cumsum([len(part) for part in token_parts], out=token_starts[1:])
         tokens = np.concatenate(token_parts) if self.enable_caching and seqs else T.NO_TOKENS
@@ -98,6 +93,39 @@ class BatchedSteps:
             self.gpu, self.keys, self.tables, self.null_block[:] = gpu, keys, tables, null
         assert status[0] == 0, "append_slots_batch ran out of array room"
         return self._pairs(cow, int(count))
+
+    def _check_batch(self, seqs: list[Any]) -> tuple[np.ndarray, np.ndarray, list[int], list[int], list[Any]]:
+        """``append_slots``'s checks for every sequence, raising the error the
+        per-sequence calls would raise first; returns the rows, the numbers of
+        new tokens, drops, extra ids and token arrays of the appends. The checks
+        run vectorised; any failure reruns them sequence by sequence, in order,
+        to raise the same error as the per-sequence calls."""
+        row_of = self._rows
+        rows: list[int] = []
+        token_lists = []
+        for seq in seqs:
+            row = row_of.get(seq.seq_id)
+            if row is None:
+                break
+            rows.append(row)
+            token_lists.append(seq.get_token_ids())
+        rows_array = np.array(rows, np.int64)
+        num_filled = self.tables.num_filled[rows_array]
+        num_tokens = np.array([len(tokens) for tokens in token_lists], np.int64)
+        broken = (self.tables.num_blocks[rows_array] == 0) | (self.tables.device[rows_array] != T.GPU)
+        if len(rows) < len(seqs) or (broken | (num_tokens < num_filled)).any():
+            for seq in seqs:  # one of them fails: find which, as the per-sequence calls would
+                self._check_appendable(seq)
+        filled = num_filled.tolist()
+        for seq, tokens, start in zip(seqs, token_lists, filled):
+            if len(tokens) - start == 1 and type(tokens[-1]) is int and 0 <= tokens[-1] <= MAX_TOKEN_ID:
+                continue  # the usual decode step: one plain new token
+            check_new_tokens(seq, tokens, start)
+        num_drops, extras, token_parts = [0] * len(seqs), [0] * len(seqs), [T.NO_TOKENS] * len(seqs)
+        if self.enable_caching or self._window:
+            for i, (seq, tokens, start) in enumerate(zip(seqs, token_lists, filled)):
+                token_parts[i], num_drops[i], extras[i] = self._append_args(seq, start, tokens)
+        return rows_array, num_tokens - num_filled, num_drops, extras, token_parts
 
     def _make_room(self, rows: np.ndarray, num_new: np.ndarray, num_lookahead_slots: int) -> None:
         """Grow the table columns and content keys for the largest batch of appends."""

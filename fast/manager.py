@@ -41,53 +41,19 @@ from blockspace.fast import rules
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.batch import BatchedSteps
+from blockspace.fast.checks import check_new_tokens, checked_lookahead, checked_token_array
 from blockspace.fast.content import grow_keys, new_keys
 from blockspace.fast.dispatch import direct
 from blockspace.fast.invariants import check_invariants, snapshot
 from blockspace.guard import guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
-from blockspace.validation import MAX_TOKEN_ID, cache_salt, check_config, check_lookahead, check_token_ids
+from blockspace.validation import cache_salt, check_config, check_lookahead
 
 # The kernels the manager calls, each through its entry point (fast/dispatch.py).
 _allocate, _append, _fork, _free_table = direct(T.allocate), direct(T.append), direct(T.fork), direct(T.free)
 _swap, _swap_need, _swap_cost = direct(T.swap), direct(T.swap_need), direct(T.swap_cost)
 _num_cached_tokens, _open_tracker_row = direct(K.num_cached_tokens), direct(K.open_row)
 _mark_computed, _hit_rate, _reset_pool = direct(P.mark_computed), direct(P.hit_rate), direct(P.reset)
-
-_FEW_TOKENS = 32  # below this, the shared per-token check is as quick as the vectorised one
-
-
-def check_new_tokens(seq: Any, tokens: Any, start: int) -> None:
-    """``check_token_ids(seq, tokens, start)``, with a quick pass for the usual
-    case (a few plain ints) that leaves any error to the shared check."""
-    if len(tokens) - start > _FEW_TOKENS:
-        checked_token_array(seq, tokens, start)
-        return
-    for position in range(start, len(tokens)):
-        token = tokens[position]
-        if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
-            check_token_ids(seq, tokens, start)
-
-
-def checked_lookahead(num_lookahead_slots: Any) -> None:
-    """``check_lookahead``, with a quick pass for a plain non-negative int."""
-    if type(num_lookahead_slots) is not int or num_lookahead_slots < 0:
-        check_lookahead(num_lookahead_slots)
-
-
-def checked_token_array(seq: Any, tokens: Any, start: int = 0) -> np.ndarray:
-    """``tokens[start:]`` as int64, each checked as ``check_token_ids`` does
-    (raising its error for the first bad one), but vectorised when all are ints."""
-    part = tokens[start:]
-    if len(part) > _FEW_TOKENS and set(map(type, part)) == {int}:
-        try:
-            array = np.array(part, np.int64)
-        except OverflowError:
-            array = None
-        if array is not None and array.min() >= 0 and array.max() <= MAX_TOKEN_ID:
-            return array
-    check_token_ids(seq, tokens, start)
-    return np.array(part, np.int64).reshape(-1)
 
 
 @guard_concurrency
@@ -321,7 +287,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
     def _append_args(self, seq: Any, num_filled: int, tokens: list[int]) -> tuple[np.ndarray, int, int]:
         """What the append kernel needs besides the row: the token ids from the
         start of the last block (caching only), the drops, the extra id."""
-        extra = self._extra_id(seq.extra_hash())
+        extra = self._extra_id(seq.extra_hash()) if self.enable_caching else 0  # extras only key content
         num_drops = 0
         if self._window:
             computed = seq.data.get_num_computed_tokens()
@@ -470,13 +436,13 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
     def mark_blocks_as_computed(self, seq_group: Any, token_chunk_size: int) -> None:
         """Every block registered since the last call is now computed (the
         arguments are ignored, as in vLLM)."""
-        if self.enable_caching:
+        if self.enable_caching and self.gpu.meta.item(P.NUM_TOUCHED):
             _mark_computed(self.gpu)
 
     def _num_cached_tokens(self, seq: Any) -> int:
         tokens = seq.get_token_ids()
         row = self._tracked.get(seq.seq_id)
-        known = 0 if row is None else int(self.tracker.num_keys[row])
+        known = 0 if row is None else self.tracker.num_keys.item(row)
         if len(tokens) < known * self.block_size:
             raise TrackerError(
                 f"sequence {seq.seq_id} has {len(tokens)} tokens, fewer than the "
@@ -485,16 +451,19 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         root = self._root_id(seq)
         extra = self._extra_id(seq.extra_hash())
         num_full = len(tokens) // self.block_size
-        array = np.array(tokens[known * self.block_size : num_full * self.block_size], np.int64).reshape(-1)
+        if num_full > known:
+            array = np.array(tokens[known * self.block_size : num_full * self.block_size], np.int64).reshape(-1)
+        else:
+            array = T.NO_TOKENS
         frozen = row is not None and seq.is_prefill()
         if row is None:
             row = self._take_tracker_row()
-        count = self._retry(
-            lambda: _num_cached_tokens(self.gpu, self.keys, self.tracker, row, array, num_full, extra, root, frozen),
-            self._grow_tracker_columns,
-        )
+        while True:
+            count = _num_cached_tokens(self.gpu, self.keys, self.tracker, row, array, num_full, extra, root, frozen)
+            if not self._grew(count, self._grow_tracker_columns):
+                break
         self._tracked[seq.seq_id] = row
-        return count
+        return int(count)
 
     def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]:
         rows = [self._row(seq) for seq in seqs]

@@ -1,0 +1,46 @@
+"""The shared argument checks (``blockspace.validation``), with quick passes
+for the usual case: every error still comes from the shared check, so the
+fast manager raises exactly the reference's error for the same bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from blockspace.validation import MAX_TOKEN_ID, check_lookahead, check_token_ids
+
+_FEW_TOKENS = 32  # below this, the shared per-token check is as quick as the vectorised one
+
+
+def check_new_tokens(seq: Any, tokens: Any, start: int) -> None:
+    """``check_token_ids(seq, tokens, start)``, with a quick pass for the usual
+    case (a few plain ints) that leaves any error to the shared check."""
+    if len(tokens) - start > _FEW_TOKENS:
+        checked_token_array(seq, tokens, start)
+        return
+    for position in range(start, len(tokens)):
+        token = tokens[position]
+        if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
+            check_token_ids(seq, tokens, start)
+
+
+def checked_lookahead(num_lookahead_slots: Any) -> None:
+    """``check_lookahead``, with a quick pass for a plain non-negative int."""
+    if type(num_lookahead_slots) is not int or num_lookahead_slots < 0:
+        check_lookahead(num_lookahead_slots)
+
+
+def checked_token_array(seq: Any, tokens: Any, start: int = 0) -> np.ndarray:
+    """``tokens[start:]`` as int64, each checked as ``check_token_ids`` does
+    (raising its error for the first bad one), but vectorised when all are ints."""
+    part = tokens[start:]
+    if len(part) > _FEW_TOKENS and set(map(type, part)) == {int}:
+        try:
+            array = np.array(part, np.int64)
+        except OverflowError:
+            array = None
+        if array is not None and array.min() >= 0 and array.max() <= MAX_TOKEN_ID:
+            return array
+    check_token_ids(seq, tokens, start)
+    return np.array(part, np.int64).reshape(-1)
