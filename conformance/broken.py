@@ -1,0 +1,44 @@
+"""Deliberately broken managers: the kit must catch each with a short repro.
+
+Each is the reference with one small, realistic bug, the kind a fast
+re-implementation makes. They are test fixtures (and a demo:
+``blockspace conformance --impl blockspace.conformance.broken:FifoFreeList``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blockspace.reference import ReferenceBlockSpaceManager
+
+
+class _FifoRelease:
+    """Allocator mixin: a released block goes to the *back* of the free list."""
+
+    def release(self, block_id: int, key: Any, depth: int) -> None:
+        was_free = len(self.free_ids)
+        super().release(block_id, key, depth)
+        if len(self.free_ids) > was_free:  # it went to the front: move it back
+            self.free_ids.append(self.free_ids.popleft())
+
+
+class FifoFreeList(ReferenceBlockSpaceManager):
+    """Reuses the least recently freed block first (vLLM reuses the most
+    recently freed one: its free list is LIFO, spec §5 / §14.21)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for allocator in (self.gpu, self.cpu):
+            allocator.__class__ = type(f"Fifo{type(allocator).__name__}", (_FifoRelease, type(allocator)), {})
+
+
+class WatermarkOffByOne(ReferenceBlockSpaceManager):
+    """Keeps one block more than the watermark free at admission (an
+    off-by-one in ``int(watermark * num_gpu_blocks)``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.watermark_blocks += 1
+
+
+BROKEN_MANAGERS = (FifoFreeList, WatermarkOffByOne)

@@ -1,0 +1,119 @@
+"""``blockspace conformance``: check one implementation against another.
+
+    blockspace conformance --impl fast --against reference --profile quick
+    blockspace conformance --impl mypkg.manager:MyManager --json report.json
+
+Runs every check of the profile (``runner.py``) with a progress bar, prints
+a summary table (checks, examples run, failures) and each failure's repro,
+and optionally writes a JSON report for CI. Exit status: 0 when everything
+passed or was skipped, 1 when a check failed, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from blockspace.conformance.runner import CAPABILITIES, PROFILES, capabilities_of, checks_for
+from blockspace.interfaces import load_manager_class
+
+FEATURES = {name.removeprefix("supports_"): name for name in CAPABILITIES}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="blockspace conformance", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--impl", required=True, help='implementation under test: "fast", "reference" or package.module:Class')
+    parser.add_argument("--against", default="reference", help="the yardstick (default: reference)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    parser.add_argument("--json", metavar="PATH", help="write a JSON report here")
+    parser.add_argument("--only", metavar="TEXT", action="append", help="run only checks whose name contains TEXT")
+    parser.add_argument("--examples", type=int, help="state-machine examples per family (overrides the profile)")
+    parser.add_argument(
+        "--without", choices=sorted(FEATURES), action="append", default=[], help="a feature the implementation lacks"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    try:
+        impl_cls = load_manager_class(args.impl)
+        against_cls = load_manager_class(args.against)
+    except (ImportError, AttributeError, ValueError) as error:
+        print(f"blockspace conformance: cannot load an implementation: {error}", file=sys.stderr)
+        return 2
+    profile = PROFILES[args.profile]
+    if args.examples:
+        profile = type(profile)(**{**profile.__dict__, "max_examples": args.examples})
+    capabilities = capabilities_of(impl_cls, {FEATURES[f]: False for f in args.without})
+    names = [name.rpartition(":")[2] for name in (args.against, args.impl)]
+    if names[0] == names[1]:
+        names[1] += " (2)"
+    impls = {names[0]: against_cls, names[1]: impl_cls}
+    checks = [c for c in checks_for(impls, profile, capabilities) if not args.only or any(t in c.name for t in args.only)]
+    results = run_with_progress(checks)
+    report = {
+        "impl": args.impl,
+        "against": args.against,
+        "profile": args.profile,
+        "capabilities": capabilities,
+        "passed": all(r.status != "failed" for r in results),
+        "checks": [r.as_dict() for r in results],
+        "totals": {
+            "checks": len(results),
+            "failed": sum(r.status == "failed" for r in results),
+            "skipped": sum(r.status == "skipped" for r in results),
+            "examples": sum(r.examples for r in results),
+            "seconds": round(sum(r.seconds for r in results), 1),
+        },
+    }
+    print_summary(report)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=2, default=str)
+    return 0 if report["passed"] else 1
+
+
+def run_with_progress(checks: list[Any]) -> list[Any]:
+    from rich.markup import escape
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    results = []
+    columns = (TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task("conformance", total=len(checks))
+        for check in checks:
+            progress.update(task, description=escape(check.name))
+            results.append(check.run())
+            progress.advance(task)
+        progress.update(task, description="done")
+    return results
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{report['impl']} against {report['against']} ({report['profile']})")
+    for column in ("check", "status", "examples", "seconds", "note"):
+        table.add_column(column, justify="right" if column in ("examples", "seconds") else "left")
+    colours = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
+    for check in report["checks"]:
+        note = check["detail"].splitlines()[0] if check["detail"] else ""
+        status = f"[{colours[check['status']]}]{check['status']}[/]"
+        note = escape(note[:70])
+        table.add_row(escape(check["name"]), status, str(check["examples"]), f"{check['seconds']:.1f}", note)
+    totals = report["totals"]
+    table.add_row("total", f"{totals['failed']} failed", str(totals["examples"]), f"{totals['seconds']:.1f}", "")
+    console.print(table)
+    for check in report["checks"]:
+        if check["status"] == "failed":
+            console.rule(f"[bold red]{escape(check['name'])}")
+            console.print(check["detail"], markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,200 @@
+"""Drive several managers with the same call and demand the same answer.
+
+``Lockstep`` holds N managers (the first one is the yardstick, usually the
+reference). ``call(name, *args)`` makes the call on each and compares what
+came back: the same value of the same type (``AllocStatus`` is not ``bool``,
+a list of tuples is not a list of lists, a numpy int is not an int), or an
+error of the same type everywhere. Then, for every manager that offers
+``snapshot()``, it compares the full observable state, and after an error it
+checks that the error left each manager exactly as it was (every blockspace
+error is raised before any change).
+
+Any disagreement raises ``Divergence`` with the runnable call log (a
+``Script``) that led to it, so a failure is its own bug report.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from blockspace.conformance.script import Script
+from blockspace.interfaces import load_manager_class
+from blockspace.snapshot import diff
+
+
+class Divergence(AssertionError):
+    """Two managers disagreed, or one broke an invariant; the message ends
+    with a runnable repro."""
+
+
+@dataclass
+class Outcome:
+    """What one call did in one manager: a returned value or a raised error."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+    @property
+    def raised(self) -> bool:
+        return self.error is not None
+
+    def describe(self) -> str:
+        if self.error is not None:
+            return f"raised {type(self.error).__name__}: {self.error}"
+        return f"returned {describe_value(self.value)}"
+
+
+def describe_value(value: Any) -> str:
+    """A value with its type, where the type is not obvious from the repr."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    text = repr(value)
+    if type(value) not in (int, float, bool, str, list, tuple, dict, type(None)):
+        text += f" ({type(value).__module__}.{type(value).__qualname__})"
+    return text if len(text) < 400 else text[:400] + "..."
+
+
+def mismatch(a: Any, b: Any, where: str = "value") -> str | None:
+    """Why ``b`` is not the same as ``a`` (same type, same value, all the
+    way down), or None when it is. Floats must be equal as IEEE doubles."""
+    if type(a) is not type(b):
+        return f"{where}: type {type(a).__qualname__} != {type(b).__qualname__} ({a!r} vs {b!r})"
+    if isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            return f"{where}: length {len(a)} != {len(b)} ({a!r} vs {b!r})"
+        for index, (x, y) in enumerate(zip(a, b)):
+            problem = mismatch(x, y, f"{where}[{index}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(a, dict):
+        if a.keys() != b.keys():
+            return f"{where}: keys {sorted(a, key=repr)} != {sorted(b, key=repr)}"
+        for key in a:
+            problem = mismatch(a[key], b[key], f"{where}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+        return None
+    if a != b:
+        return f"{where}: {a!r} != {b!r}"
+    return None
+
+
+class Lockstep:
+    """N managers that must agree on every call.
+
+    ``managers`` maps a display name to a manager; the first is the yardstick.
+    ``script`` (optional) is the call log; every call made through ``call``
+    is appended to it so a failure can print a runnable repro.
+    """
+
+    def __init__(self, managers: Mapping[str, Any], script: Script | None = None, every_call: bool = True) -> None:
+        if len(managers) < 1:
+            raise ValueError("Lockstep needs at least one manager")
+        self.managers = dict(managers)
+        self.script = script if script is not None else Script()
+        self.num_calls = 0
+        self.failed = False
+        self.every_call = every_call  # False: snapshots only at ``checkpoint`` (big pools)
+        self.snapshots: dict[str, Any] = {}
+        self._take_snapshots()
+
+    @classmethod
+    def build(cls, impls: Mapping[str, Any], script: Script | None = None, every_call: bool = True, **config: Any) -> Lockstep:
+        """Managers from classes or version names (``"reference"``,
+        ``"package.module:Class"``), all built with the same ``config``."""
+        managers = {}
+        for name, impl in impls.items():
+            impl_cls = load_manager_class(impl) if isinstance(impl, str) else impl
+            managers[name] = impl_cls(**config)
+        return cls(managers, script, every_call)
+
+    @property
+    def reference(self) -> Any:
+        return next(iter(self.managers.values()))
+
+    @property
+    def snapshotting(self) -> list[str]:
+        """Names of the managers that offer ``snapshot()``."""
+        return [name for name, m in self.managers.items() if callable(getattr(m, "snapshot", None))]
+
+    def _take_snapshots(self) -> dict[str, Any]:
+        previous = self.snapshots
+        self.snapshots = {name: self.managers[name].snapshot() for name in self.snapshotting}
+        return previous
+
+    def fail(self, message: str) -> None:
+        self.failed = True
+        raise Divergence(f"{message}\n\nRepro (runnable):\n{self.script.render()}")
+
+    def call(self, method: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Outcome:
+        """Make the call on every manager; return the yardstick's outcome.
+
+        ``quiet`` calls (pure observations made after every step) are written
+        to the script only if they diverge, to keep repros short."""
+        line = self.script.call_line(method, args, kwargs)
+        outcomes: dict[str, Outcome] = {}
+        for name, manager in self.managers.items():
+            try:
+                outcomes[name] = Outcome(value=getattr(manager, method)(*args, **kwargs))
+            except Exception as error:  # noqa: BLE001 - every error is part of the comparison
+                outcomes[name] = Outcome(error=error)
+        self.num_calls += 1
+        first_name, first = next(iter(outcomes.items()))
+        if not quiet:
+            self.script.add(line, comment=f"{first_name} {first.describe()}")
+        problems = []
+        for name, outcome in list(outcomes.items())[1:]:
+            if first.raised or outcome.raised:
+                if type(first.error) is not type(outcome.error):
+                    problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}")
+            else:
+                why = mismatch(first.value, outcome.value)
+                if why:
+                    problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}\n  ({why})")
+        if problems:
+            if quiet:
+                self.script.add(line)
+            self.fail(f"{method} disagrees:\n  " + "\n  ".join(problems))
+        if (quiet or not self.every_call) and not first.raised:
+            return first  # an observation (or a big pool): the next snapshots cover it
+        previous = self._take_snapshots()
+        if first.raised:
+            for name, snap in self.snapshots.items():
+                if snap != previous.get(name):
+                    changes = "\n    ".join(diff(previous[name], snap)[:12])
+                    self.fail(f"{method} raised {type(first.error).__name__} but changed {name}:\n    {changes}")
+        self.compare_snapshots(method)
+        return first
+
+    def checkpoint(self, label: str) -> None:
+        """Take and compare snapshots now (with ``every_call=False``)."""
+        self._take_snapshots()
+        self.compare_snapshots(label)
+
+    def compare_snapshots(self, after: str) -> None:
+        names = list(self.snapshots)
+        for name in names[1:]:
+            if self.snapshots[name] != self.snapshots[names[0]]:
+                changes = "\n    ".join(diff(self.snapshots[names[0]], self.snapshots[name])[:12])
+                self.fail(f"state differs after {after} ({names[0]} vs {name}):\n    {changes}")
+
+    def value(self, method: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
+        """``call`` for a call that must succeed: its (common) return value."""
+        outcome = self.call(method, *args, quiet=quiet, **kwargs)
+        if outcome.raised:
+            self.fail(f"{method} raised {type(outcome.error).__name__} in every manager: {outcome.error}")
+        return outcome.value
+
+    def each(self, check: Callable[[str, Any], list[str]]) -> None:
+        """Run ``check(name, snapshot)`` on every snapshot; fail on problems."""
+        for name, snap in self.snapshots.items():
+            problems = check(name, snap)
+            if problems:
+                self.fail(f"invariant broken in {name}:\n  " + "\n  ".join(problems[:12]))

@@ -1,0 +1,489 @@
+"""A Hypothesis state machine that plays the v0 scheduler against N managers.
+
+The rules follow the scheduler's legal call protocol (spec §16): admission
+(``get_num_cached_tokens`` -> ``can_allocate`` -> ``allocate``), decode and
+chunked-prefill steps (``can_append_slots`` -> ``append_slots`` with and
+without lookahead -> ``get_block_table``/``access_all_blocks_in_seq`` ->
+``get_common_computed_block_ids`` -> ``mark_blocks_as_computed``), forks
+(n>1 sampling, beam search), preemption by recompute and by swap (with and
+without asking ``can_swap_*`` first), finishing and aborting, plus cache
+queries, hit rates and resets. ``illegal`` makes calls the protocol forbids;
+they must fail with the same error everywhere and change nothing.
+
+Every call goes through a ``Lockstep`` (same answers, same state) and every
+step ends with the invariants of ``invariants.py``. The scheduler's world
+(sequences, statuses, tokens) lives in a ``Script``, so a failure prints the
+shrunk run as a runnable snippet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from blockspace.conformance import invariants
+from blockspace.conformance.configs import Config, family_configs
+from blockspace.conformance.lockstep import Lockstep
+from blockspace.conformance.script import Script
+from blockspace.enums import AllocStatus, Device, SequenceStatus
+
+RUNNING, SWAPPED, WAITING = SequenceStatus.RUNNING, SequenceStatus.SWAPPED, SequenceStatus.WAITING
+MAX_LIVE_GROUPS = 4
+
+# Prompts are prefixes of a few fixed token lists, so that with prefix caching
+# requests share full blocks at every block size.
+PROMPT_BANK = (
+    [(7 * i) % 5 for i in range(64)],
+    [(7 * i) % 5 for i in range(20)] + [(3 * i) % 4 for i in range(44)],
+    [1] * 64,
+)
+
+
+class ConformanceMachine(RuleBasedStateMachine):
+    """Base machine; ``machine_for`` makes a runnable subclass with the
+    implementations and the configuration family filled in."""
+
+    impls: Mapping[str, Any] = {}
+    runs: list[Config] = []  # configurations of the examples run (shared per subclass)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock: Lockstep | None = None
+        self.script: Script | None = None
+        self.config: Config | None = None
+        self.world: invariants.World | None = None
+        self.groups: dict[str, Any] = {}  # request_id -> unfinished SequenceGroup
+        self.all_seqs: list[Any] = []
+        self.ledgers: dict[str, invariants.ContentLedger] = {}
+        self.clock = 1.0
+        self.num_seqs = 0
+        self.num_groups = 0
+        self.num_scratch = 0
+
+    # -- setup -------------------------------------------------------------------------
+    def setup(self, config: Config) -> None:
+        self.config = config
+        kwargs = config.manager_kwargs()
+        self.script = Script(self.impls, kwargs)
+        self.lock = Lockstep.build(self.impls, self.script, **kwargs)
+        self.world = invariants.World(
+            config.block_size,
+            config.num_gpu_blocks,
+            config.num_cpu_blocks,
+            config.enable_caching,
+            config.sliding_window,
+            config.max_lookahead,
+        )
+        self.ledgers = {name: invariants.ContentLedger() for name in self.lock.snapshotting}
+        type(self).runs.append(config)
+
+    # -- the world (every change goes through the script) ------------------------------
+    def do(self, code: str) -> None:
+        self.script.do(code)
+
+    def seq(self, seq_id: int) -> Any:
+        return self.script.get(f"s{seq_id}")
+
+    def set_status(self, seqs: list[Any], status: SequenceStatus) -> None:
+        if seqs:
+            names = ", ".join(f"s{s.seq_id}" for s in seqs)
+            self.do(f"for s in [{names}]: s.status = SequenceStatus.{status.name}")
+
+    def new_seq(self, tokens: list[int], lora: int = 0) -> Any:
+        self.num_seqs += 1
+        seq_id = self.num_seqs
+        lora_text = f", lora_int_id={lora}" if lora else ""
+        self.do(f"s{seq_id} = Sequence({seq_id}, {tokens!r}{lora_text})")
+        self.all_seqs.append(self.seq(seq_id))
+        return self.seq(seq_id)
+
+    def scratch(self, code: str) -> Any:
+        """A throw-away object for an illegal call, named ``x<n>`` in the script."""
+        self.num_scratch += 1
+        self.do(f"x{self.num_scratch} = {code}")
+        return self.script.get(f"x{self.num_scratch}")
+
+    def live(self, *statuses: SequenceStatus) -> list[Any]:
+        return [s for g in self.groups.values() for s in g.get_seqs() if s.status in statuses]
+
+    def groups_with(self, status: SequenceStatus) -> list[Any]:
+        return [g for g in self.groups.values() if g.get_seqs(status=status)]
+
+    def forget(self, seq: Any) -> None:
+        self.world.seqs.pop(seq.seq_id, None)
+        self.world.written.pop(seq.seq_id, None)
+
+    def finish_group_if_done(self, group: Any) -> None:
+        if all(s.is_finished() for s in group.get_seqs()):
+            if group.is_encoder_decoder():
+                self.free_cross(group)
+            del self.groups[group.request_id]
+
+    def free_cross(self, group: Any) -> None:
+        self.lock.call("free_cross", group)
+        self.world.encoders.pop(group.request_id, None)
+
+    def lookahead(self, data: st.DataObject) -> int:
+        return data.draw(st.integers(0, self.config.max_lookahead), label="lookahead")
+
+    @property
+    def caching(self) -> bool:
+        return self.config.enable_caching
+
+    # -- admission -------------------------------------------------------------------------
+    @precondition(lambda self: len(self.groups) < MAX_LIVE_GROUPS)
+    @rule(data=st.data())
+    def new_request(self, data: st.DataObject) -> None:
+        bs = self.config.block_size
+        bank = data.draw(st.integers(0, len(PROMPT_BANK) - 1), label="bank")
+        empty = data.draw(st.integers(0, 15), label="empty prompt") == 0
+        length = 0 if empty else data.draw(st.integers(1, 3 * bs + 1), label="prompt length")
+        prompt = PROMPT_BANK[bank][:length]
+        if length and data.draw(st.booleans(), label="diverge"):
+            prompt[data.draw(st.integers(0, length - 1), label="at")] = 9
+        n = data.draw(st.sampled_from((1, 1, 1, 2, 3)), label="n")
+        lora = data.draw(st.sampled_from((0, 0, 1)), label="lora") if self.caching else 0
+        seqs = [self.new_seq(prompt, lora) for _ in range(n)]
+        encoder = None
+        if self.config.encoder_decoder and data.draw(st.booleans(), label="encoder"):
+            encoder = self.new_seq([5 + (i % 3) for i in range(data.draw(st.integers(0, 2 * bs + 1)))])
+        self.num_groups += 1
+        request_id = f"g{self.num_groups}"
+        names = ", ".join(f"s{s.seq_id}" for s in seqs)
+        encoder_text = f", s{encoder.seq_id}" if encoder is not None else ""
+        self.do(f"{request_id} = SequenceGroup({request_id!r}, [{names}]{encoder_text})")
+        self.groups[request_id] = self.script.get(request_id)
+
+    def admitted(self, group: Any) -> None:
+        waiting = group.get_seqs(status=WAITING)
+        for s in waiting:
+            self.world.seqs[s.seq_id] = s
+            self.world.written[s.seq_id] = len(waiting[0].get_token_ids())
+        if group.is_encoder_decoder():
+            self.world.encoders[group.request_id] = group.get_encoder_seq()
+        self.set_status(waiting, RUNNING)
+
+    @precondition(lambda self: self.groups_with(WAITING))
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        """Admission as the scheduler does it."""
+        group = data.draw(st.sampled_from(self.groups_with(WAITING)), label="group")
+        waiting = group.get_seqs(status=WAITING)
+        if self.caching:
+            for s in waiting:
+                self.lock.call("get_num_cached_tokens", s)
+        if data.draw(st.integers(0, 5), label="unchecked") == 0:
+            if not self.lock.call("allocate", group).raised:  # without asking: works or fails cleanly
+                self.admitted(group)
+            return
+        status = self.lock.call("can_allocate", group, self.lookahead(data))
+        if status.raised:
+            return
+        if status.value == AllocStatus.OK:
+            if not self.lock.call("allocate", group).raised:
+                self.admitted(group)
+            return
+        if self.caching:
+            for s in waiting:
+                self.lock.call("remove_seq_from_computed_blocks_tracker", s)
+        if status.value == AllocStatus.NEVER:
+            self.set_status(waiting, SequenceStatus.FINISHED_IGNORED)
+            self.finish_group_if_done(group)
+
+    # -- decoding ---------------------------------------------------------------------------
+    @precondition(lambda self: self.groups_with(RUNNING))
+    @rule(data=st.data())
+    def schedule(self, data: st.DataObject) -> None:
+        """One scheduler step over every running group, then one model step."""
+        lookahead = self.lookahead(data)
+        chunk = data.draw(st.integers(1, 2 * self.config.block_size), label="chunk")
+        checked = data.draw(st.sampled_from((True, True, True, False)), label="checked")
+        scheduled = []
+        for group in self.groups_with(RUNNING):
+            running = group.get_seqs(status=RUNNING)
+            if checked and not self.lock.value("can_append_slots", group, lookahead):
+                continue  # the scheduler would preempt someone (see ``preempt``)
+            for s in running:
+                self.append(s, lookahead)
+            for s in running:
+                self.lock.call("get_block_table", s)
+                self.lock.call("access_all_blocks_in_seq", s, self.clock)
+            if self.caching:
+                self.lock.call("get_common_computed_block_ids", running)
+            scheduled.append(group)
+        if self.caching and len(scheduled) > 1:  # across groups: prefixes that differ
+            self.lock.call("get_common_computed_block_ids", [s for g in scheduled for s in g.get_seqs(status=RUNNING)])
+        for group in scheduled:
+            self.lock.call("mark_blocks_as_computed", group, chunk)
+        for group in scheduled:  # the model step
+            for s in group.get_seqs(status=RUNNING):
+                self.model_step(s, chunk, data)
+        self.clock += 1.0
+
+    def model_step(self, seq: Any, chunk: int, data: st.DataObject) -> None:
+        """Prefill advances by ``chunk``; decode computes the last token and
+        samples one new token (sometimes several: speculative decoding)."""
+        uncomputed = seq.data.get_num_uncomputed_tokens()
+        self.do(f"s{seq.seq_id}.data.update_num_computed_tokens({min(chunk, uncomputed)})")
+        if seq.is_prefill():
+            return
+        num_tokens = data.draw(st.sampled_from((1, 1, 1, 2, self.config.block_size + 1)), label="new tokens")
+        tokens = [data.draw(st.integers(1, 3), label="token") for _ in range(num_tokens)]
+        for token in tokens:
+            self.do(f"s{seq.seq_id}.append_token_id({token})")
+
+    def append(self, seq: Any, lookahead: int) -> None:
+        outcome = self.lock.call("append_slots", seq, lookahead)
+        if outcome.raised:
+            return
+        self.world.written[seq.seq_id] = len(seq.get_token_ids())
+        table = self.lock.value("get_block_table", seq, quiet=True)
+        if not self.lock.snapshotting:
+            self.require(invariants.check_cow(outcome.value, table, None, self.world))
+        for name, snap in self.lock.snapshots.items():
+            refcounts = [block[0] for block in snap["blocks"]]
+            problems = invariants.check_cow(outcome.value, snap["tables"][seq.seq_id]["blocks"], refcounts, self.world)
+            self.require(problems, name)
+
+    @precondition(lambda self: self.live(RUNNING, SWAPPED))
+    @rule(data=st.data())
+    def fork(self, data: st.DataObject) -> None:
+        """n>1 sampling / beam search: a child sharing the parent's blocks."""
+        parent = data.draw(st.sampled_from(self.live(RUNNING, SWAPPED)), label="parent")
+        group = next(g for g in self.groups.values() if parent in g.get_seqs())
+        self.num_seqs += 1
+        child_id = self.num_seqs
+        self.do(f"s{child_id} = s{parent.seq_id}.fork({child_id})")
+        child = self.seq(child_id)
+        self.all_seqs.append(child)
+        self.do(f"{group.request_id}.add(s{child_id})")
+        if self.lock.call("fork", parent, child).raised:
+            self.set_status([child], SequenceStatus.FINISHED_ABORTED)
+            return
+        self.world.seqs[child_id] = child
+        self.world.written[child_id] = self.world.written[parent.seq_id]
+        if self.caching:
+            self.lock.call("get_num_cached_tokens", child)
+
+    # -- finishing and preemption -----------------------------------------------------------
+    @precondition(lambda self: self.groups)
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        """A sequence stops (or a whole request is aborted): free its blocks."""
+        live = self.live(RUNNING, SWAPPED)
+        if live and data.draw(st.booleans(), label="one sequence"):
+            seqs = [data.draw(st.sampled_from(live), label="seq")]
+        else:
+            group = data.draw(st.sampled_from(sorted(self.groups.values(), key=lambda g: g.request_id)), label="group")
+            seqs = [s for s in group.get_seqs() if not s.is_finished()]
+        groups = {g.request_id: g for g in self.groups.values() for s in seqs if s in g.get_seqs()}
+        self.set_status(seqs, SequenceStatus.FINISHED_STOPPED)
+        for s in seqs:
+            self.lock.call("free", s)
+            self.forget(s)
+        for group in groups.values():
+            self.finish_group_if_done(group)
+
+    def recomputable(self, group: Any) -> bool:
+        return len([s for s in group.get_seqs() if not s.is_finished()]) == 1
+
+    @precondition(lambda self: self.groups_with(RUNNING))
+    @rule(data=st.data())
+    def preempt(self, data: st.DataObject) -> None:
+        """Recompute (single-sequence groups) or swap out (asking
+        ``can_swap_out`` first, or not)."""
+        group = data.draw(st.sampled_from(self.groups_with(RUNNING)), label="group")
+        how = data.draw(st.sampled_from(("recompute", "swap", "swap", "swap unchecked")), label="how")
+        if how == "recompute" and self.recomputable(group):
+            seq = group.get_seqs(status=RUNNING)[0]
+            self.set_status([seq], WAITING)
+            self.lock.call("free", seq)
+            self.forget(seq)
+            self.do(f"s{seq.seq_id}.data.reset_state_for_recompute()")
+            if group.is_encoder_decoder():
+                self.free_cross(group)
+            return
+        if how != "swap unchecked" and not self.lock.value("can_swap_out", group):
+            return
+        self.swap(group, "swap_out", RUNNING, SWAPPED)
+
+    def swap(self, group: Any, method: str, status: SequenceStatus, new_status: SequenceStatus) -> None:
+        seqs = group.get_seqs(status=status)
+        before = {s.seq_id: self.lock.value("get_block_table", s, quiet=True) for s in seqs}
+        outcome = self.lock.call(method, group)
+        if outcome.raised:
+            return
+        self.set_status(seqs, new_status)
+        after = {s.seq_id: self.lock.value("get_block_table", s, quiet=True) for s in seqs}
+        self.require(invariants.check_swap(outcome.value, before, after, method == "swap_out", self.world))
+
+    @precondition(lambda self: self.groups_with(SWAPPED))
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        group = data.draw(st.sampled_from(self.groups_with(SWAPPED)), label="group")
+        lookahead = self.lookahead(data)
+        if data.draw(st.sampled_from((True, True, True, False)), label="checked"):
+            if self.lock.value("can_swap_in", group, lookahead) != AllocStatus.OK:
+                return
+        self.swap(group, "swap_in", SWAPPED, RUNNING)
+
+    # -- prefix-cache queries ---------------------------------------------------------------
+    @rule(data=st.data(), what=st.integers(0, 5))
+    def cache_calls(self, data: st.DataObject, what: int) -> None:
+        """Tracker, access-time, hit-rate, reset and mark calls at any moment."""
+        live = self.live(RUNNING, SWAPPED)
+        if what == 0 and self.all_seqs:
+            seq = data.draw(st.sampled_from(self.all_seqs), label="seq")
+            method = data.draw(st.sampled_from(("get_num_cached_tokens", "access", "remove")), label="method")
+            if method == "access":
+                self.lock.call("access_all_blocks_in_seq", seq, self.clock)
+            elif method == "remove":
+                if self.caching:
+                    self.lock.call("remove_seq_from_computed_blocks_tracker", seq)
+            else:
+                self.lock.call(method, seq)
+        elif what == 1:
+            seqs = data.draw(st.lists(st.sampled_from(live), max_size=3), label="seqs") if live else []
+            self.lock.call("get_common_computed_block_ids", seqs)
+        elif what == 2:
+            self.lock.call("get_prefix_cache_hit_rate", data.draw(st.sampled_from((Device.GPU, Device.CPU, "gpu"))))
+        elif what == 3:
+            device = data.draw(st.sampled_from(("none", None, Device.GPU, Device.CPU)), label="device")
+            if device == "none":
+                self.lock.call("reset_prefix_cache")
+            else:
+                self.lock.call("reset_prefix_cache", device)
+        elif what == 4 and self.groups:
+            group = data.draw(st.sampled_from(sorted(self.groups.values(), key=lambda g: g.request_id)), label="group")
+            self.lock.call("mark_blocks_as_computed", group, data.draw(st.integers(0, 8), label="chunk"))
+
+    # -- calls the protocol forbids -------------------------------------------------------------
+    @rule(data=st.data(), kind=st.integers(0, 9))
+    def illegal(self, data: st.DataObject, kind: int) -> None:
+        """A forbidden call: the same error everywhere, and no change."""
+        fresh_id = 10_000 + self.num_scratch
+        live = self.live(RUNNING, SWAPPED)
+        if kind == 0:
+            self.lock.call("append_slots", self.scratch(f"Sequence({fresh_id}, [1, 2])"), 0)
+        elif kind == 1:
+            self.lock.call("get_block_table", self.scratch(f"Sequence({fresh_id}, [1])"))
+        elif kind == 2 and self.live(SWAPPED):
+            self.lock.call("append_slots", data.draw(st.sampled_from(self.live(SWAPPED))), 0)
+        elif kind == 3:
+            method = data.draw(st.sampled_from(("can_allocate", "can_append_slots", "can_swap_in")))
+            groups = sorted(self.groups.values(), key=lambda g: g.request_id)
+            if groups:
+                self.lock.call(method, data.draw(st.sampled_from(groups)), -1)
+        elif kind == 4 and live:
+            seq = data.draw(st.sampled_from(live))
+            self.lock.call("append_slots", seq, -1)
+        elif kind == 5 and live:
+            seq = data.draw(st.sampled_from(live))
+            self.scratch(f"Sequence({seq.seq_id}, {list(seq.get_token_ids())!r})")
+            self.lock.call("allocate", self.scratch(f"SequenceGroup('dup{self.num_scratch}', [x{self.num_scratch}])"))
+        elif kind == 6 and self.groups_with(RUNNING):
+            group = data.draw(st.sampled_from(self.groups_with(RUNNING)))
+            if not group.get_seqs(status=WAITING):
+                self.lock.call("allocate", group)
+        elif kind == 7 and len(live) >= 2:
+            parent, child = data.draw(st.permutations(live))[:2]
+            self.lock.call("fork", parent, child)
+        elif kind == 8:
+            bad = self.scratch(f"SequenceGroup('bad{self.num_scratch}', [Sequence({fresh_id}, [1, -1, 2])])")
+            self.lock.call("allocate", bad)
+        elif kind == 9:
+            self.lock.call("get_prefix_cache_hit_rate", "tpu")
+        self.illegal_encoder_decoder(data, fresh_id)
+
+    def illegal_encoder_decoder(self, data: st.DataObject, fresh_id: int) -> None:
+        """Encoder-decoder requests where they are not supported."""
+        if not (self.caching or self.config.sliding_window is not None):
+            return
+        if not data.draw(st.booleans(), label="encoder-decoder"):
+            return
+        group = self.scratch(
+            f"SequenceGroup('ed{self.num_scratch}', [Sequence({fresh_id + 1}, [1, 2])], Sequence({fresh_id + 2}, [3]))"
+        )
+        self.lock.call(data.draw(st.sampled_from(("can_allocate", "allocate"))), group)
+
+    # -- after every step -------------------------------------------------------------------------
+    def require(self, problems: list[str], where: str = "") -> None:
+        if problems:
+            self.lock.fail(f"invariant broken{' in ' + where if where else ''}:\n  " + "\n  ".join(problems[:12]))
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        if self.lock is None:
+            return
+        self.observe()
+        num_free = (
+            self.lock.value("get_num_free_gpu_blocks", quiet=True),
+            self.lock.value("get_num_free_cpu_blocks", quiet=True),
+        )
+        tables = {seq_id: self.lock.value("get_block_table", s, quiet=True) for seq_id, s in self.world.seqs.items()}
+        cross = {}
+        for request_id in self.world.encoders:
+            cross[request_id] = self.lock.value("get_cross_block_table", self.groups[request_id], quiet=True)
+        self.require(invariants.check_returns(tables, cross, *num_free, self.world), "the return values")
+        for name, snap in self.lock.snapshots.items():
+            problems = invariants.check_snapshot(snap, self.world, num_free)
+            if self.caching:
+                problems += self.ledgers[name].observe(snap, self.world)
+            self.require(problems, name)
+
+    def observe(self) -> None:
+        """Ask every question that changes nothing, of every group: the
+        admission and swap answers sit on boundaries (``free - need ==
+        watermark``) that only many questions reach. Observations join the
+        repro only when they disagree."""
+        for group in self.groups_with(WAITING):
+            self.lock.call("can_allocate", group, 0, quiet=True)
+        for group in self.groups_with(RUNNING):
+            self.lock.call("can_append_slots", group, self.config.max_lookahead, quiet=True)
+            self.lock.call("can_swap_out", group, quiet=True)
+        for group in self.groups_with(SWAPPED):
+            self.lock.call("can_swap_in", group, 0, quiet=True)
+        for device in (Device.GPU, Device.CPU):
+            self.lock.call("get_prefix_cache_hit_rate", device, quiet=True)
+
+    def teardown(self) -> None:
+        """Free everything: then nothing may be in use, and a reset works."""
+        if self.lock is None or self.lock.failed:
+            return
+        for group in list(self.groups.values()):
+            for s in group.get_seqs():
+                if not s.is_finished():
+                    self.set_status([s], SequenceStatus.FINISHED_ABORTED)
+                    self.lock.call("free", s)
+                    self.forget(s)
+            if group.is_encoder_decoder():
+                self.free_cross(group)
+        self.groups.clear()
+        for name, snap in self.lock.snapshots.items():
+            self.require(invariants.check_nothing_in_use(snap), name)
+        null = 1 if self.config.sliding_window is not None else 0
+        free_gpu = self.lock.value("get_num_free_gpu_blocks")
+        free_cpu = self.lock.value("get_num_free_cpu_blocks")
+        if free_cpu != self.config.num_cpu_blocks or free_gpu not in range(self.config.num_gpu_blocks - null, self.config.num_gpu_blocks + 1):
+            self.require([f"after freeing everything {free_gpu} GPU / {free_cpu} CPU blocks are free"])
+        done = self.lock.value("reset_prefix_cache")
+        if free_gpu == self.config.num_gpu_blocks and done is not True:
+            self.require(["reset_prefix_cache() with nothing in use did not succeed"])
+
+
+def machine_for(impls: Mapping[str, Any], family: str) -> type[ConformanceMachine]:
+    """A state machine class over ``impls`` (name -> class or version name;
+    the first is the yardstick) for one configuration family."""
+
+    class Machine(ConformanceMachine):
+        @initialize(config=family_configs(family))
+        def build(self, config: Config) -> None:
+            self.setup(config)
+
+    Machine.__name__ = Machine.__qualname__ = f"Conformance_{family}"
+    Machine.impls = dict(impls)
+    Machine.runs = []
+    return Machine

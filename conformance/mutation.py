@@ -1,0 +1,197 @@
+"""How strong is the kit? Mutation testing of the reference core.
+
+Each mutant is the reference with one small change made by mutmut's
+mutation operators (``<`` -> ``<=``, ``+ 1`` -> ``+ 2``, ``and`` -> ``or``,
+a dropped argument, ...). The kit must tell it apart from a pristine copy
+of the reference: the quick profile (every state-machine family, then the
+trace replay; no shrinking, we only ask *whether* it fails) runs with
+``{"pristine": <unmutated copy>, "mutant": <mutated reference>}``. A mutant
+is *killed* when a check fails (or the run crashes or hangs), *survived*
+otherwise. The score is killed / all.
+
+    python -m blockspace.conformance.mutation --sample 200 --workers 2 --out mutants.json
+
+Needs ``mutmut`` (2.x, for its mutation operators; not a dependency of
+blockspace). Each worker gets its own copy of the sources under ``--workdir``;
+the checkout is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = (
+    "reference/allocator.py",
+    "reference/content.py",
+    "reference/evictor.py",
+    "reference/hit_rate.py",
+    "reference/manager.py",
+    "reference/rules.py",
+    "reference/table.py",
+    "reference/tracker.py",
+)
+PACKAGES = {"blockspace": "blockspace", "reference": "blockspace/reference", "conformance": "blockspace/conformance"}
+
+
+# -- mutants -------------------------------------------------------------------------------
+# Error messages are not compared (only error types are), so string mutants
+# are left out: they would all survive, by design.
+SKIPPED_TYPES = {"string", "fstring"}
+
+
+def _operators() -> SimpleNamespace:
+    from mutmut import mutations_by_type
+
+    return SimpleNamespace(mutation_types_to_apply=set(mutations_by_type) - SKIPPED_TYPES, covered_lines_by_filename=None)
+
+
+def enumerate_mutants(files: tuple[str, ...] = CORE) -> list[tuple[str, object]]:
+    """Every (file, mutmut mutation id) of the core files."""
+    from mutmut import ALL, Context, list_mutations
+
+    mutants = []
+    for name in files:
+        source = (ROOT / name).read_text()
+        for mutation_id in list_mutations(Context(source=source, mutation_id=ALL, filename=name, config=_operators())):
+            mutants.append((name, mutation_id))
+    return mutants
+
+
+def mutated_source(name: str, mutation_id: object) -> str:
+    from mutmut import Context, mutate
+
+    context = Context(source=(ROOT / name).read_text(), mutation_id=mutation_id, filename=name, config=_operators())
+    source, num_done = mutate(context)
+    assert num_done == 1
+    return source
+
+
+# -- work directories ----------------------------------------------------------------------
+def build_workdir(workdir: Path) -> None:
+    """``pkg/blockspace`` (with the reference and the kit inside, ready to be
+    mutated) and ``pristine/pristine_reference`` (an untouched copy)."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    for source, target in PACKAGES.items():
+        shutil.copytree(ROOT / source, workdir / "pkg" / target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    pristine = workdir / "pristine" / "pristine_reference"
+    shutil.copytree(ROOT / "reference", pristine, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in pristine.glob("*.py"):
+        path.write_text(re.sub(r"\bblockspace\.reference\b", "pristine_reference", path.read_text()))
+
+
+def run_mutant(workdir: Path, name: str, source: str, timeout: float) -> tuple[str, float, str]:
+    """Install one mutant in ``workdir``, probe it, restore the original."""
+    target = workdir / "pkg" / "blockspace" / "reference" / Path(name).name
+    original = target.read_text()
+    target.write_text(source)
+    env = dict(os.environ, PYTHONPATH=f"{workdir / 'pkg'}{os.pathsep}{workdir / 'pristine'}", PYTHONDONTWRITEBYTECODE="1")
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "blockspace.conformance.mutation", "--probe"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=workdir,
+        )
+        verdict = "survived" if done.returncode == 0 else "killed"
+        why = (done.stdout.strip().splitlines() or [""])[-1]
+    except subprocess.TimeoutExpired:
+        verdict, why = "killed", "timeout"
+    finally:
+        target.write_text(original)
+    return verdict, time.perf_counter() - started, why
+
+
+# -- the probe (runs inside a work directory) ------------------------------------------------
+def probe() -> int:
+    """Exit 1 at the first check that tells the mutant from the pristine copy."""
+    from hypothesis import Phase
+
+    import blockspace.reference
+    from blockspace.conformance.configs import FAMILIES
+    from blockspace.conformance.runner import PROFILES, run_machine
+    from blockspace.conformance.trace import trace_check
+
+    assert "pkg" in blockspace.reference.__file__, "the probe must run in a work directory"
+    impls = {"pristine": "pristine_reference:ReferenceBlockSpaceManager", "mutant": "reference"}
+    quick = PROFILES["quick"]
+    for family in FAMILIES:
+        result = run_machine(impls, family, quick, phases=(Phase.explicit, Phase.generate))
+        if result.status == "failed":
+            print(f"killed by machine[{family}]")
+            return 1
+    if trace_check(impls, quick.trace_requests, {}).run().status == "failed":
+        print("killed by trace[mooncake]")
+        return 1
+    print("survived")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m blockspace.conformance.mutation")
+    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sample", type=int, default=0, help="mutants drawn at random (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per mutant before it counts as hung")
+    parser.add_argument("--workdir", default="/tmp/blockspace-mutation")
+    parser.add_argument("--out", default="mutants.json")
+    args = parser.parse_args(argv)
+    if args.probe:
+        return probe()
+
+    mutants = enumerate_mutants()
+    chosen = random.Random(args.seed).sample(mutants, args.sample) if 0 < args.sample < len(mutants) else mutants
+    workdirs = [Path(args.workdir) / f"w{i}" for i in range(args.workers)]
+    for workdir in workdirs:
+        build_workdir(workdir)
+    free = list(workdirs)
+    results = []
+
+    def one(item: tuple[str, object]) -> dict:
+        workdir = free.pop()
+        try:
+            name, mutation_id = item
+            source = mutated_source(name, mutation_id)
+            verdict, seconds, why = run_mutant(workdir, name, source, args.timeout)
+        finally:
+            free.append(workdir)
+        record = {
+            "file": name,
+            "line_number": mutation_id.line_number + 1,
+            "line": mutation_id.line.strip(),
+            "mutant": source.split("\n")[mutation_id.line_number].strip(),
+            "index": mutation_id.index,
+            "verdict": verdict,
+            "seconds": round(seconds, 1),
+            "why": why,
+        }
+        results.append(record)
+        print(f"[{len(results)}/{len(chosen)}] {verdict:8} {name}:{record['line_number']} {record['line'][:70]}", flush=True)
+        with open(args.out, "w") as handle:
+            json.dump({"total_mutants": len(mutants), "sampled": len(chosen), "results": results}, handle, indent=1)
+        return record
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        list(pool.map(one, chosen))
+    killed = sum(r["verdict"] == "killed" for r in results)
+    print(f"mutation score: {killed}/{len(results)} = {killed / max(1, len(results)):.1%} ({len(mutants)} mutants in the core)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

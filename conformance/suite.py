@@ -1,0 +1,101 @@
+"""The pytest base class: conformance tests for your own manager.
+
+    from blockspace.conformance.suite import ManagerConformance
+
+    class TestMine(ManagerConformance):
+        impl = MyManager                 # a class, "package.module:Class" or "fast"
+        supports_encoder_decoder = False # capability flags skip what does not apply
+
+``ManagerConformance`` itself is never collected (``__test__ = False``);
+every subclass is. Each test is one check of ``runner.py`` with the
+class's ``profile`` (default ``quick``); a failure shows the shrunk call
+sequence as a runnable snippet.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+import pytest
+
+from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
+from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
+from blockspace.interfaces import BlockSpaceManager, load_manager_class
+from blockspace.snapshot import SNAPSHOT_KEYS
+
+
+class ManagerConformance:
+    """Subclass it and set ``impl``; flip a ``supports_*`` flag to skip a feature."""
+
+    __test__ = False
+
+    impl: ClassVar[Any] = None
+    against: ClassVar[Any] = "reference"
+    profile: ClassVar[str] = "quick"
+    max_examples: ClassVar[int | None] = None  # overrides the profile's examples per family
+    supports_caching: ClassVar[bool] = True
+    supports_sliding_window: ClassVar[bool] = True
+    supports_encoder_decoder: ClassVar[bool] = True
+    supports_snapshot: ClassVar[bool | None] = None  # None: use snapshot() when the class has one
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__test__" not in cls.__dict__:
+            cls.__test__ = True
+
+    # -- helpers --------------------------------------------------------------------
+    @classmethod
+    def impl_class(cls) -> type:
+        if cls.impl is None:
+            raise TypeError(f"{cls.__name__} must set impl = <manager class or 'package.module:Class'>")
+        impl = load_manager_class(cls.impl) if isinstance(cls.impl, str) else cls.impl
+        if cls.supports_snapshot is False and callable(getattr(impl, "snapshot", None)):
+            impl = type(f"{impl.__name__}WithoutSnapshot", (impl,), {"snapshot": None})
+        return impl
+
+    @classmethod
+    def impls(cls) -> dict[str, Any]:
+        return {"reference": cls.against, "impl": cls.impl_class()}
+
+    @classmethod
+    def capabilities(cls) -> dict[str, bool]:
+        return {name: getattr(cls, name) for name in ("supports_caching", "supports_sliding_window", "supports_encoder_decoder")}
+
+    @staticmethod
+    def require(result: CheckResult) -> None:
+        if result.status == "skipped":
+            pytest.skip(result.detail)
+        if result.status == "failed":
+            pytest.fail(result.detail, pytrace=False)
+
+    # -- the checks -------------------------------------------------------------------
+    def test_interface(self) -> None:
+        """Every method a v0 scheduler calls, with vLLM's parameter names."""
+        impl = self.impl_class()
+        for name in BlockSpaceManager.__abstractmethods__:
+            method = getattr(impl, name, None)
+            assert callable(method), f"{impl.__name__} has no method {name}"
+            expected = list(inspect.signature(getattr(BlockSpaceManager, name)).parameters)
+            assert list(inspect.signature(method).parameters)[: len(expected)] == expected, f"{name}: parameters differ"
+
+    def test_snapshot_format(self) -> None:
+        impl = self.impl_class()
+        if not callable(getattr(impl, "snapshot", None)):
+            pytest.skip("no snapshot(): invariants are checked from return values only")
+        snap = impl(block_size=4, num_gpu_blocks=4, num_cpu_blocks=2).snapshot()
+        assert set(snap) == set(SNAPSHOT_KEYS)
+
+    @pytest.mark.parametrize("family", list(FAMILIES))
+    def test_state_machine(self, family: str) -> None:
+        needed = FAMILY_CAPABILITY[family]
+        if needed is not None and not getattr(self, needed):
+            pytest.skip(f"{needed} is False")
+        profile = PROFILES[self.profile]
+        changes = {"max_examples": self.max_examples} if self.max_examples else {}
+        self.require(run_machine(self.impls(), family, profile, **changes))
+
+    def test_trace_replay(self) -> None:
+        from blockspace.conformance.trace import trace_check
+
+        self.require(trace_check(self.impls(), PROFILES[self.profile].trace_requests, self.capabilities()).run())

@@ -1,0 +1,203 @@
+"""Replay a Mooncake request trace in lockstep: real prefix sharing, real
+prompt lengths, pool pressure, all compared call by call.
+
+A small FCFS scheduler (admission, decode steps that accept
+``tokens_per_step`` tokens at once as speculative decoding does, swap or
+recompute preemption when ``can_append_slots`` says no, swap-in when room
+comes back) drives every manager through a ``Lockstep``; return values and
+snapshots are compared after every call. Token ids come from the chunk ids
+(equal chunk id -> equal 512 tokens, the last chunk cut to the prompt
+length), so requests that share chunk ids share real prefixes.
+
+The trace: Mooncake (FAST'25), kvcache-ai/Mooncake,
+FAST25-release/traces/conversation_trace.jsonl, Apache License 2.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blockspace.conformance.lockstep import Divergence, Lockstep
+from blockspace.conformance.runner import Check, CheckResult
+from blockspace.conformance.script import Script
+from blockspace.enums import AllocStatus, SequenceStatus
+from blockspace.sequence import Sequence, SequenceGroup
+
+CHUNK_TOKENS = 512
+DEFAULT_TRACE = Path(os.environ.get("BLOCKSPACE_TRACE", "/work/shared/traces/mooncake_conversation.jsonl"))
+BUNDLED = Path(__file__).resolve().parent.parent / "blockspace" / "data" / "mooncake_sample.jsonl"
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+
+def trace_path() -> Path | None:
+    for path in (DEFAULT_TRACE, BUNDLED):
+        if path.is_file():
+            return path
+    return None
+
+
+def load_requests(path: Path, num_requests: int) -> list[TraceRequest]:
+    """The first ``num_requests`` requests of a Mooncake JSONL file."""
+    requests = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if len(requests) >= num_requests:
+                break
+            if line.strip():
+                row = json.loads(line)
+                requests.append(TraceRequest(row["input_length"], row["output_length"], tuple(row["hash_ids"])))
+    return requests
+
+
+def prompt_tokens(hash_ids: tuple[int, ...], input_length: int) -> list[int]:
+    """512 distinct token ids per chunk id (``chunk * 512 + offset``)."""
+    return [h * CHUNK_TOKENS + k for h in hash_ids for k in range(CHUNK_TOKENS)][:input_length]
+
+
+def replay(
+    impls: Mapping[str, Any],
+    requests: list[TraceRequest],
+    *,
+    block_size: int = 32,
+    num_gpu_blocks: int = 1024,
+    num_cpu_blocks: int = 512,
+    enable_caching: bool = True,
+    max_output: int = 64,
+    tokens_per_step: int = 16,
+) -> int:
+    """Run the trace to the end in lockstep; returns the number of calls.
+    Raises ``Divergence`` at the first disagreement."""
+    config = dict(
+        block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        num_cpu_blocks=num_cpu_blocks,
+        watermark=0.0,
+        enable_caching=enable_caching,
+    )
+    script = Script(impls, config)
+    script.do("from blockspace.conformance.trace import prompt_tokens")
+    lock = Lockstep.build(impls, script, every_call=False, **config)
+    waiting: list[SequenceGroup] = []
+    for index, request in enumerate(requests):
+        script.do(f"s{index} = Sequence({index}, prompt_tokens({request.hash_ids!r}, {request.input_length}))")
+        script.do(f"g{index} = SequenceGroup('g{index}', [s{index}])")
+        waiting.append(script.get(f"g{index}"))
+    budget = {g.request_id: min(r.output_length, max_output) for g, r in zip(waiting, requests)}
+    running: list[SequenceGroup] = []
+    swapped: list[SequenceGroup] = []
+    clock = 0.0
+
+    def seq(group: SequenceGroup) -> Sequence:
+        return group.get_seqs()[0]
+
+    def name(group: SequenceGroup) -> str:
+        return f"s{seq(group).seq_id}"
+
+    while waiting or running or swapped:
+        clock += 1.0
+        lock.checkpoint(f"scheduler step {int(clock) - 1}")
+        if swapped and not running and lock.value("can_swap_in", swapped[0], 0) != AllocStatus.OK:
+            group = swapped.pop(0)  # it cannot come back even alone: abort it
+            script.do(f"{name(group)}.status = SequenceStatus.FINISHED_ABORTED")
+            lock.value("free", seq(group))
+        while swapped and lock.value("can_swap_in", swapped[0], 0) == AllocStatus.OK:
+            group = swapped.pop(0)
+            lock.value("swap_in", group)
+            script.do(f"{name(group)}.status = SequenceStatus.RUNNING")
+            running.append(group)
+        while waiting and not swapped:
+            group = waiting[0]
+            if enable_caching:
+                lock.value("get_num_cached_tokens", seq(group))
+            status = lock.value("can_allocate", group, 0)
+            if status == AllocStatus.LATER and not running:
+                status = AllocStatus.NEVER  # it cannot fit even alone
+            if status == AllocStatus.LATER:
+                if enable_caching:
+                    lock.value("remove_seq_from_computed_blocks_tracker", seq(group))
+                break
+            waiting.pop(0)
+            if status == AllocStatus.NEVER:
+                script.do(f"{name(group)}.status = SequenceStatus.FINISHED_IGNORED")
+                continue
+            lock.value("allocate", group)
+            script.do(f"{name(group)}.status = SequenceStatus.RUNNING")
+            running.append(group)
+        for group in list(running):
+            while group in running and not lock.value("can_append_slots", group, 0):
+                victim = running.pop()  # the latest admitted goes first, as in vLLM
+                if lock.value("can_swap_out", victim):
+                    lock.value("swap_out", victim)
+                    script.do(f"{name(victim)}.status = SequenceStatus.SWAPPED")
+                    swapped.append(victim)
+                else:
+                    script.do(f"{name(victim)}.status = SequenceStatus.WAITING")
+                    lock.value("free", seq(victim))
+                    script.do(f"{name(victim)}.data.reset_state_for_recompute()")
+                    waiting.insert(0, victim)
+            if group not in running:
+                continue
+            lock.value("append_slots", seq(group), 0)
+            lock.value("get_block_table", seq(group))
+            lock.value("access_all_blocks_in_seq", seq(group), clock)
+            if enable_caching:
+                lock.value("get_common_computed_block_ids", [seq(group)])
+        for group in running:
+            lock.value("mark_blocks_as_computed", group, seq(group).data.get_num_uncomputed_tokens())
+        for device in ("GPU", "CPU"):
+            lock.value("get_prefix_cache_hit_rate", device)
+        for group in list(running):  # the model step: the whole prompt, then one token per step
+            s = seq(group)
+            script.do(f"{name(group)}.data.update_num_computed_tokens({s.data.get_num_uncomputed_tokens()})")
+            if budget[group.request_id] == 0:
+                script.do(f"{name(group)}.status = SequenceStatus.FINISHED_STOPPED")
+                lock.value("free", s)
+                running.remove(group)
+                continue
+            budget[group.request_id] -= 1
+            for token in range(tokens_per_step):
+                script.do(f"{name(group)}.append_token_id({7 + token})")
+    for index in range(len(requests)):
+        lock.value("get_num_cached_tokens", script.get(f"s{index}"))
+    for device in ("GPU", "CPU"):
+        lock.value("get_prefix_cache_hit_rate", device)
+    lock.value("reset_prefix_cache")
+    lock.checkpoint("the end of the trace")
+    return lock.num_calls
+
+
+def trace_check(impls: Mapping[str, Any], num_requests: int, capabilities: Mapping[str, bool]) -> Check:
+    def run() -> CheckResult:
+        path = trace_path()
+        if path is None:
+            return CheckResult("trace[mooncake]", "skipped", detail="no Mooncake trace file found")
+        requests = load_requests(path, num_requests)
+        caching = capabilities.get("supports_caching", True)
+        started = time.perf_counter()
+        try:
+            num_calls = replay(impls, requests, enable_caching=caching)
+        except Divergence as failure:
+            detail = str(failure)
+            if len(detail) > 20_000:  # a trace repro is long: keep the head and the diverging tail
+                detail = detail[:4_000] + "\n...\n" + detail[-8_000:]
+            return CheckResult("trace[mooncake]", "failed", len(requests), time.perf_counter() - started, detail)
+        return CheckResult(
+            "trace[mooncake]", "passed", len(requests), time.perf_counter() - started, extra={"calls": num_calls}
+        )
+
+    return Check("trace[mooncake]", run)
+
+
+__all__ = ["SequenceStatus", "TraceRequest", "load_requests", "prompt_tokens", "replay", "trace_check"]

@@ -1,0 +1,43 @@
+"""The pytest base class on our own managers: reference against itself
+and, once it exists, the fast manager against the reference."""
+
+import pytest
+
+from blockspace.conformance.suite import ManagerConformance
+from blockspace.interfaces import load_manager_class
+
+
+def _fast_or_none():
+    try:
+        return load_manager_class("fast")
+    except (ImportError, AttributeError):
+        return None
+
+
+class TestReferenceAgainstItself(ManagerConformance):
+    """The invariants on the reference (the comparison itself is trivial)."""
+
+    impl = "reference"
+    max_examples = 30
+
+
+@pytest.mark.skipif(_fast_or_none() is None, reason="blockspace.fast is not available")
+class TestFast(ManagerConformance):
+    impl = "fast"
+
+
+class TestReferenceWithoutSnapshot(ManagerConformance):
+    """Invariants from return values alone, and no caching (capability flags)."""
+
+    impl = "reference"
+    supports_snapshot = False
+    supports_caching = False
+    max_examples = 25
+
+    def test_trace_replay(self):
+        pytest.skip("covered by TestReferenceAgainstItself")
+
+
+def test_base_class_is_not_collected():
+    assert ManagerConformance.__test__ is False
+    assert TestReferenceAgainstItself.__test__ is True
