@@ -339,7 +339,7 @@ class Scheduler:
             else:
                 is_prefill = request.is_prefill()
                 self._append_slots(request, copies)
-                group = ScheduledGroup(request, num_tokens, num_tokens, is_prefill)
+                group = ScheduledGroup(request, num_tokens if is_prefill else 1, num_tokens, is_prefill)
                 (prefills if is_prefill else decodes).append(group)
                 budget.add_num_batched_tokens(request.request_id, num_tokens)
                 budget.add_num_seqs(request.request_id, request.get_max_num_running_seqs())
