@@ -20,6 +20,7 @@ from blockspace.errors import InvalidArgumentError, NoFreeBlocksError
 from blockspace.fast import table as T
 from blockspace.fast.checks import check_new_tokens, checked_lookahead
 from blockspace.fast.content import has_room
+from blockspace.fast.handles import handle
 from blockspace.validation import MAX_TOKEN_ID, check_lookahead
 
 BLOCK_TABLE_PAD = 0  # what vLLM's model runner pads block tables with (never read: lengths bound the kernels)
@@ -46,7 +47,7 @@ class BatchedSteps:
             group_ends.append(len(rows))
         result = np.zeros(len(seq_groups), np.bool_)
         T.can_append_batch(
-            self.gpu, self.tables, np.array(rows, np.int64), np.array(num_tokens, np.int64),
+            self._gpu, self._tables, np.array(rows, np.int64), np.array(num_tokens, np.int64),
             np.array(group_ends, np.int64), num_lookahead_slots, self.block_size, result,
         )  # fmt: skip
         return result.tolist()
@@ -66,7 +67,7 @@ class BatchedSteps:
         tokens = np.concatenate(token_parts) if self.enable_caching and seqs else T.NO_TOKENS
         self._make_room(rows_array, num_new_array, num_lookahead_slots)
         bound = T.append_bound(
-            self.tables, rows_array, num_new_array, num_lookahead_slots, self.block_size, self._window, self.null_block
+            self._tables, rows_array, num_new_array, num_lookahead_slots, self.block_size, self._window, self.null_block
         )
         cow = self._scratch(2 * int(bound) + 2)
         args = (
@@ -81,10 +82,10 @@ class BatchedSteps:
         )
         status = np.zeros(2, np.int64)
         if bound <= self._num_free(self.gpu):  # no append can fail
-            count = T.append_batch(self.gpu, self.keys, self.tables, *args, self.null_block, cow, status)
+            count = T.append_batch(self._gpu, self._keys, self._tables, *args, self.null_block, cow, status)
         else:  # it may fail: run it on copies, keep them only if it all fits
             gpu, keys, tables, null = (_copy(self.gpu), _copy(self.keys), _copy(self.tables), self.null_block.copy())
-            count = T.append_batch(gpu, keys, tables, *args, null, cow, status)
+            count = T.append_batch(handle(gpu), handle(keys), handle(tables), *args, null, cow, status)
             if status[0] in T.SHORTAGE:
                 raise NoFreeBlocksError(
                     f"append_slots needs a free GPU block for {T.SHORTAGE[int(status[0])]}; none is left"
@@ -147,7 +148,7 @@ class BatchedSteps:
         rows = self._rows_of(seqs)
         width = int(np.max(self.tables.num_blocks[rows], initial=0))
         out = np.empty((len(rows), width), np.int32)
-        T.gather_tables(self.tables, rows, pad, out)
+        T.gather_tables(self._tables, rows, pad, out)
         return torch.from_numpy(out)
 
     def slot_mapping(self, seqs: list[Any], num_step_tokens: int | list[int] = 1) -> Any:
@@ -162,7 +163,7 @@ class BatchedSteps:
         if (counts < 0).any() or (counts > self.tables.num_filled[rows]).any():
             raise InvalidArgumentError("num_step_tokens must be between 0 and each table's written tokens")
         out = np.empty(int(counts.sum()), np.int64)
-        T.gather_slots(self.tables, rows, counts, self.block_size, out)
+        T.gather_slots(self._tables, rows, counts, self.block_size, out)
         return torch.from_numpy(out)
 
 

@@ -44,6 +44,7 @@ from blockspace.fast.batch import BatchedSteps
 from blockspace.fast.checks import check_new_tokens, checked_lookahead, checked_token_array
 from blockspace.fast.content import grow_keys, new_keys
 from blockspace.fast.dispatch import direct
+from blockspace.fast.handles import State
 from blockspace.fast.invariants import check_invariants, snapshot
 from blockspace.guard import guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
@@ -59,6 +60,9 @@ _mark_computed, _hit_rate, _reset_pool = direct(P.mark_computed), direct(P.hit_r
 @guard_concurrency
 class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
     """Paged KV-cache blocks for every sequence, on the GPU or swapped to the CPU."""
+
+    # The state, as NamedTuples of arrays; ``_gpu`` etc. are the kernels' handles on them.
+    gpu, cpu, keys, tables, tracker = State(), State(), State(), State(), State()
 
     def __init__(
         self,
@@ -121,7 +125,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
             self._num_tracker_rows += 1
             if row == self.tracker.keys.shape[0]:
                 self.tracker = K.grow_tracker(self.tracker, num_rows=row + 1)
-        _open_tracker_row(self.tracker, row)
+        _open_tracker_row(self._tracker, row)
         return row
 
     def _extra_id(self, extra: Any) -> int:
@@ -174,10 +178,13 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
     def _pool(self, device: Device) -> P.Pool:
         return self.gpu if device == Device.GPU else self.cpu
 
+    def _handle(self, device: Device) -> Any:
+        return self._gpu if device == Device.GPU else self._cpu
+
     @staticmethod
     def _num_free(pool: P.Pool) -> int:
         """``pool.num_free`` for Python callers (one read instead of a kernel call)."""
-        return int(pool.meta[P.NUM_FREE_IDS] + pool.meta[P.NUM_IDLE])
+        return pool.meta.item(P.NUM_FREE_IDS) + pool.meta.item(P.NUM_IDLE)
 
     @staticmethod
     def _pairs(values: np.ndarray, count: int) -> list[tuple[int, int]]:
@@ -242,7 +249,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         fork_rows = np.array(rows[1:], np.int64)
         result = self._retry(
             lambda: _allocate(
-                self.gpu, self.keys, self.tables, rows[0], tokens, extra, root,
+                self._gpu, self._keys, self._tables, rows[0], tokens, extra, root,
                 fork_rows, cross_row, encoder_tokens, encoder_extra, self._info,
             )
         )  # fmt: skip
@@ -292,8 +299,9 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         if self._window:
             computed = seq.data.get_num_computed_tokens()
             num_drops = rules.num_blocks_to_drop(computed, self.block_size, self.max_block_sliding_window)
-        if self.enable_caching:
-            array = np.array(tokens[num_filled - num_filled % self.block_size :], np.int64)
+        start = num_filled - num_filled % self.block_size
+        if self.enable_caching and len(tokens) - start >= self.block_size:  # a block fills up: key it
+            array = np.array(tokens[start:], np.int64)
         else:
             array = T.NO_TOKENS
         return array, num_drops, extra
@@ -308,7 +316,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         cow = self._scratch(2 * (num_new // self.block_size + 2))
         while True:
             result = _append(
-                self.gpu, self.keys, self.tables, row, array, num_new, num_lookahead_slots,
+                self._gpu, self._keys, self._tables, row, array, num_new, num_lookahead_slots,
                 num_drops, extra, self._window, self.null_block, cow, 0,
             )  # fmt: skip
             if not self._grew(result):
@@ -329,8 +337,8 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         if self.tables.num_null[parent] > 0:
             raise UnsupportedError("fork of a sliding-window table after blocks were dropped")
         child = self._take_row()
-        pool = self.gpu if self.tables.device[parent] == T.GPU else self.cpu
-        _fork(pool, self.tables, parent, child)
+        pool = self._gpu if self.tables.device[parent] == T.GPU else self._cpu
+        _fork(pool, self._tables, parent, child)
         self._rows[child_seq.seq_id] = child
 
     # -- swapping ------------------------------------------------------------------
@@ -341,7 +349,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         rows = np.array([self._row(seq) for seq in seqs], np.int64)
         num_tokens = np.array([len(seq.get_token_ids()) for seq in seqs], np.int64)
         pool = self._pool(device)
-        need = _swap_need(pool, self.tables, rows, num_tokens, num_lookahead_slots, self.block_size)
+        need = _swap_need(self._handle(device), self._tables, rows, num_tokens, num_lookahead_slots, self.block_size)
         watermark = self.watermark_blocks if device == Device.GPU else 0
         total = self.num_total_gpu_blocks if device == Device.GPU else self.num_total_cpu_blocks
         return AllocStatus(rules.swap_status(total, self._num_free(pool), need, watermark))
@@ -376,12 +384,15 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
                 raise UnsupportedError("swap of a sliding-window table after blocks were dropped")
         rows_array = np.array(rows, np.int64)
         mapping = self._scratch(2 * int(self.tables.num_blocks[rows_array].sum()))
-        source_pool, destination_pool = self._pool(source), self._pool(destination)
-        count = _swap(source_pool, destination_pool, self.tables, rows_array, 1 - source_code, self.block_size, mapping)
+        destination_pool = self._pool(destination)
+        count = _swap(
+            self._handle(source), self._handle(destination), self._tables, rows_array, 1 - source_code,
+            self.block_size, mapping,
+        )  # fmt: skip
         if count == T.NO_BLOCKS:
             need = _swap_cost(
-                destination_pool, self.tables, rows_array, self.block_size
-            )  # unchanged by the failed call
+                self._handle(destination), self._tables, rows_array, self.block_size
+            )  # as before the call
             raise NoFreeBlocksError(
                 f"swap needs {need} {destination.name} blocks, {self._num_free(destination_pool)} are free"
             )
@@ -396,13 +407,13 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         tracked = self._tracked.pop(seq.seq_id, None)
         if tracked is not None:
             self._free_tracker_rows.append(tracked)
-        _free_table(self.gpu, self.cpu, self.tables, row, self.block_size)
+        _free_table(self._gpu, self._cpu, self._tables, row, self.block_size)
         self._free_rows.append(row)
 
     def free_cross(self, seq_group: Any) -> None:
         row = self._cross_rows.pop(seq_group.request_id, None)
         if row is not None:
-            _free_table(self.gpu, self.cpu, self.tables, row, self.block_size)
+            _free_table(self._gpu, self._cpu, self._tables, row, self.block_size)
             self._free_rows.append(row)
 
     # -- tables and counts ---------------------------------------------------------
@@ -437,7 +448,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         """Every block registered since the last call is now computed (the
         arguments are ignored, as in vLLM)."""
         if self.enable_caching and self.gpu.meta.item(P.NUM_TOUCHED):
-            _mark_computed(self.gpu)
+            _mark_computed(self._gpu)
 
     def _num_cached_tokens(self, seq: Any) -> int:
         tokens = seq.get_token_ids()
@@ -459,7 +470,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         if row is None:
             row = self._take_tracker_row()
         while True:
-            count = _num_cached_tokens(self.gpu, self.keys, self.tracker, row, array, num_full, extra, root, frozen)
+            count = _num_cached_tokens(self._gpu, self._keys, self._tracker, row, array, num_full, extra, root, frozen)
             if not self._grew(count, self._grow_tracker_columns):
                 break
         self._tracked[seq.seq_id] = row
@@ -494,15 +505,15 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         return common
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
-        pool = self._pool(Device.parse(device))
-        return float(_hit_rate(pool)) if self.enable_caching else -1
+        handle = self._handle(Device.parse(device))
+        return float(_hit_rate(handle)) if self.enable_caching else -1
 
     def reset_prefix_cache(self, device: Device | None = None) -> bool:
         """Forget every idle cached block of the device(s); False if a block is in use."""
         if device is not None:
-            return bool(_reset_pool(self._pool(Device.parse(device))))
-        cpu_done = bool(_reset_pool(self.cpu))
-        gpu_done = bool(_reset_pool(self.gpu))  # tried even if the CPU failed (vLLM stops there)
+            return bool(_reset_pool(self._handle(Device.parse(device))))
+        cpu_done = bool(_reset_pool(self._cpu))
+        gpu_done = bool(_reset_pool(self._gpu))  # tried even if the CPU failed (vLLM stops there)
         return cpu_done and gpu_done
 
     def get_num_cached_tokens(self, seq: Any) -> int:

@@ -1,0 +1,93 @@
+"""One-pointer handles on the state, for cheap kernel calls.
+
+A kernel taking three NamedTuples of arrays spends about 2 us per call just
+unboxing their ~30 arrays. A Numba ``StructRef`` holding the same arrays is
+passed as one pointer (about 0.3 us), and kernels read its fields with the
+same ``state.field`` syntax, so every kernel accepts either form. The
+manager keeps each state as a NamedTuple (what Python code reads) and a
+``StructRef`` over the very same arrays (what kernels get): writes by a
+kernel are writes to the NamedTuple's arrays.
+
+``State`` keeps the two in step: assigning ``manager.gpu = pool`` also sets
+``manager._gpu`` to a fresh handle. Under ``NUMBA_DISABLE_JIT=1`` the handle
+is the NamedTuple itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from numba import config, types
+from numba.experimental import structref
+
+from blockspace.fast.content import Keys
+from blockspace.fast.pool import Pool
+from blockspace.fast.table import Tables
+from blockspace.fast.tracker import Tracker
+
+
+class _ArrayFields(types.StructRef):
+    def preprocess_fields(self, fields: Any) -> tuple:
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+@structref.register
+class PoolHandleType(_ArrayFields):
+    pass
+
+
+@structref.register
+class KeysHandleType(_ArrayFields):
+    pass
+
+
+@structref.register
+class TablesHandleType(_ArrayFields):
+    pass
+
+
+@structref.register
+class TrackerHandleType(_ArrayFields):
+    pass
+
+
+class PoolHandle(structref.StructRefProxy):
+    pass
+
+
+class KeysHandle(structref.StructRefProxy):
+    pass
+
+
+class TablesHandle(structref.StructRefProxy):
+    pass
+
+
+class TrackerHandle(structref.StructRefProxy):
+    pass
+
+
+structref.define_proxy(PoolHandle, PoolHandleType, list(Pool._fields))
+structref.define_proxy(KeysHandle, KeysHandleType, list(Keys._fields))
+structref.define_proxy(TablesHandle, TablesHandleType, list(Tables._fields))
+structref.define_proxy(TrackerHandle, TrackerHandleType, list(Tracker._fields))
+HANDLES = {Pool: PoolHandle, Keys: KeysHandle, Tables: TablesHandle, Tracker: TrackerHandle}
+
+
+def handle(state: Any) -> Any:
+    """The kernels' view of a state NamedTuple (the NamedTuple itself without JIT)."""
+    if config.DISABLE_JIT:
+        return state
+    return HANDLES[type(state)](*state)
+
+
+class State:
+    """A manager attribute holding a state NamedTuple; setting it also sets
+    ``_<name>`` to its handle. Reads go straight to the instance dict."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __set__(self, manager: Any, value: Any) -> None:
+        manager.__dict__[self.name] = value
+        manager.__dict__["_" + self.name] = handle(value)
