@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import config, types
+from numba import config, njit, types
 from numba.experimental import structref
 
 from blockspace.fast.content import Keys
@@ -71,14 +71,38 @@ structref.define_proxy(PoolHandle, PoolHandleType, list(Pool._fields))
 structref.define_proxy(KeysHandle, KeysHandleType, list(Keys._fields))
 structref.define_proxy(TablesHandle, TablesHandleType, list(Tables._fields))
 structref.define_proxy(TrackerHandle, TrackerHandleType, list(Tracker._fields))
-HANDLES = {Pool: PoolHandle, Keys: KeysHandle, Tables: TablesHandle, Tracker: TrackerHandle}
+
+
+# Built by cached kernels: the proxies' own constructors would be compiled
+# afresh in every process (about 0.3 s each).
+@njit(cache=True)
+def _pool_handle(state):
+    return PoolHandle(*state)
+
+
+@njit(cache=True)
+def _keys_handle(state):
+    return KeysHandle(*state)
+
+
+@njit(cache=True)
+def _tables_handle(state):
+    return TablesHandle(*state)
+
+
+@njit(cache=True)
+def _tracker_handle(state):
+    return TrackerHandle(*state)
+
+
+MAKERS = {Pool: _pool_handle, Keys: _keys_handle, Tables: _tables_handle, Tracker: _tracker_handle}
 
 
 def handle(state: Any) -> Any:
     """The kernels' view of a state NamedTuple (the NamedTuple itself without JIT)."""
     if config.DISABLE_JIT:
         return state
-    return HANDLES[type(state)](*state)
+    return MAKERS[type(state)](state)
 
 
 class State:
