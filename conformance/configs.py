@@ -51,7 +51,7 @@ def configs(
         window = draw(st.sampled_from((0, 1, block_size, 2 * block_size + 1)))
     return Config(
         block_size=block_size,
-        num_gpu_blocks=draw(st.integers(1, 10)),
+        num_gpu_blocks=draw(st.integers(3, 16) if sliding_window else st.integers(1, 10)),  # room to drop blocks
         num_cpu_blocks=draw(st.integers(0, 12)),
         watermark=draw(st.sampled_from(WATERMARKS)),
         sliding_window=window,

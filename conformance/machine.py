@@ -140,7 +140,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         bs = self.config.block_size
         bank = data.draw(st.integers(0, len(PROMPT_BANK) - 1), label="bank")
         empty = data.draw(st.integers(0, 15), label="empty prompt") == 0
-        length = 0 if empty else data.draw(st.integers(1, 3 * bs + 1), label="prompt length")
+        shortest = 1
+        if self.config.sliding_window is not None and data.draw(st.booleans(), label="long"):
+            shortest = 2 * bs  # long enough for the window to drop blocks soon
+        length = 0 if empty else data.draw(st.integers(shortest, 3 * bs + 1), label="prompt length")
         prompt = PROMPT_BANK[bank][:length]
         if length and data.draw(st.booleans(), label="diverge"):
             prompt[data.draw(st.integers(0, length - 1), label="at")] = 9
@@ -450,7 +453,8 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.lock.call("get_prefix_cache_hit_rate", device, quiet=True)
 
     def teardown(self) -> None:
-        """Free everything: then nothing may be in use, and a reset works."""
+        """Free everything, one sequence at a time, trying a reset after each:
+        then nothing may be in use, and a reset works."""
         if self.lock is None or self.lock.failed:
             return
         for group in list(self.groups.values()):
@@ -459,6 +463,7 @@ class ConformanceMachine(RuleBasedStateMachine):
                     self.set_status([s], SequenceStatus.FINISHED_ABORTED)
                     self.lock.call("free", s)
                     self.forget(s)
+                    self.lock.call("reset_prefix_cache")  # fails until the last block is free
             if group.is_encoder_decoder():
                 self.free_cross(group)
         self.groups.clear()

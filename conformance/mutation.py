@@ -150,12 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per mutant before it counts as hung")
     parser.add_argument("--workdir", default="/tmp/blockspace-mutation")
     parser.add_argument("--out", default="mutants.json")
+    parser.add_argument("--rerun", metavar="JSON", help="only the survivors of an earlier report")
     args = parser.parse_args(argv)
     if args.probe:
         return probe()
 
     mutants = enumerate_mutants()
     chosen = random.Random(args.seed).sample(mutants, args.sample) if 0 < args.sample < len(mutants) else mutants
+    if args.rerun:
+        with open(args.rerun) as handle:
+            survivors = {(r["file"], r["line_number"], r["index"]) for r in json.load(handle)["results"] if r["verdict"] == "survived"}
+        chosen = [(name, m) for name, m in mutants if (name, m.line_number + 1, m.index) in survivors]
     workdirs = [Path(args.workdir) / f"w{i}" for i in range(args.workers)]
     for workdir in workdirs:
         build_workdir(workdir)
