@@ -89,17 +89,25 @@ def test_reference_and_fast_decide_identically_with_samples(num_gpu_blocks, enab
 
 @pytest.mark.parametrize("enable_prefix_caching", [True, False], ids=["caching", "no-caching"])
 def test_n_samples_fork_share_copy_on_write_and_swap(enable_prefix_caching):
-    result = run_simulation(
-        sample_trace(), load_manager_class("reference"), sample_config(60, enable_prefix_caching), on_step=check_every_step
-    )
+    num_diverged = 0
+
+    def after_step(scheduler) -> None:
+        nonlocal num_diverged
+        scheduler.manager.manager.check_invariants()
+        for request in scheduler.running:  # forked samples share the prompt, then diverge
+            tokens = [seq.get_token_ids() for seq in request.seqs]
+            if len(tokens) == 3 and request.seqs[0].num_generated > 1:
+                assert tokens[0][: request.num_prompt_tokens] == tokens[2][: request.num_prompt_tokens]
+                assert tokens[0][request.num_prompt_tokens :] != tokens[2][request.num_prompt_tokens :]
+                num_diverged += 1
+
+    config = sample_config(60, enable_prefix_caching)
+    result = run_simulation(sample_trace(), load_manager_class("reference"), config, on_step=after_step)
     scheduler = result.scheduler
     finished = [r for r in result.requests if r.finish_s is not None]
     assert len(finished) >= 18 and all(len(r.seqs) == 3 for r in finished)
-    for request in finished:  # the samples share the prompt, then diverge
-        tokens = [seq.get_token_ids() for seq in request.seqs]
-        assert tokens[0][: request.num_prompt_tokens] == tokens[1][: request.num_prompt_tokens]
-        assert tokens[0][request.num_prompt_tokens :] != tokens[1][request.num_prompt_tokens :]
-        assert all(seq.num_generated == request.output_length for seq in request.seqs)
+    assert all(seq.num_generated == r.output_length for r in finished for seq in r.seqs)
+    assert num_diverged > 0
     assert scheduler.num_copy_on_writes > 0
     assert scheduler.num_swap_outs > 0 and scheduler.num_swap_ins > 0  # groups of samples are swapped, as in vLLM
     assert scheduler.num_recompute_preemptions == 0

@@ -12,29 +12,45 @@ these small classes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from blockspace.enums import SequenceStatus
 from blockspace.simulator.tokens import output_token_id
 
 
 class SimSequenceData:
-    """Token ids, how many are computed, and the prefill/decode stage."""
+    """Token ids, how many are computed, and the prefill/decode stage.
 
-    def __init__(self, token_ids: list[int]) -> None:
-        self._token_ids = token_ids
+    The prompt may be given as a function that makes it: a long trace queues
+    thousands of requests with ~12k-token prompts, so a prompt is only built
+    when the scheduler first looks at it, and dropped (``release``) once the
+    request is done.
+    """
+
+    def __init__(self, token_ids: list[int] | Callable[[], list[int]]) -> None:
+        self._token_ids: list[int] | None = None if callable(token_ids) else token_ids
+        self._make_tokens = token_ids if callable(token_ids) else None
         self._num_computed_tokens = 0
         self._in_prefill = True
 
     def get_token_ids(self) -> list[int]:
+        if self._token_ids is None:
+            self._token_ids = self._make_tokens()
+            self._make_tokens = None
         return self._token_ids
 
+    def release(self) -> None:
+        """Forget the tokens (the sequence is done)."""
+        self._token_ids, self._make_tokens = [], None
+
     def get_len(self) -> int:
-        return len(self._token_ids)
+        return len(self.get_token_ids())
 
     def get_num_computed_tokens(self) -> int:
         return self._num_computed_tokens
 
     def get_num_uncomputed_tokens(self) -> int:
-        return len(self._token_ids) - self._num_computed_tokens
+        return len(self.get_token_ids()) - self._num_computed_tokens
 
     def append_token_id(self, token_id: int) -> None:
         self._token_ids.append(token_id)
@@ -56,7 +72,7 @@ class SimSequenceData:
         self._in_prefill = True
 
     def copy(self) -> SimSequenceData:
-        data = SimSequenceData(list(self._token_ids))
+        data = SimSequenceData(list(self.get_token_ids()))
         data._num_computed_tokens = self._num_computed_tokens
         data._in_prefill = self._in_prefill
         return data
@@ -96,14 +112,21 @@ class SimRequest:
     report needs (arrival, first-token and finish times)."""
 
     def __init__(
-        self, index: int, prompt: list[int], num_samples: int, output_length: int, arrival_s: float, first_seq_id: int
+        self,
+        index: int,
+        prompt: list[int] | Callable[[], list[int]],
+        num_prompt_tokens: int,
+        num_samples: int,
+        output_length: int,
+        arrival_s: float,
+        first_seq_id: int,
     ) -> None:
         self.index = index
         self.request_id = str(index)
         self.num_samples = num_samples
         self.output_length = output_length
         self.arrival_s = arrival_s
-        self.num_prompt_tokens = len(prompt)
+        self.num_prompt_tokens = num_prompt_tokens
         self.seqs = [SimSequence(first_seq_id, SimSequenceData(prompt), sample=0)]
         self.first_token_s: float | None = None
         self.finish_s: float | None = None
@@ -153,6 +176,11 @@ class SimRequest:
         child.status = parent.status
         self.seqs.append(child)
         return child
+
+    def release_tokens(self) -> None:
+        """The request is done: drop its token lists (they can be large)."""
+        for seq in self.seqs:
+            seq.data.release()
 
     def __repr__(self) -> str:
         return f"SimRequest({self.request_id!r}, seqs={self.seqs!r})"

@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from blockspace.enums import Device, SequenceStatus
@@ -107,6 +108,7 @@ class Simulation:
         self.clock = 0.0
         self.timeline = Timeline()
         self.requests: list[SimRequest] = []
+        self._by_id: dict[str, SimRequest] = {}
 
     def _arrive(self, entry: TraceRequest) -> SimRequest:
         n = self.config.num_samples
@@ -115,13 +117,15 @@ class Simulation:
             output_length = min(output_length, self.config.max_output_len)
         request = SimRequest(
             entry.index,
-            prompt_token_ids(list(entry.hash_ids), entry.input_length),
+            partial(prompt_token_ids, list(entry.hash_ids), entry.input_length),
+            entry.input_length,
             n,
             output_length,
             entry.arrival_s,
             first_seq_id=entry.index * n,
         )
         self.requests.append(request)
+        self._by_id[request.request_id] = request
         return request
 
     def run(self) -> SimulationResult:
@@ -135,6 +139,8 @@ class Simulation:
                 self.clock = pending[0].arrival_s  # idle GPU: jump to the next arrival
                 continue
             output = scheduler.schedule(self.clock)
+            for request_id in output.record.ignored + output.record.aborted:
+                self._by_id[request_id].release_tokens()
             self._report_progress(len(output.record.ignored) + len(output.record.aborted))
             if not output.scheduled:
                 record = output.record
@@ -179,6 +185,7 @@ class Simulation:
         done = self.scheduler.free_finished(finished)
         for request in done:
             request.finish_s = self.clock
+            request.release_tokens()
         self._report_progress(len(done))
         self._record(step_s, output)
         if self.on_step is not None:
