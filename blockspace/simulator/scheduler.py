@@ -293,7 +293,7 @@ class Scheduler:
             for seq in seqs:
                 table = self.manager.get_block_table(seq)
                 if self.config.record_tables:
-                    tables.append((seq.seq_id, tuple(table)))
+                    tables.append((seq.seq_id, tuple(table or ())))  # the placeholder manager has none
                 self.manager.access_all_blocks_in_seq(seq, now)
             if self.config.enable_prefix_caching:
                 self._tracked.update(seq.seq_id for seq in seqs)

@@ -93,10 +93,10 @@ class Simulation:
     ) -> None:
         self.trace = trace
         self.config = config
-        self.manager = manager_class(
-            config.scheduler.block_size,
-            config.num_gpu_blocks,
-            config.num_cpu_blocks,
+        self.manager = manager_class(  # keywords, as vLLM's scheduler builds its manager
+            block_size=config.scheduler.block_size,
+            num_gpu_blocks=config.num_gpu_blocks,
+            num_cpu_blocks=config.num_cpu_blocks,
             watermark=config.watermark,
             enable_caching=config.scheduler.enable_prefix_caching,
         )
