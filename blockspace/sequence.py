@@ -20,11 +20,16 @@ _next_seq_id = itertools.count()
 
 
 class SequenceData:
-    """Token ids of one sequence and how many of them the model has computed."""
+    """Token ids of one sequence, how many of them the model has computed, and
+    its stage. As in vLLM, the stage turns to decode once every token has been
+    computed and stays there when sampled tokens are appended (they are not
+    computed yet, but the sequence is not prefilling); only recompute
+    preemption sends it back to prefill."""
 
     def __init__(self, token_ids: Iterable[int] = ()) -> None:
         self._token_ids: list[int] = list(token_ids)
         self._num_computed_tokens = 0
+        self._is_decoding = False
 
     def get_token_ids(self) -> list[int]:
         return self._token_ids
@@ -43,10 +48,16 @@ class SequenceData:
 
     def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
         self._num_computed_tokens += num_new_computed_tokens
+        if self.get_num_uncomputed_tokens() == 0:
+            self._is_decoding = True
 
     def reset_state_for_recompute(self) -> None:
         """Recompute preemption: everything is prefill again."""
         self._num_computed_tokens = 0
+        self._is_decoding = False
+
+    def is_prefill(self) -> bool:
+        return not self._is_decoding
 
 
 class Sequence:
@@ -86,7 +97,7 @@ class Sequence:
         return hash((self.prompt_adapter_id, self.lora_int_id))
 
     def is_prefill(self) -> bool:
-        return self.data.get_num_computed_tokens() < self.data.get_len()
+        return self.data.is_prefill()
 
     def is_finished(self) -> bool:
         return SequenceStatus.is_finished(self.status)
@@ -101,7 +112,8 @@ class Sequence:
             status=self.status,
             cache_salt=self.cache_salt,
         )
-        child.data._num_computed_tokens = self.data.get_num_computed_tokens()
+        child.data._num_computed_tokens = self.data._num_computed_tokens
+        child.data._is_decoding = self.data._is_decoding
         return child
 
     def __repr__(self) -> str:

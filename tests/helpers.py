@@ -26,5 +26,5 @@ def grow(s: Sequence, *tokens: int) -> None:
 def decode_step(s: Sequence, token: int) -> None:
     """One decode step as the scheduler sees it: everything before the new
     token is computed, the new token is not."""
-    s.data._num_computed_tokens = s.get_len()
+    s.data.update_num_computed_tokens(s.get_len() - s.data.get_num_computed_tokens())
     s.append_token_id(token)

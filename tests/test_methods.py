@@ -392,3 +392,30 @@ def test_hit_rate_averages_completed_buckets_of_a_thousand(make):
     for t in range(500):
         m.allocate(group(f"late{t}", seq(2000 + t, [5000 + t])))
     assert m.get_prefix_cache_hit_rate(Device.GPU) == (0.25 * 1 + 0.0) / 1.5
+
+
+def test_sequence_stays_in_decode_after_sampling_like_vllm():
+    from blockspace import Sequence
+
+    s = Sequence(1, range(5))
+    assert s.is_prefill()
+    s.data.update_num_computed_tokens(3)
+    assert s.is_prefill()
+    s.data.update_num_computed_tokens(2)
+    s.append_token_id(9)  # sampled, not yet computed: still decoding
+    assert not s.is_prefill() and not s.fork(2).is_prefill()
+    s.data.reset_state_for_recompute()
+    assert s.is_prefill()
+
+
+def test_decoding_sequence_counts_newly_cached_blocks(make):
+    m = make(2, 8, 0, watermark=0, enable_caching=True)
+    s = seq(1, [1, 2, 3, 4, 5])
+    assert m.get_num_cached_tokens(s) == 0
+    g = group("a", s)
+    m.allocate(g)
+    run(s)
+    m.mark_blocks_as_computed(g, 5)
+    s.data.update_num_computed_tokens(5)
+    s.append_token_id(6)
+    assert m.get_num_cached_tokens(s) == 4  # recomputed in decode, not frozen
