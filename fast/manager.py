@@ -450,8 +450,9 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         if self.enable_caching and self.gpu.meta.item(P.NUM_TOUCHED):
             _mark_computed(self._gpu)
 
-    def _num_cached_tokens(self, seq: Any) -> int:
-        tokens = seq.get_token_ids()
+    def _keyed(self, seq: Any, tokens: Any) -> tuple[int | None, int]:
+        """The sequence's tracker row (None: not tracked) and number of keyed
+        blocks, after the reference's check that its tokens did not shrink."""
         row = self._tracked.get(seq.seq_id)
         known = 0 if row is None else self.tracker.num_keys.item(row)
         if len(tokens) < known * self.block_size:
@@ -459,13 +460,18 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
                 f"sequence {seq.seq_id} has {len(tokens)} tokens, fewer than the "
                 f"{known * self.block_size} the tracker already keyed"
             )
+        return row, known
+
+    def _num_cached_tokens(self, seq: Any) -> int:
+        tokens = seq.get_token_ids()
+        row, known = self._keyed(seq, tokens)
         root = self._root_id(seq)
-        extra = self._extra_id(seq.extra_hash())
         num_full = len(tokens) // self.block_size
         if num_full > known:
             array = np.array(tokens[known * self.block_size : num_full * self.block_size], np.int64).reshape(-1)
-        else:
-            array = T.NO_TOKENS
+            extra = self._extra_id(seq.extra_hash())
+        else:  # no new block to key
+            array, extra = T.NO_TOKENS, 0
         frozen = row is not None and seq.is_prefill()
         if row is None:
             row = self._take_tracker_row()
@@ -481,15 +487,11 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         if not self.enable_caching:
             return []
         for seq in seqs:
-            row = self._tracked.get(seq.seq_id)
-            known = 0 if row is None else int(self.tracker.num_keys[row])
-            if len(seq.get_token_ids()) < known * self.block_size:
-                raise TrackerError(
-                    f"sequence {seq.seq_id} has {len(seq.get_token_ids())} tokens, fewer than the "
-                    f"{known * self.block_size} the tracker already keyed"
-                )
+            self._keyed(seq, seq.get_token_ids())
+        blocks, num_blocks, bs = self.tables.blocks, self.tables.num_blocks, self.block_size
         prefixes = [
-            self._block_ids(row)[: self._num_cached_tokens(seq) // self.block_size] for seq, row in zip(seqs, rows)
+            blocks[row, : min(num_blocks.item(row), self._num_cached_tokens(seq) // bs)].tolist()
+            for seq, row in zip(seqs, rows)
         ]
         if len(prefixes) == 1:
             return prefixes[0]
