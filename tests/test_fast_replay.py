@@ -45,5 +45,5 @@ def test_mooncake_replay_lockstep(caching, num_gpu_blocks):
 @pytest.mark.slow
 def test_mooncake_replay_lockstep_long():
     requests = load_requests(200)
-    twins = Twins(16, 3000, 512, enable_caching=True, snapshot_every=1, check_every=50)
+    twins = Twins(16, 3000, 512, enable_caching=True, snapshot_every=50, check_every=1000)
     replay(AsManager(twins), requests, max_running=16, max_output=64)
