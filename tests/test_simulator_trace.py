@@ -9,7 +9,7 @@ import pytest
 
 from blockspace.errors import InvalidArgumentError
 from blockspace.simulator.tokens import MAX_TOKEN_ID, output_token_id, prompt_token_ids
-from blockspace.simulator.trace import TraceError, load_trace, parse_lines
+from blockspace.simulator.trace import TraceError, load_trace, parse_lines, scale_arrivals
 
 GOOD = {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]}
 
@@ -107,3 +107,11 @@ def test_generated_tokens_are_deterministic_and_apart_from_prompts():
 def test_parse_lines_reports_its_source():
     with pytest.raises(TraceError, match="^inline: line 1: missing field 'hash_ids'"):
         parse_lines(['{"timestamp": 0, "input_length": 1, "output_length": 1}'], "inline")
+
+
+def test_time_scale_spreads_arrivals():
+    requests = parse_lines([json.dumps(GOOD), json.dumps({**GOOD, "timestamp": 1500})], "inline")
+    assert [r.arrival_s for r in scale_arrivals(requests, 2.0)] == [0.0, 3.0]
+    assert [r.hash_ids for r in scale_arrivals(requests, 2.0)] == [r.hash_ids for r in requests]
+    with pytest.raises(InvalidArgumentError, match="scale"):
+        scale_arrivals(requests, 0)

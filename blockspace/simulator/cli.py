@@ -21,7 +21,7 @@ from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.report import first_difference, format_comparison, format_summary, summarize, write_json
 from blockspace.simulator.scheduler import PREEMPTION_MODES, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
-from blockspace.simulator.trace import TraceRequest, load_trace
+from blockspace.simulator.trace import TraceRequest, load_trace, scale_arrivals
 
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
 DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = parser.add_argument_group("trace and managers")
     source.add_argument("--trace", type=Path, help="Mooncake-format JSONL (default: the bundled sample)")
     source.add_argument("--max-requests", type=int, help="replay only the first N requests")
+    source.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiply arrival times (2 = half the request rate; default 1)"
+    )
     source.add_argument("--manager", default="fast", help="reference | fast | package.module:Class (default: fast)")
     source.add_argument("--compare", metavar="A,B", help="run two managers and require identical decisions")
 
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             classes = [resolve_manager(args.manager, fallback=True)]
         config = simulation_config(args, record_tables=len(classes) > 1)
-        trace = load_trace(args.trace, args.max_requests)
+        trace = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
         source = str(args.trace) if args.trace else "the bundled Mooncake sample"
         print(f"replaying {len(trace):,} requests from {source} ({config.num_gpu_blocks:,} GPU blocks, "
               f"{config.num_cpu_blocks:,} CPU blocks, block size {config.scheduler.block_size})")

@@ -17,7 +17,7 @@ import json
 import math
 import numbers
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -139,4 +139,13 @@ def load_trace(path: str | Path | None = None, max_requests: int | None = None) 
         raise TraceError(f"cannot read trace {source}: not UTF-8 text") from None
 
 
-__all__ = ["BUNDLED_SAMPLE", "TraceError", "TraceRequest", "load_trace", "parse_line", "parse_lines"]
+def scale_arrivals(requests: list[TraceRequest], factor: float) -> list[TraceRequest]:
+    """The same requests with arrival times multiplied by ``factor`` (> 1
+    spreads the traffic out: the Mooncake trace was served by a cluster, and
+    one simulated GPU needs it slower to run unsaturated)."""
+    if not factor > 0:
+        raise InvalidArgumentError(f"the arrival time scale must be > 0, got {factor!r}")
+    return [replace(request, arrival_s=request.arrival_s * factor) for request in requests]
+
+
+__all__ = ["BUNDLED_SAMPLE", "TraceError", "TraceRequest", "load_trace", "parse_line", "parse_lines", "scale_arrivals"]
