@@ -36,9 +36,9 @@ MAX_LIVE_GROUPS = 4
 # Prompts are prefixes of a few fixed token lists, so that with prefix caching
 # requests share full blocks at every block size.
 PROMPT_BANK = (
-    [(7 * i) % 5 for i in range(64)],
-    [(7 * i) % 5 for i in range(20)] + [(3 * i) % 4 for i in range(44)],
-    [1] * 64,
+    [(7 * i) % 5 for i in range(96)],
+    [(7 * i) % 5 for i in range(20)] + [(3 * i) % 4 for i in range(76)],
+    [1] * 96,
 )
 
 
@@ -88,9 +88,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         return self.script.get(f"s{seq_id}")
 
     def set_status(self, seqs: list[Any], status: SequenceStatus) -> None:
-        if seqs:
-            names = ", ".join(f"s{s.seq_id}" for s in seqs)
-            self.do(f"for s in [{names}]: s.status = SequenceStatus.{status.name}")
+        for seq in seqs:
+            self.do(f"s{seq.seq_id}.status = SequenceStatus.{status.name}")
 
     def new_seq(self, tokens: list[int], lora: int = 0) -> Any:
         self.num_seqs += 1
@@ -140,10 +139,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         bs = self.config.block_size
         bank = data.draw(st.integers(0, len(PROMPT_BANK) - 1), label="bank")
         empty = data.draw(st.integers(0, 15), label="empty prompt") == 0
-        shortest = 1
+        shortest, longest = 1, 3 * bs + 1
         if self.config.sliding_window is not None and data.draw(st.booleans(), label="long"):
-            shortest = 2 * bs  # long enough for the window to drop blocks soon
-        length = 0 if empty else data.draw(st.integers(shortest, 3 * bs + 1), label="prompt length")
+            shortest, longest = 3 * bs, 5 * bs + 1  # long enough for the window to drop blocks
+        length = 0 if empty else data.draw(st.integers(shortest, longest), label="prompt length")
         prompt = PROMPT_BANK[bank][:length]
         if length and data.draw(st.booleans(), label="diverge"):
             prompt[data.draw(st.integers(0, length - 1), label="at")] = 9
@@ -208,7 +207,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         for group in self.groups_with(RUNNING):
             running = group.get_seqs(status=RUNNING)
             if checked and not self.lock.value("can_append_slots", group, lookahead):
-                continue  # the scheduler would preempt someone (see ``preempt``)
+                self.preempt_latest()  # as vLLM does: the latest admitted group makes room
+                continue
             for s in running:
                 self.append(s, lookahead)
             for s in running:
@@ -301,17 +301,29 @@ class ConformanceMachine(RuleBasedStateMachine):
         group = data.draw(st.sampled_from(self.groups_with(RUNNING)), label="group")
         how = data.draw(st.sampled_from(("recompute", "swap", "swap", "swap unchecked")), label="how")
         if how == "recompute" and self.recomputable(group):
-            seq = group.get_seqs(status=RUNNING)[0]
-            self.set_status([seq], WAITING)
-            self.lock.call("free", seq)
-            self.forget(seq)
-            self.do(f"s{seq.seq_id}.data.reset_state_for_recompute()")
-            if group.is_encoder_decoder():
-                self.free_cross(group)
+            self.recompute(group)
             return
         if how != "swap unchecked" and not self.lock.value("can_swap_out", group):
             return
         self.swap(group, "swap_out", RUNNING, SWAPPED)
+
+    def preempt_latest(self) -> None:
+        """Preempt the most recently admitted running group: recompute a
+        single sequence, swap out several (if ``can_swap_out`` allows)."""
+        group = self.groups_with(RUNNING)[-1]
+        if self.recomputable(group):
+            self.recompute(group)
+        elif self.lock.value("can_swap_out", group):
+            self.swap(group, "swap_out", RUNNING, SWAPPED)
+
+    def recompute(self, group: Any) -> None:
+        seq = group.get_seqs(status=RUNNING)[0]
+        self.set_status([seq], WAITING)
+        self.lock.call("free", seq)
+        self.forget(seq)
+        self.do(f"s{seq.seq_id}.data.reset_state_for_recompute()")
+        if group.is_encoder_decoder():
+            self.free_cross(group)
 
     def swap(self, group: Any, method: str, status: SequenceStatus, new_status: SequenceStatus) -> None:
         seqs = group.get_seqs(status=status)
@@ -431,6 +443,12 @@ class ConformanceMachine(RuleBasedStateMachine):
         for request_id in self.world.encoders:
             cross[request_id] = self.lock.value("get_cross_block_table", self.groups[request_id], quiet=True)
         self.require(invariants.check_returns(tables, cross, *num_free, self.world), "the return values")
+        for name, manager in self.lock.managers.items():  # the manager's own self-check, where offered
+            if callable(getattr(manager, "check_invariants", None)):
+                try:
+                    manager.check_invariants()
+                except Exception as error:  # noqa: BLE001 - any failure of the self-check is a finding
+                    self.require([f"check_invariants() raised {type(error).__name__}: {error}"], name)
         for name, snap in self.lock.snapshots.items():
             problems = invariants.check_snapshot(snap, self.world, num_free)
             if self.caching:

@@ -33,7 +33,9 @@ class Profile:
 
 
 PROFILES = {
-    "quick": Profile("quick", max_examples=60, step_count=40, trace_requests=12, derandomize=True),
+    # Not derandomized: Hypothesis' derandomized examples were far less varied
+    # here (a tenth of the appends); a failure prints its repro anyway.
+    "quick": Profile("quick", max_examples=60, step_count=40, trace_requests=12, derandomize=False),
     "full": Profile("full", max_examples=2000, step_count=80, trace_requests=200, derandomize=False),
     "symbolic": Profile("symbolic", max_examples=25, step_count=12, trace_requests=0, derandomize=True, symbolic=True),
 }

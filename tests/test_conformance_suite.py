@@ -41,3 +41,12 @@ class TestReferenceWithoutSnapshot(ManagerConformance):
 def test_base_class_is_not_collected():
     assert ManagerConformance.__test__ is False
     assert TestReferenceAgainstItself.__test__ is True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_fast_or_none() is None, reason="blockspace.fast is not available")
+def test_full_profile_fast_against_reference(tmp_path):
+    """``blockspace conformance --impl fast --profile full`` (tens of minutes)."""
+    from blockspace.conformance.cli import main
+
+    assert main(["--impl", "fast", "--profile", "full", "--json", str(tmp_path / "full.json")]) == 0
