@@ -233,7 +233,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.do(f"s{seq.seq_id}.data.update_num_computed_tokens({min(chunk, uncomputed)})")
         if seq.is_prefill():
             return
-        num_tokens = data.draw(st.sampled_from((1, 1, 1, 2, self.config.block_size + 1)), label="new tokens")
+        bs = self.config.block_size
+        num_tokens = data.draw(st.sampled_from((1, 1, 1, 2, bs + 1, 2 * bs + 1)), label="new tokens")
         tokens = [data.draw(st.integers(1, 3), label="token") for _ in range(num_tokens)]
         for token in tokens:
             self.do(f"s{seq.seq_id}.append_token_id({token})")

@@ -35,7 +35,7 @@ class Profile:
 PROFILES = {
     # Not derandomized: Hypothesis' derandomized examples were far less varied
     # here (a tenth of the appends); a failure prints its repro anyway.
-    "quick": Profile("quick", max_examples=60, step_count=40, trace_requests=12, derandomize=False),
+    "quick": Profile("quick", max_examples=100, step_count=40, trace_requests=12, derandomize=False),
     "full": Profile("full", max_examples=2000, step_count=80, trace_requests=200, derandomize=False),
     "symbolic": Profile("symbolic", max_examples=25, step_count=12, trace_requests=0, derandomize=True, symbolic=True),
 }
