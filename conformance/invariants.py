@@ -54,14 +54,15 @@ class World:
 
     def content(self, seq_id: int, index: int) -> tuple:
         """What block ``index`` of a table holds: the sequence's tokens up to
-        the end of that block (prefix included) and its adapter identity;
+        the end of that block (prefix included), its adapter identity and
+        its cache salt (tenants never share);
         nothing for an empty (lookahead) block, which forks may share after
         their prefixes diverged."""
         seq = self.seqs[seq_id]
         end = min(self.written[seq_id], (index + 1) * self.block_size)
         if end <= index * self.block_size:
             return ((), None)
-        return (tuple(seq.get_token_ids()[:end]), seq.extra_hash())
+        return (tuple(seq.get_token_ids()[:end]), seq.extra_hash(), getattr(seq, "cache_salt", None))
 
     def cross_content(self, request_id: str, index: int) -> tuple:
         tokens = self.encoders[request_id].get_token_ids()

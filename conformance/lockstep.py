@@ -126,7 +126,13 @@ class Lockstep:
 
     def _take_snapshots(self) -> dict[str, Any]:
         previous = self.snapshots
-        self.snapshots = {name: self.managers[name].snapshot() for name in self.snapshotting}
+        snapshots = {}
+        for name in self.snapshotting:
+            try:
+                snapshots[name] = self.managers[name].snapshot()
+            except Exception as error:  # noqa: BLE001 - a broken snapshot() is a finding, not a crash
+                self.fail(f"{name}.snapshot() raised {type(error).__name__}: {error}")
+        self.snapshots = snapshots
         return previous
 
     def fail(self, message: str) -> None:

@@ -91,11 +91,11 @@ class ConformanceMachine(RuleBasedStateMachine):
         for seq in seqs:
             self.do(f"s{seq.seq_id}.status = SequenceStatus.{status.name}")
 
-    def new_seq(self, tokens: list[int], lora: int = 0) -> Any:
+    def new_seq(self, tokens: list[int], lora: int = 0, salt: str | None = None) -> Any:
         self.num_seqs += 1
         seq_id = self.num_seqs
-        lora_text = f", lora_int_id={lora}" if lora else ""
-        self.do(f"s{seq_id} = Sequence({seq_id}, {tokens!r}{lora_text})")
+        options = (f", lora_int_id={lora}" if lora else "") + (f", cache_salt={salt!r}" if salt else "")
+        self.do(f"s{seq_id} = Sequence({seq_id}, {tokens!r}{options})")
         self.all_seqs.append(self.seq(seq_id))
         return self.seq(seq_id)
 
@@ -148,7 +148,8 @@ class ConformanceMachine(RuleBasedStateMachine):
             prompt[data.draw(st.integers(0, length - 1), label="at")] = 9
         n = data.draw(st.sampled_from((1, 1, 1, 2, 3)), label="n")
         lora = data.draw(st.sampled_from((0, 0, 1)), label="lora") if self.caching else 0
-        seqs = [self.new_seq(prompt, lora) for _ in range(n)]
+        salt = data.draw(st.sampled_from((None, None, "tenant")), label="salt") if self.caching else None
+        seqs = [self.new_seq(prompt, lora, salt) for _ in range(n)]
         encoder = None
         if self.config.encoder_decoder and data.draw(st.booleans(), label="encoder"):
             encoder = self.new_seq([5 + (i % 3) for i in range(data.draw(st.integers(0, 2 * bs + 1)))])
@@ -181,7 +182,11 @@ class ConformanceMachine(RuleBasedStateMachine):
             if not self.lock.call("allocate", group).raised:  # without asking: works or fails cleanly
                 self.admitted(group)
             return
-        status = self.lock.call("can_allocate", group, self.lookahead(data))
+        lookahead = self.lookahead(data)
+        if lookahead == 0 and data.draw(st.booleans(), label="default lookahead"):
+            status = self.lock.call("can_allocate", group)  # vLLM's default argument
+        else:
+            status = self.lock.call("can_allocate", group, lookahead)
         if status.raised:
             return
         if status.value == AllocStatus.OK:
