@@ -21,7 +21,7 @@ MANAGER_CLASSES = {
     "reference": "blockspace.reference:ReferenceBlockSpaceManager",
     "fast": "blockspace.fast:FastBlockSpaceManager",
     "placeholder": "blockspace.reference:PlaceholderBlockSpaceManager",
-    "selfattn": "blockspace.reference:ReferenceBlockSpaceManager",
+    "selfattn": "blockspace.fast:FastBlockSpaceManager",
 }
 
 
