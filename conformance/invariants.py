@@ -48,6 +48,7 @@ class World:
     seqs: dict[int, Any] = field(default_factory=dict)  # seq_id -> Sequence with a table
     written: dict[int, int] = field(default_factory=dict)  # seq_id -> tokens its table holds
     encoders: dict[str, Any] = field(default_factory=dict)  # request_id -> encoder Sequence with a cross table
+    dropped: dict[int, int] = field(default_factory=dict)  # seq_id -> leading entries the sliding window dropped
 
     def device_of(self, block_id: int) -> str:
         return "GPU" if block_id < self.num_gpu_blocks else "CPU"
@@ -211,7 +212,9 @@ def check_shared_content(tables: Iterable[tuple[Any, list[int]]], world: World, 
 def _content(world: World, owner: Any, index: int) -> tuple | None:
     if isinstance(owner, tuple):
         return world.cross_content(owner[1], index) if owner[1] in world.encoders else None
-    return world.content(owner, index) if owner in world.seqs and owner in world.written else None
+    if owner not in world.seqs or owner not in world.written or index < world.dropped.get(owner, 0):
+        return None  # unknown, or a dropped entry: it points at the shared null block
+    return world.content(owner, index)
 
 
 class ContentLedger:

@@ -114,6 +114,7 @@ class ConformanceMachine(RuleBasedStateMachine):
     def forget(self, seq: Any) -> None:
         self.world.seqs.pop(seq.seq_id, None)
         self.world.written.pop(seq.seq_id, None)
+        self.world.dropped.pop(seq.seq_id, None)
 
     def finish_group_if_done(self, group: Any) -> None:
         if all(s.is_finished() for s in group.get_seqs()):
@@ -148,7 +149,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             prompt[data.draw(st.integers(0, length - 1), label="at")] = 9
         n = data.draw(st.sampled_from((1, 1, 1, 2, 3)), label="n")
         lora = data.draw(st.sampled_from((0, 0, 1)), label="lora") if self.caching else 0
-        salt = data.draw(st.sampled_from((None, None, "tenant")), label="salt") if self.caching else None
+        salt = data.draw(st.sampled_from((None, None, "tenant-a", "tenant-b")), label="salt") if self.caching else None
         seqs = [self.new_seq(prompt, lora, salt) for _ in range(n)]
         encoder = None
         if self.config.encoder_decoder and data.draw(st.booleans(), label="encoder"):
@@ -249,6 +250,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         if outcome.raised:
             return
         self.world.written[seq.seq_id] = len(seq.get_token_ids())
+        if self.config.sliding_window is not None:  # spec §11: entries before computed // bs - W are dropped
+            window_blocks = self.config.sliding_window // self.config.block_size + 2
+            drops = seq.data.get_num_computed_tokens() // self.config.block_size - window_blocks
+            self.world.dropped[seq.seq_id] = max(self.world.dropped.get(seq.seq_id, 0), drops)
         table = self.lock.value("get_block_table", seq, quiet=True)
         if not self.lock.snapshotting:
             self.require(invariants.check_cow(outcome.value, table, None, self.world))
@@ -274,6 +279,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             return
         self.world.seqs[child_id] = child
         self.world.written[child_id] = self.world.written[parent.seq_id]
+        self.world.dropped[child_id] = self.world.dropped.get(parent.seq_id, 0)
         if self.caching:
             self.lock.call("get_num_cached_tokens", child)
 

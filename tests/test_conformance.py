@@ -231,3 +231,14 @@ def test_cli_reports_a_failure_with_exit_status_1(tmp_path):
 
 def test_cli_rejects_an_unknown_implementation(capsys):
     assert main(["--impl", "no.such.module:Manager"]) == 2
+
+
+def test_sliding_window_null_entries_are_not_shared_content():
+    world = invariants.World(2, 8, 0, sliding_window=0)
+    for seq in (Sequence(1, [1] * 8), Sequence(2, [2] * 8)):
+        world.seqs[seq.seq_id] = seq
+        world.written[seq.seq_id] = 8
+    tables = {1: [7, 1, 2, 3], 2: [7, 4, 5, 6]}  # block 7 is the null block, once in each table
+    assert any("different content" in p for p in invariants.check_returns(tables, {}, 1, 0, world))
+    world.dropped.update({1: 1, 2: 1})
+    assert invariants.check_returns(tables, {}, 1, 0, world) == []
