@@ -219,6 +219,34 @@ def deltas_drain(buf):
     return rows, cols, values, length_rows, length_values
 
 
+@njit(cache=True)
+def flush_table_log(tables, buf):
+    """Move the block writes the fast manager's kernels logged in ``tables``
+    (``fast/table.py``: ``log``, ``num_logged``) into the recorder, each
+    cell with its current value. Returns ``(buffers, ok)``; ``ok`` is False
+    when the log overflowed (nothing is moved): the caller resynchronises
+    whole rows instead and gives the log more room."""
+    num_logged = tables.num_logged[0]
+    if num_logged > tables.log.shape[0]:
+        return buf, False
+    for i in range(num_logged):
+        row = np.int64(tables.log[i, 0])
+        col = np.int64(tables.log[i, 1])
+        buf = deltas_record(buf, row, col, np.int64(tables.blocks[row, col]))
+    tables.num_logged[0] = 0
+    return buf, True
+
+
+@njit(cache=True)
+def deltas_copy_row(buf, row, blocks):
+    """Make ``row`` hold exactly ``blocks`` (a resynchronised table). Returns the buffers."""
+    buf = deltas_set_length(buf, row, np.int64(blocks.shape[0]))
+    for col in range(blocks.shape[0]):
+        if buf.table[row, col] != blocks[col]:
+            buf = deltas_record(buf, row, np.int64(col), np.int64(blocks[col]))
+    return buf
+
+
 class TableDeltas:
     """The host's record of block-table changes between two device syncs.
 
@@ -626,10 +654,12 @@ __all__ = [
     "TableDeltas",
     "deltas_append",
     "deltas_clear_row",
+    "deltas_copy_row",
     "deltas_drain",
     "deltas_record",
     "deltas_set_length",
     "empty_delta",
+    "flush_table_log",
     "gpu_available",
     "new_delta_buffers",
     "resolve_backend",

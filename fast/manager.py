@@ -72,6 +72,8 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         watermark: float = 0.01,
         sliding_window: int | None = None,
         enable_caching: bool = False,
+        *,
+        track_device_table: bool = False,
     ) -> None:
         check_config(block_size, num_gpu_blocks, num_cpu_blocks, watermark, sliding_window, enable_caching)
         self.block_size = block_size
@@ -101,6 +103,10 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         self._root_ids: dict[Any, int] = {None: -1}  # cache salt -> negative id (first block's parent)
         self._cow = np.zeros(64, np.int64)  # copy-on-write pairs / swap mappings come back here
         self._info = np.zeros(2, np.int64)
+        self._deltas: Any = None  # cuda_tables.DeltaBuffers while a device table is kept in sync
+        self._device_table: Any = None
+        if track_device_table:
+            self._start_tracking()
 
     # -- rows, arrays, ids ---------------------------------------------------------
     def _row(self, seq: Any) -> int:
@@ -407,14 +413,95 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         tracked = self._tracked.pop(seq.seq_id, None)
         if tracked is not None:
             self._free_tracker_rows.append(tracked)
+        self._forget_row(row)
         _free_table(self._gpu, self._cpu, self._tables, row, self.block_size)
         self._free_rows.append(row)
 
     def free_cross(self, seq_group: Any) -> None:
         row = self._cross_rows.pop(seq_group.request_id, None)
         if row is not None:
+            self._forget_row(row)
             _free_table(self._gpu, self._cpu, self._tables, row, self.block_size)
             self._free_rows.append(row)
+
+    # -- the device block table (docs/gpu.md) -------------------------------------------
+    def row_of(self, seq: Any) -> int:
+        """The table row of ``seq``, which is also its row in the device block table."""
+        return self._row(seq)
+
+    def device_block_table(self, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> Any:
+        """The ``DeviceBlockTable`` this manager keeps in sync through
+        ``step_device`` (made, and tracking started, on the first call; the
+        arguments only count then)."""
+        return self._device(backend, max_seqs, max_blocks)
+
+    def step_device(self, seqs: list[Any], starts: Any, ends: Any, pad_to: int | None = None) -> Any:
+        """Bring the device block table up to date with every table change
+        since the last call, then return the slots of the step's tokens:
+        positions ``starts[i]`` up to ``ends[i]`` of ``seqs[i]`` (see
+        ``DeviceBlockTable.step``). Swapped-out sequences must not be scheduled."""
+        rows = np.array([self._row(seq) for seq in seqs], np.int64)
+        return self._device().step(self._drain_deltas(), rows, starts, ends, pad_to)
+
+    def table_delta(self) -> Any:
+        """The table changes since the last call as a ``TableDelta``, for a
+        ``DeviceBlockTable`` kept by the caller (starts tracking on the first
+        call: that delta holds every live table)."""
+        return self._drain_deltas()
+
+    def _device(self, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> Any:
+        if self._device_table is None:
+            from blockspace.fast.cuda_tables import DeviceBlockTable
+
+            self._device_table = DeviceBlockTable(self.block_size, max_seqs, max_blocks, backend)
+        return self._device_table
+
+    def _start_tracking(self) -> None:
+        """Start logging block writes, with every live table as the first delta."""
+        if self._deltas is not None:
+            return
+        from blockspace.fast.cuda_tables import new_delta_buffers
+
+        self._deltas = new_delta_buffers(max(self._num_rows, 1), self.tables.blocks.shape[1])
+        self._resync(log_capacity=1024)
+
+    def _resync(self, log_capacity: int) -> None:
+        """Record every row in use in full and clear the others (tracking starts,
+        or the write log overflowed), with an empty log of ``log_capacity``."""
+        from blockspace.fast.cuda_tables import deltas_clear_row, deltas_copy_row
+
+        live = set(self._rows.values()) | set(self._cross_rows.values())
+        buffers = self._deltas
+        for row in range(self._num_rows):
+            if row in live:
+                buffers = deltas_copy_row(buffers, row, self.tables.blocks[row, : self.tables.num_blocks[row]])
+            elif row < len(buffers.lengths):
+                buffers = deltas_clear_row(buffers, row)
+        self._deltas = buffers
+        self.tables = self.tables._replace(log=np.zeros((log_capacity, 2), np.int32), num_logged=np.zeros(1, np.int64))
+
+    def _flush_log(self) -> None:
+        from blockspace.fast.cuda_tables import flush_table_log
+
+        self._deltas, flushed = flush_table_log(self._tables, self._deltas)
+        if not flushed:
+            self._resync(log_capacity=2 * len(self.tables.log))
+
+    def _forget_row(self, row: int) -> None:
+        """A table is freed: its row empties on the device too."""
+        if self._deltas is not None:
+            from blockspace.fast.cuda_tables import deltas_clear_row
+
+            self._flush_log()
+            self._deltas = deltas_clear_row(self._deltas, row)
+
+    def _drain_deltas(self) -> Any:
+        from blockspace.fast.cuda_tables import TableDelta, deltas_drain
+
+        self._start_tracking()
+        self._flush_log()
+        num_rows, num_cols = self._deltas.table.shape
+        return TableDelta(*deltas_drain(self._deltas), num_rows, num_cols)
 
     # -- tables and counts ---------------------------------------------------------
     def _block_ids(self, row: int) -> list[int]:

@@ -17,7 +17,10 @@ Each kernel plans and checks first, then changes state, so a failure
 arrays must grow) returns before anything changed. The only exception is
 interning content keys, which is invisible and idempotent, as in the
 reference. Every write to ``blocks`` goes through ``_set_block``: the one place
-a block-table delta (row, column, value) can be recorded.
+a block-table delta (row, column, value) is recorded. When the manager keeps a
+device table in sync (``track_device_table``), ``_set_block`` appends the
+written cell to ``log``; otherwise ``num_logged[0]`` is -1 and it only pays
+one load and branch. The log is drained by ``cuda_tables.flush_table_log``.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class Tables(NamedTuple):
     last_access: np.ndarray  # float64[rows]
     accessed: np.ndarray  # bool[rows]: last_access was set (access_all_blocks_in_seq)
     roots: np.ndarray  # int64[rows]: parent of the first block's key (-1, or a cache salt's id)
+    log: np.ndarray  # int32[capacity, 2]: (row, index) of each block write since the last drain
+    num_logged: np.ndarray  # int64[1]: writes logged (past capacity: overflowed); -1: not logging
 
 
 def new_tables(num_rows: int = 16, num_cols: int = 16) -> Tables:
@@ -74,6 +79,8 @@ def new_tables(num_rows: int = 16, num_cols: int = 16) -> Tables:
         np.zeros(num_rows),
         np.zeros(num_rows, np.bool_),
         np.full(num_rows, -1, np.int64),
+        np.zeros((0, 2), np.int32),
+        np.full(1, -1, np.int64),
     )
 
 
@@ -84,7 +91,7 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
         rows *= 2
     while cols < num_cols:
         cols *= 2
-    grown = new_tables(rows, cols)
+    grown = new_tables(rows, cols)._replace(log=tables.log, num_logged=tables.num_logged)
     old_rows, old_cols = tables.blocks.shape
     for name in ("blocks", "keys", "extras"):
         getattr(grown, name)[:old_rows, :old_cols] = getattr(tables, name)
@@ -97,6 +104,12 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
 @njit(cache=True)
 def _set_block(tables, row, index, block_id):
     tables.blocks[row, index] = block_id
+    num_logged = tables.num_logged[0]
+    if num_logged >= 0:
+        if num_logged < tables.log.shape[0]:
+            tables.log[num_logged, 0] = row
+            tables.log[num_logged, 1] = index
+        tables.num_logged[0] = num_logged + 1
 
 
 @njit(cache=True)
