@@ -26,7 +26,7 @@ def watermark_blocks(watermark: float, num_gpu_blocks: int) -> int:
     truncated toward zero (so ``0.29 * 100`` gives 28, as in vLLM).
 
     pre: watermark >= 0.0 and watermark <= 1e6
-    pre: num_gpu_blocks >= 0
+    pre: 0 <= num_gpu_blocks <= 2**53
     post: __return__ >= 0
     post: __return__ <= watermark * num_gpu_blocks
     """

@@ -8,11 +8,7 @@ from blockspace.conformance import symbolic
 
 pytestmark = pytest.mark.slow
 
-KNOWN_BAD_CONTRACTS = {
-    # crosshair finds watermark_blocks(0.0, <an int above 1e308>) -> OverflowError:
-    # the contract needs "pre: num_gpu_blocks <= 2**53" (reported to the lead).
-    "watermark_blocks",
-}
+KNOWN_BAD_CONTRACTS: set[str] = set()  # watermark_blocks needed "num_gpu_blocks <= 2**53": now in its contract
 
 
 def test_reference_rule_contracts_hold():
