@@ -112,3 +112,46 @@ def intern(keys, parent, tokens, start, extra):
         keys.tokens[key, j] = tokens[start + j]
     keys.slots[slot] = key
     return key
+
+
+@njit(cache=True)
+def _close_over_parents(parent, live):
+    """A live key keeps its parent alive. A parent is always interned before
+    its children, so one pass from the newest key down is enough."""
+    for key in range(live.shape[0] - 1, -1, -1):
+        if live[key] and parent[key] >= 0:
+            live[parent[key]] = True
+
+
+def collect_keys(keys: Keys, live: np.ndarray, num_more: int) -> tuple[Keys, np.ndarray]:
+    """Forget every key not marked ``live`` (nor a parent of one) and number
+    the rest 0, 1, ... again, in the same order.
+
+    Keys are interned for good while anything may still name them, but most
+    keys stop mattering once their blocks are evicted and no table or
+    tracker row holds them; without collecting them the table grows with
+    every distinct block ever seen. Returns the new table, with room for
+    ``num_more`` keys, and ``remap``: old key -> new key, -1 if forgotten.
+    The caller rewrites every stored key with ``remap``.
+    """
+    _close_over_parents(keys.parent, live)
+    remap = np.full(len(live), -1, np.int64)
+    num_live = int(live.sum())
+    remap[live] = np.arange(num_live)
+    capacity = len(keys.parent)
+    while capacity < 2 * (num_live + num_more):
+        capacity *= 2
+    collected = new_keys(keys.tokens.shape[1], capacity)
+    parents = keys.parent[: len(live)][live]
+    collected.parent[:num_live] = np.where(parents >= 0, remap[np.maximum(parents, 0)], parents)
+    collected.extra[:num_live] = keys.extra[: len(live)][live]
+    collected.tokens[:num_live] = keys.tokens[: len(live)][live]
+    collected.count[0] = num_live
+    _rehash(collected)
+    return collected, remap
+
+
+def remap_keys(stored: np.ndarray, remap: np.ndarray) -> None:
+    """Rewrite stored keys in place (negative values mean no key and stay)."""
+    named = stored >= 0
+    stored[named] = remap[stored[named]]

@@ -42,7 +42,7 @@ from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.batch import BatchedSteps
 from blockspace.fast.checks import check_new_tokens, checked_lookahead, checked_token_array
-from blockspace.fast.content import grow_keys, new_keys
+from blockspace.fast.content import collect_keys, grow_keys, new_keys, remap_keys
 from blockspace.fast.dispatch import direct
 from blockspace.fast.handles import State
 from blockspace.fast.invariants import check_invariants, snapshot
@@ -149,9 +149,41 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         return root
 
     def _grow_keys(self, num_more: int = 0) -> None:
-        self.keys = grow_keys(self.keys, num_more)
-        self.gpu = P.grow_key_index(self.gpu, len(self.keys.parent))
-        self.cpu = P.grow_key_index(self.cpu, len(self.keys.parent))
+        """Make room for more content keys: first forget the keys nothing
+        names any more (evicted blocks of finished requests), and grow only
+        if the live keys still fill half of the table."""
+        live = self._live_keys()
+        if live.sum() + num_more > len(self.keys.parent) // 2:
+            self.keys = grow_keys(self.keys, num_more)
+            self.gpu = P.grow_key_index(self.gpu, len(self.keys.parent))
+            self.cpu = P.grow_key_index(self.cpu, len(self.keys.parent))
+            return
+        self.keys, remap = collect_keys(self.keys, live, num_more)
+        remap_keys(self.tables.keys, remap)
+        remap_keys(self.tracker.keys, remap)
+        self.gpu = self._remapped_pool(self.gpu, remap)
+        self.cpu = self._remapped_pool(self.cpu, remap)
+
+    def _live_keys(self) -> np.ndarray:
+        """Keys named by a cached block, a table entry or a tracker row."""
+        live = np.zeros(int(self.keys.count[0]), np.bool_)
+        for pool in (self.gpu, self.cpu):
+            live[pool.block_key[pool.block_key >= 0]] = True
+        for stored, lengths, num_rows in (
+            (self.tables.keys, self.tables.num_blocks, self._num_rows),
+            (self.tracker.keys, self.tracker.num_keys, self._num_tracker_rows),
+        ):
+            in_row = np.arange(stored.shape[1])[None, :] < lengths[:num_rows, None]
+            named = stored[:num_rows][in_row]
+            live[named[named >= 0]] = True
+        return live
+
+    def _remapped_pool(self, pool: P.Pool, remap: np.ndarray) -> P.Pool:
+        remap_keys(pool.block_key, remap)
+        key_block = np.full(len(self.keys.parent), -1, np.int64)
+        cached = np.flatnonzero(pool.block_key >= 0)
+        key_block[pool.block_key[cached]] = cached + pool.meta[P.FIRST_ID]
+        return pool._replace(key_block=key_block)
 
     def _grow_columns(self) -> None:
         self.tables = T.grow_tables(self.tables, num_cols=2 * self.tables.blocks.shape[1])
