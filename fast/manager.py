@@ -86,6 +86,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         self.enable_caching = bool(enable_caching)
 
         self.keys = new_keys(block_size)
+        self._num_keys_after_collect = -1  # key count right after the last collection
         self.gpu = P.new_pool(0, num_gpu_blocks, self.enable_caching, len(self.keys.parent))
         self.cpu = P.new_pool(num_gpu_blocks, num_cpu_blocks, self.enable_caching, len(self.keys.parent))
         self.tables = T.new_tables()
@@ -153,12 +154,14 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         names any more (evicted blocks of finished requests), and grow only
         if the live keys still fill half of the table."""
         live = self._live_keys()
-        if live.sum() + num_more > len(self.keys.parent) // 2:
+        stalled = self.keys.count[0] == self._num_keys_after_collect  # nothing interned since: grow
+        if stalled or live.sum() + num_more > len(self.keys.parent) // 2:
             self.keys = grow_keys(self.keys, num_more)
             self.gpu = P.grow_key_index(self.gpu, len(self.keys.parent))
             self.cpu = P.grow_key_index(self.cpu, len(self.keys.parent))
             return
         self.keys, remap = collect_keys(self.keys, live, num_more)
+        self._num_keys_after_collect = int(self.keys.count[0])
         remap_keys(self.tables.keys, remap)
         remap_keys(self.tracker.keys, remap)
         self.gpu = self._remapped_pool(self.gpu, remap)
