@@ -99,6 +99,8 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         self._num_rows = 0  # rows ever used
         self._tracked: dict[int, int] = {}  # seq_id -> tracker row
         self._free_tracker_rows: list[int] = []
+        self._memos: dict[int, tuple[list[int], int, int]] = {}  # tracker row -> (tokens keyed from 0, root, extra)
+        self._parked: dict[int, tuple[int, tuple[list[int], int, int]]] = {}  # seq_id -> (row, memo), oldest first
         self._num_tracker_rows = 0
         self._extra_ids: dict[Any, int] = {None: 0}  # extra_hash() -> small int
         self._root_ids: dict[Any, int] = {None: -1}  # cache salt -> negative id (first block's parent)
@@ -447,7 +449,9 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
             return
         tracked = self._tracked.pop(seq.seq_id, None)
         if tracked is not None:
+            self._memos.pop(tracked, None)
             self._free_tracker_rows.append(tracked)
+        self._drop_parked(seq.seq_id)
         self._forget_row(row)
         _free_table(self._gpu, self._cpu, self._tables, row, self.block_size)
         self._free_rows.append(row)
@@ -587,14 +591,18 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
     def _num_cached_tokens(self, seq: Any) -> int:
         tokens = seq.get_token_ids()
         row, known = self._keyed(seq, tokens)
-        root = self._root_id(seq)
-        num_full = len(tokens) // self.block_size
-        if num_full > known:
-            array = np.array(tokens[known * self.block_size : num_full * self.block_size], np.int64).reshape(-1)
-            extra = self._extra_id(seq.extra_hash())
-        else:  # no new block to key
-            array, extra = T.NO_TOKENS, 0
         frozen = row is not None and seq.is_prefill()
+        root, extra = self._root_id(seq), self._extra_id(seq.extra_hash())
+        if row is None:
+            row, known = self._unpark(seq.seq_id, tokens, root, extra)
+        num_full = len(tokens) // self.block_size
+        memo = None
+        if num_full > known:
+            new_tokens = tokens[known * self.block_size : num_full * self.block_size]
+            array = np.array(new_tokens, np.int64).reshape(-1)
+            memo = (new_tokens, root, extra) if known == 0 else None  # keyed from the start: parkable
+        else:  # no new block to key
+            array = T.NO_TOKENS
         if row is None:
             row = self._take_tracker_row()
         while True:
@@ -602,7 +610,46 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
             if not self._grew(count, self._grow_tracker_columns):
                 break
         self._tracked[seq.seq_id] = row
+        if num_full > known:
+            self._memos[row] = memo
         return int(count)
+
+    # A waiting request that cannot be admitted yet is keyed, dropped from the
+    # tracker and keyed again at every scheduler step (vLLM v0's admission
+    # loop). Its tokens do not change meanwhile, so a dropped row is parked
+    # with the token list it was keyed from: if the next query brings the
+    # same tokens (compared in full, a C loop far cheaper than converting
+    # them again), the row's keys are exactly those a fresh keying would
+    # make, and the row comes back instead. Only the last few are kept.
+    MAX_PARKED_ROWS = 64
+
+    def _park(self, seq_id: int, row: int) -> None:
+        memo = self._memos.pop(row, None)
+        if memo is None:
+            self._free_tracker_rows.append(row)
+            return
+        self._parked[seq_id] = (row, memo)
+        if len(self._parked) > self.MAX_PARKED_ROWS:
+            self._drop_parked(next(iter(self._parked)))
+
+    def _drop_parked(self, seq_id: int) -> None:
+        entry = self._parked.pop(seq_id, None)
+        if entry is not None:
+            self._free_tracker_rows.append(entry[0])
+
+    def _unpark(self, seq_id: int, tokens: Any, root: int, extra: int) -> tuple[int | None, int]:
+        """The parked row of ``seq_id`` and its number of keys, if it was keyed
+        from these very tokens (and salt and adapters); else (None, 0)."""
+        entry = self._parked.pop(seq_id, None)
+        if entry is None:
+            return None, 0
+        row, memo = entry
+        keyed, memo_root, memo_extra = memo
+        if root == memo_root and extra == memo_extra and tokens[: len(keyed)] == keyed:
+            self._memos[row] = memo
+            return row, self.tracker.num_keys.item(row)
+        self._free_tracker_rows.append(row)
+        return None, 0
 
     def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]:
         rows = [self._row(seq) for seq in seqs]
@@ -649,7 +696,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         row = self._tracked.pop(seq.seq_id, None)
         if row is None:
             raise TrackerError(f"sequence {seq.seq_id} is not in the computed-blocks tracker (query it first)")
-        self._free_tracker_rows.append(row)
+        self._park(seq.seq_id, row)
 
     # -- introspection --------------------------------------------------------------------
     def check_invariants(self) -> None:

@@ -1,0 +1,79 @@
+"""The computed-blocks tracker's parked rows (fast/manager.py): a sequence
+dropped from the tracker and queried again must get exactly the reference's
+answer, whether its tokens, salt or adapter stayed the same or not."""
+
+from __future__ import annotations
+
+from blockspace import Sequence, SequenceGroup, SequenceStatus
+from tests.test_fast_lockstep import Twins
+
+PROMPT = list(range(100, 122))  # 5 full blocks of 4 and 2 tokens
+
+
+def twins() -> Twins:
+    return Twins(4, 64, 16, enable_caching=True)
+
+
+def requery(m: Twins, seq: Sequence) -> int:
+    m("remove_seq_from_computed_blocks_tracker", seq)
+    return m("get_num_cached_tokens", seq)
+
+
+def admit(m: Twins, request_id: str, prompt: list[int], seq_id: int, **kwargs: object) -> SequenceGroup:
+    group = SequenceGroup.from_prompt(request_id, prompt, first_seq_id=seq_id, **kwargs)
+    m("allocate", group)
+    m("mark_blocks_as_computed", group, len(prompt))
+    group.seqs[0].status = SequenceStatus.RUNNING
+    return group
+
+
+def test_same_tokens_come_back_and_see_new_hits():
+    m = twins()
+    waiting = Sequence(1, PROMPT)
+    assert m("get_num_cached_tokens", waiting) == 0
+    assert requery(m, waiting) == 0
+    admit(m, "other", PROMPT[:12], 2)
+    assert requery(m, waiting) == 12  # the parked keys meet the new cached blocks
+
+
+def test_other_content_under_the_same_id_is_keyed_afresh():
+    m = twins()
+    admit(m, "other", PROMPT, 2)
+    first = Sequence(1, PROMPT)
+    assert m("get_num_cached_tokens", first) == 20
+    m("remove_seq_from_computed_blocks_tracker", first)
+    changed = PROMPT[:5] + [7] + PROMPT[6:]  # the second block differs
+    assert m("get_num_cached_tokens", Sequence(1, changed)) == 4
+    m("remove_seq_from_computed_blocks_tracker", Sequence(1, changed))
+    assert m("get_num_cached_tokens", Sequence(1, PROMPT, cache_salt="tenant")) == 0
+    m("remove_seq_from_computed_blocks_tracker", Sequence(1, PROMPT, cache_salt="tenant"))
+    assert m("get_num_cached_tokens", Sequence(1, PROMPT, lora_int_id=3)) == 0
+    m("remove_seq_from_computed_blocks_tracker", Sequence(1, PROMPT, lora_int_id=3))
+    assert m("get_num_cached_tokens", Sequence(1, PROMPT[:9])) == 8  # shorter: no error after a removal
+    m("remove_seq_from_computed_blocks_tracker", Sequence(1, PROMPT[:9]))
+    assert m("get_num_cached_tokens", Sequence(1, PROMPT + [1, 2, 3])) == 20  # longer: keys one more block
+
+
+def test_in_place_change_of_the_token_list_is_seen():
+    m = twins()
+    admit(m, "other", PROMPT, 2)
+    seq = Sequence(1, PROMPT)
+    assert m("get_num_cached_tokens", seq) == 20
+    m("remove_seq_from_computed_blocks_tracker", seq)
+    seq.get_token_ids()[2] = 9  # the same list object, another first block
+    assert m("get_num_cached_tokens", seq) == 0
+
+
+def test_many_parked_rows_and_frees():
+    m = twins()
+    admit(m, "other", PROMPT, 1000)
+    seqs = [Sequence(i, PROMPT[: 4 + i % 18]) for i in range(150)]  # more than MAX_PARKED_ROWS
+    for round_ in range(3):
+        for seq in seqs:
+            m("get_num_cached_tokens", seq)
+            m("remove_seq_from_computed_blocks_tracker", seq)
+        for seq in seqs[round_::7]:
+            m("free", seq)  # not allocated: ignored, but the parked row may go
+    for seq in seqs:
+        assert m("get_num_cached_tokens", seq) == min(20, len(seq.get_token_ids()) // 4 * 4)
+    m.fast.check_invariants()
