@@ -11,6 +11,7 @@ where the per-sequence calls would have done the first appends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,9 +29,6 @@ BLOCK_TABLE_PAD = 0  # what vLLM's model runner pads block tables with (never re
 
 class BatchedSteps:
     """Mixin of ``FastBlockSpaceManager``: the batched scheduler API."""
-
-    def _rows_of(self, seqs: list[Any]) -> np.ndarray:
-        return np.array([self._row(seq) for seq in seqs], np.int64)
 
     def can_append_slots_batch(self, seq_groups: list[Any], num_lookahead_slots: int) -> list[bool]:
         """``[can_append_slots(group, num_lookahead_slots) for group in seq_groups]``."""
@@ -60,26 +58,34 @@ class BatchedSteps:
         if len({seq.seq_id for seq in seqs}) != len(seqs):
             raise InvalidArgumentError("append_slots_batch got the same sequence twice")
         rows, num_new, num_drops, extras, token_parts = self._check_batch(seqs)
-        rows_array = rows
-        num_new_array = num_new
         token_starts = np.zeros(len(seqs) + 1, np.int64)
         np.cumsum([len(part) for part in token_parts], out=token_starts[1:])
         tokens = np.concatenate(token_parts) if self.enable_caching and seqs else T.NO_TOKENS
-        self._make_room(rows_array, num_new_array, num_lookahead_slots)
+        return self._run_appends(
+            rows, num_new, num_lookahead_slots, tokens, token_starts, np.array(num_drops, np.int64),
+            np.array(extras, np.int64), lambda index: f"sequence {seqs[index].seq_id}",
+        )  # fmt: skip
+
+    def _run_appends(
+        self,
+        rows: np.ndarray,
+        num_new: np.ndarray,
+        num_lookahead_slots: int,
+        tokens: np.ndarray,
+        token_starts: np.ndarray,
+        num_drops: np.ndarray,
+        extras: np.ndarray,
+        name: Callable[[int], str],
+    ) -> list[tuple[int, int]]:
+        """The checked appends of a batch, all or none: when the free blocks
+        might not cover them, they run on copies of the state, kept only if
+        every append fits (``name(i)`` names the one that did not)."""
+        self._make_room(rows, num_new, num_lookahead_slots)
         bound = T.append_bound(
-            self._tables, rows_array, num_new_array, num_lookahead_slots, self.block_size, self._window, self.null_block
+            self._tables, rows, num_new, num_lookahead_slots, self.block_size, self._window, self.null_block
         )
         cow = self._scratch(2 * int(bound) + 2)
-        args = (
-            rows_array,
-            tokens,
-            token_starts,
-            num_new_array,
-            num_lookahead_slots,
-            np.array(num_drops, np.int64),
-            np.array(extras, np.int64),
-            self._window,
-        )
+        args = (rows, tokens, token_starts, num_new, num_lookahead_slots, num_drops, extras, self._window)
         status = np.zeros(2, np.int64)
         if bound <= self._num_free(self.gpu):  # no append can fail
             count = T.append_batch(self._gpu, self._keys, self._tables, *args, self.null_block, cow, status)
@@ -89,7 +95,7 @@ class BatchedSteps:
             if status[0] in T.SHORTAGE:
                 raise NoFreeBlocksError(
                     f"append_slots needs a free GPU block for {T.SHORTAGE[int(status[0])]}; none is left"
-                    f" (sequence {seqs[int(status[1])].seq_id} of the batch; nothing was changed)"
+                    f" ({name(int(status[1]))} of the batch; nothing was changed)"
                 )
             self.gpu, self.keys, self.tables, self.null_block[:] = gpu, keys, tables, null
         assert status[0] == 0, "append_slots_batch ran out of array room"
@@ -139,26 +145,27 @@ class BatchedSteps:
         if self.enable_caching and not has_room(self.keys, num_keys):
             self._grow_keys(num_keys)
 
-    def block_tables(self, seqs: list[Any], pad: int = BLOCK_TABLE_PAD) -> Any:
+    def block_tables(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> Any:
         """The sequences' block tables as one ``int32`` torch tensor of shape
         ``(len(seqs), longest table)``, rows padded at the end with ``pad``
-        (default 0, as vLLM's model runner)."""
+        (default 0, as vLLM's model runner). ``seqs`` may also be an array
+        of table rows (``rows_of``)."""
         import torch
 
-        rows = self._rows_of(seqs)
-        width = int(np.max(self.tables.num_blocks[rows], initial=0))
-        out = np.empty((len(rows), width), np.int32)
+        rows = self._block_table_rows(seqs)
+        out = np.empty((len(rows), T.max_blocks(self._tables, rows)), np.int32)
         T.gather_tables(self._tables, rows, pad, out)
         return torch.from_numpy(out)
 
-    def slot_mapping(self, seqs: list[Any], num_step_tokens: int | list[int] = 1) -> Any:
+    def slot_mapping(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> Any:
         """The KV-cache slot of every token of the step, sequence by sequence:
         the last ``num_step_tokens`` (one number, or one per sequence) written
         tokens of each table, slot = ``block_id * block_size + offset`` (as
-        vLLM), as an ``int64`` torch tensor. Decode: 1 token; prefill: the chunk."""
+        vLLM), as an ``int64`` torch tensor. Decode: 1 token; prefill: the chunk.
+        ``seqs`` may also be an array of table rows (``rows_of``)."""
         import torch
 
-        rows = self._rows_of(seqs)
+        rows = self._block_table_rows(seqs)
         counts = np.broadcast_to(np.asarray(num_step_tokens, np.int64), rows.shape).copy()
         if (counts < 0).any() or (counts > self.tables.num_filled[rows]).any():
             raise InvalidArgumentError("num_step_tokens must be between 0 and each table's written tokens")

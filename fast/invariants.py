@@ -83,6 +83,8 @@ def check_invariants(m: FastBlockSpaceManager) -> None:
     free, idle cached or in use; keys, heap and tables agree."""
     bs, tables, null = m.block_size, m.tables, int(m.null_block[0])
     references: Counter[int] = Counter()
+    if set(np.flatnonzero(m._live).tolist()) != set(m._rows.values()):
+        _fail("the live rows of the array-level step are not the rows of the sequence tables")
     named = [(f"sequence {i}", r) for i, r in m._rows.items()] + [
         (f"cross table {i!r}", r) for i, r in m._cross_rows.items()
     ]

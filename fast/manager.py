@@ -46,6 +46,7 @@ from blockspace.fast.content import collect_keys, grow_keys, new_keys, remap_key
 from blockspace.fast.dispatch import direct
 from blockspace.fast.handles import State
 from blockspace.fast.invariants import check_invariants, snapshot
+from blockspace.fast.rows import RowSteps
 from blockspace.guard import guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
 from blockspace.validation import cache_salt, check_config, check_lookahead
@@ -58,7 +59,7 @@ _mark_computed, _hit_rate, _reset_pool = direct(P.mark_computed), direct(P.hit_r
 
 
 @guard_concurrency
-class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
+class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
     """Paged KV-cache blocks for every sequence, on the GPU or swapped to the CPU."""
 
     # The state, as NamedTuples of arrays; ``_gpu`` etc. are the kernels' handles on them.
@@ -94,6 +95,9 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         self.null_block = np.full(1, -1, np.int64)  # sliding window: taken at the first append
         self._window = self.max_block_sliding_window is not None
         self._rows: dict[int, int] = {}  # seq_id -> table row
+        self._live = np.zeros(self.tables.blocks.shape[0], np.bool_)  # row -> a sequence's table (fast/rows.py)
+        self._seen = np.zeros(self.tables.blocks.shape[0], np.int64)  # row -> last batch stamp (duplicate check)
+        self._stamp = 0
         self._cross_rows: dict[str, int] = {}  # request_id -> table row
         self._free_rows: list[int] = []
         self._num_rows = 0  # rows ever used
@@ -118,11 +122,18 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
             raise UnknownSequenceError(f"sequence {seq.seq_id} has no block table")
         return row
 
+    def _bind(self, seq_id: int, row: int) -> None:
+        self._rows[seq_id] = row
+        self._live[row] = True
+
     def _take_row(self) -> int:
         if self._free_rows:
             return self._free_rows.pop()
         if self._num_rows == self.tables.blocks.shape[0]:
             self.tables = T.grow_tables(self.tables, num_rows=self._num_rows + 1)
+            num_more = self.tables.blocks.shape[0] - len(self._live)
+            self._live = np.concatenate([self._live, np.zeros(num_more, np.bool_)])
+            self._seen = np.concatenate([self._seen, np.zeros(num_more, np.int64)])
         self._num_rows += 1
         return self._num_rows - 1
 
@@ -302,7 +313,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
                 f"allocate needs {int(self._info[0])} GPU blocks, {self._num_free(self.gpu)} are free"
             )
         for seq, row in zip(waiting, rows):
-            self._rows[seq.seq_id] = row
+            self._bind(seq.seq_id, row)
         if encoder is not None:
             self._cross_rows[seq_group.request_id] = cross_row
 
@@ -382,7 +393,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         child = self._take_row()
         pool = self._gpu if self.tables.device[parent] == T.GPU else self._cpu
         _fork(pool, self._tables, parent, child)
-        self._rows[child_seq.seq_id] = child
+        self._bind(child_seq.seq_id, child)
 
     # -- swapping ------------------------------------------------------------------
     def _swap_status(
@@ -447,6 +458,7 @@ class FastBlockSpaceManager(BatchedSteps, BlockSpaceManager):
         row = self._rows.pop(seq.seq_id, None)
         if row is None:
             return
+        self._live[row] = False
         tracked = self._tracked.pop(seq.seq_id, None)
         if tracked is not None:
             self._memos.pop(tracked, None)

@@ -447,12 +447,25 @@ def append_batch(
 
 
 @njit(cache=True)
-def gather_tables(tables, rows, pad, out):
-    """Row ``i`` of ``out``: the block ids of table ``rows[i]``, then ``pad``."""
+def max_blocks(tables, rows):
+    """The longest of the tables ``rows`` (0 for none)."""
+    longest = 0
     for i in range(rows.shape[0]):
-        num_blocks = tables.num_blocks[rows[i]]
-        out[i, :num_blocks] = tables.blocks[rows[i], :num_blocks]
-        out[i, num_blocks:] = pad
+        longest = max(longest, tables.num_blocks[rows[i]])
+    return longest
+
+
+@njit(cache=True)
+def gather_tables(tables, rows, pad, out):
+    """Row ``i`` of ``out``: the block ids of table ``rows[i]``, then ``pad``
+    (plain loops: a slice copy per row costs several times more)."""
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        num_blocks = tables.num_blocks[row]
+        for j in range(num_blocks):
+            out[i, j] = tables.blocks[row, j]
+        for j in range(num_blocks, out.shape[1]):
+            out[i, j] = pad
 
 
 @njit(cache=True)

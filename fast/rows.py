@@ -1,0 +1,176 @@
+"""The array-level scheduler step: table rows and sequence lengths in,
+arrays out.
+
+Why: the batched API of ``fast/batch.py`` takes Sequence objects, and reading
+them (ids, token lists, statuses) costs about a microsecond per sequence in
+Python, some forty times the kernels' own work. A scheduler or model runner
+that keeps its running batch as arrays (SGLang's request-pool indices, the
+``seq_lens`` a v0 model runner builds anyway) hands the manager table rows
+and lengths instead; the checks run in a kernel too, and a decode step of a
+thousand sequences costs tens of microseconds.
+
+A sequence's row comes from ``rows_of(seqs)`` (or ``row_of(seq)``) and stays
+the same until the sequence is freed (a fork gets its own). Each method gives
+exactly what the per-sequence calls give for sequences of those lengths;
+``block_tables`` and ``slot_mapping`` also accept such a row array in place of
+the sequences.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from blockspace.errors import EmptyTableError, InvalidArgumentError, UnknownSequenceError, WrongDeviceError
+from blockspace.fast import table as T
+from blockspace.fast.checks import checked_lookahead
+from blockspace.validation import MAX_TOKEN_ID
+
+# What check_rows finds first (code, index of the row).
+ROWS_OK, NOT_LIVE, DUPLICATE, NEGATIVE, EMPTY, SWAPPED, SHRUNK = range(7)
+
+
+@njit(cache=True)
+def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
+    """The first bad row of a batch as ``(code, index)``: a row that is no
+    live sequence's table, a repeated row (appends only: ``seen`` holds
+    ``stamp`` at the rows met so far), a negative length, and for appends an
+    empty table, one swapped out, or a length below the tokens it holds."""
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        if row < 0 or row >= live.shape[0] or not live[row]:
+            return NOT_LIVE, i
+        if seq_lens[i] < 0:
+            return NEGATIVE, i
+        if not appending:
+            continue
+        if seen[row] == stamp:
+            return DUPLICATE, i
+        seen[row] = stamp
+        if tables.num_blocks[row] == 0:
+            return EMPTY, i
+        if tables.device[row] != T.GPU:
+            return SWAPPED, i
+        if seq_lens[i] < tables.num_filled[row]:
+            return SHRUNK, i
+    return ROWS_OK, -1
+
+
+_PROBLEMS = {
+    NOT_LIVE: (UnknownSequenceError, "is not the block table of a live sequence"),
+    DUPLICATE: (InvalidArgumentError, "appears twice in the batch"),
+    NEGATIVE: (InvalidArgumentError, "has a negative sequence length"),
+    EMPTY: (EmptyTableError, "has no blocks to append to"),
+    SWAPPED: (WrongDeviceError, "is swapped out; swap it in before appending"),
+    SHRUNK: (InvalidArgumentError, "has a sequence length below the tokens its block table holds"),
+}
+
+
+def _int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
+        raise InvalidArgumentError(f"{name} must be a 1-D array of integers")
+    if size is not None and len(array) != size:
+        raise InvalidArgumentError(f"{name} has {len(array)} entries for {size} rows")
+    return array.astype(np.int64, copy=False)
+
+
+class RowSteps:
+    """Mixin of ``FastBlockSpaceManager``: the array-level step."""
+
+    def rows_of(self, seqs: list[Any]) -> np.ndarray:
+        """The table rows of ``seqs`` (int64), for the ``*_rows`` methods."""
+        return np.array([self._row(seq) for seq in seqs], np.int64)
+
+    def _checked_rows(self, rows: Any, seq_lens: Any = None, appending: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        rows = _int_array("rows", rows)
+        seq_lens = np.zeros(len(rows), np.int64) if seq_lens is None else _int_array("seq_lens", seq_lens, len(rows))
+        self._stamp += 1
+        code, index = check_rows(self._live, self._tables, rows, seq_lens, self._seen, self._stamp, appending)
+        if code != ROWS_OK:
+            error, why = _PROBLEMS[code]
+            raise error(f"row {int(rows[index])} (entry {index} of the batch) {why}")
+        return rows, seq_lens
+
+    def can_append_slots_rows(
+        self, rows: Any, seq_lens: Any, num_lookahead_slots: int, group_ends: Any = None
+    ) -> np.ndarray:
+        """``can_append_slots`` for groups of rows (bool per group): group ``g``
+        is ``rows[group_ends[g-1]:group_ends[g]]``, the RUNNING sequences of a
+        group; without ``group_ends`` every row is a group of its own."""
+        checked_lookahead(num_lookahead_slots)
+        rows, seq_lens = self._checked_rows(rows, seq_lens)
+        if group_ends is None:
+            group_ends = np.arange(1, len(rows) + 1, dtype=np.int64)
+        else:
+            group_ends = _int_array("group_ends", group_ends)
+            if (np.diff(group_ends, prepend=0) < 0).any() or (len(group_ends) and group_ends[-1] != len(rows)):
+                raise InvalidArgumentError("group_ends must rise from 0 to the number of rows")
+        result = np.zeros(len(group_ends), np.bool_)
+        T.can_append_batch(
+            self._gpu, self._tables, rows, seq_lens, group_ends, num_lookahead_slots, self.block_size, result
+        )
+        return result
+
+    def append_slots_rows(
+        self,
+        rows: Any,
+        seq_lens: Any,
+        num_lookahead_slots: int,
+        *,
+        token_ids: Any = None,
+        num_computed_tokens: Any = None,
+    ) -> np.ndarray:
+        """``append_slots`` for each row in order, for sequences now of
+        ``seq_lens`` tokens; returns every copy-on-write pair of the step as
+        an int64 array of shape ``(k, 2)``. With prefix caching, ``token_ids[i]``
+        (the token ids of row ``i``'s sequence, a list or array) keys the
+        blocks that fill; with a sliding window, ``num_computed_tokens[i]``
+        decides the blocks to drop. Raises before any change, as
+        ``append_slots_batch``."""
+        checked_lookahead(num_lookahead_slots)
+        rows, seq_lens = self._checked_rows(rows, seq_lens, appending=True)
+        num_filled = self.tables.num_filled[rows]
+        num_drops = np.zeros(len(rows), np.int64)
+        if self._window:
+            if num_computed_tokens is None:
+                raise InvalidArgumentError("with a sliding window, append_slots_rows needs num_computed_tokens")
+            computed = _int_array("num_computed_tokens", num_computed_tokens, len(rows))
+            window = self.max_block_sliding_window
+            num_drops = np.maximum(0, computed // self.block_size - window)
+        tokens, token_starts = T.NO_TOKENS, np.zeros(len(rows) + 1, np.int64)
+        if self.enable_caching:
+            tokens, token_starts = self._tails(token_ids, rows, seq_lens, num_filled)
+        extras = self.tables.extras[rows, np.maximum(self.tables.num_blocks[rows] - 1, 0)]  # adapters, as at allocate
+        pairs = self._run_appends(
+            rows, seq_lens - num_filled, num_lookahead_slots, tokens, token_starts, num_drops, extras,
+            lambda index: f"row {int(rows[index])}",
+        )  # fmt: skip
+        return np.array(pairs, np.int64).reshape(-1, 2)
+
+    def _tails(
+        self, token_ids: Any, rows: np.ndarray, seq_lens: np.ndarray, num_filled: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each sequence's token ids from the start of its last block (what
+        the append kernel keys), checked, in one flat array with offsets."""
+        if token_ids is None or len(token_ids) != len(rows):
+            raise InvalidArgumentError("with prefix caching, append_slots_rows needs token_ids for every row")
+        parts = []
+        for i, (ids, length, filled) in enumerate(zip(token_ids, seq_lens.tolist(), num_filled.tolist())):
+            if len(ids) != length:
+                raise InvalidArgumentError(f"token_ids[{i}] has {len(ids)} tokens, seq_lens[{i}] says {length}")
+            part = np.asarray(ids[filled - filled % self.block_size :])
+            if part.size and (not np.issubdtype(part.dtype, np.integer) or part.min() < 0 or part.max() > MAX_TOKEN_ID):
+                raise InvalidArgumentError(f"token_ids[{i}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
+            parts.append(part.astype(np.int64, copy=False))
+        starts = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum([len(part) for part in parts], out=starts[1:])
+        return (np.concatenate(parts) if parts else T.NO_TOKENS), starts
+
+    def _block_table_rows(self, seqs_or_rows: Any) -> np.ndarray:
+        if isinstance(seqs_or_rows, np.ndarray):
+            return self._checked_rows(seqs_or_rows)[0]
+        return self.rows_of(seqs_or_rows)
+
