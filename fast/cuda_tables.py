@@ -45,6 +45,13 @@ from numba import cuda, int64, njit
 
 from blockspace.errors import InvalidArgumentError
 
+# numba-cuda 0.30.4 registers ``overload(np.row_stack)`` when its CUDA target
+# first loads (at the first kernel compile) for any NumPy >= 2.0, but NumPy 2.5
+# removed ``row_stack`` (an alias of ``vstack``), so every compile raised
+# AttributeError on the H200 image (numpy 2.5.2). Restore the alias first.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
 PAD_BLOCK_ID = 0
 PAD_SLOT_ID = -1
 

@@ -12,6 +12,8 @@ import pytest
 from numba import config, cuda
 from numba import types as nb
 
+import blockspace.fast.cuda_tables  # noqa: F401,E402  (first: its NumPy 2.5 fix for numba-cuda's compiler)
+
 pytestmark = pytest.mark.skipif(bool(config.ENABLE_CUDASIM), reason="the simulator compiles nothing")
 
 
