@@ -98,6 +98,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         self._live = np.zeros(self.tables.blocks.shape[0], np.bool_)  # row -> a sequence's table (fast/rows.py)
         self._seen = np.zeros(self.tables.blocks.shape[0], np.int64)  # row -> last batch stamp (duplicate check)
         self._stamp = 0
+        self._lists: dict[int, tuple[int, list[int]]] = {}  # row -> (version, block ids), see _table_list
         self._cross_rows: dict[str, int] = {}  # request_id -> table row
         self._free_rows: list[int] = []
         self._num_rows = 0  # rows ever used
@@ -466,6 +467,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         self._drop_parked(seq.seq_id)
         self._forget_row(row)
         _free_table(self._gpu, self._cpu, self._tables, row, self.block_size)
+        self._lists.pop(row, None)
         self._free_rows.append(row)
 
     def free_cross(self, seq_group: Any) -> None:
@@ -473,6 +475,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         if row is not None:
             self._forget_row(row)
             _free_table(self._gpu, self._cpu, self._tables, row, self.block_size)
+            self._lists.pop(row, None)
             self._free_rows.append(row)
 
     # -- the device block table (docs/gpu.md) -------------------------------------------
@@ -555,8 +558,20 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         return TableDelta(*deltas_drain(self._deltas), num_rows, num_cols)
 
     # -- tables and counts ---------------------------------------------------------
+    def _table_list(self, row: int) -> list[int]:
+        """The row's block ids as a list, converted once per version of the
+        row (decode changes a table once a block: most calls reuse it). Not
+        for callers to keep: they get copies."""
+        version = self.tables.version.item(row)
+        known = self._lists.get(row)
+        if known is not None and known[0] == version:
+            return known[1]
+        ids = self.tables.blocks[row, : self.tables.num_blocks.item(row)].tolist()
+        self._lists[row] = (version, ids)
+        return ids
+
     def _block_ids(self, row: int) -> list[int]:
-        return self.tables.blocks[row, : self.tables.num_blocks[row]].tolist()
+        return self._table_list(row)[:]
 
     def get_block_table(self, seq: Any) -> list[int]:
         return self._block_ids(self._row(seq))
@@ -669,11 +684,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
             return []
         for seq in seqs:
             self._keyed(seq, seq.get_token_ids())
-        blocks, num_blocks, bs = self.tables.blocks, self.tables.num_blocks, self.block_size
-        prefixes = [
-            blocks[row, : min(num_blocks.item(row), self._num_cached_tokens(seq) // bs)].tolist()
-            for seq, row in zip(seqs, rows)
-        ]
+        prefixes = [self._table_list(row)[: self._num_cached_tokens(seq) // self.block_size] for seq, row in zip(seqs, rows)]
         if len(prefixes) == 1:
             return prefixes[0]
         prefixes = [ids for ids in prefixes if ids]  # vLLM drops sequences without cached blocks

@@ -63,6 +63,7 @@ class Tables(NamedTuple):
     last_access: np.ndarray  # float64[rows]
     accessed: np.ndarray  # bool[rows]: last_access was set (access_all_blocks_in_seq)
     roots: np.ndarray  # int64[rows]: parent of the first block's key (-1, or a cache salt's id)
+    version: np.ndarray  # int64[rows]: bumped at every change of the row's block ids (Python keeps lists per version)
     log: np.ndarray  # int32[capacity, 2]: (row, index) of each block write since the last drain
     num_logged: np.ndarray  # int64[1]: writes logged (past capacity: overflowed); -1: not logging
 
@@ -79,6 +80,7 @@ def new_tables(num_rows: int = 16, num_cols: int = 16) -> Tables:
         np.zeros(num_rows),
         np.zeros(num_rows, np.bool_),
         np.full(num_rows, -1, np.int64),
+        np.zeros(num_rows, np.int64),
         np.zeros((0, 2), np.int32),
         np.full(1, -1, np.int64),
     )
@@ -95,7 +97,7 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
     old_rows, old_cols = tables.blocks.shape
     for name in ("blocks", "keys", "extras"):
         getattr(grown, name)[:old_rows, :old_cols] = getattr(tables, name)
-    for name in ("num_blocks", "num_filled", "device", "num_null", "last_access", "accessed", "roots"):
+    for name in ("num_blocks", "num_filled", "device", "num_null", "last_access", "accessed", "roots", "version"):
         getattr(grown, name)[:old_rows] = getattr(tables, name)
     return grown
 
@@ -104,6 +106,7 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
 @njit(cache=True)
 def _set_block(tables, row, index, block_id):
     tables.blocks[row, index] = block_id
+    tables.version[row] += 1
     num_logged = tables.num_logged[0]
     if num_logged >= 0:
         if num_logged < tables.log.shape[0]:
@@ -116,6 +119,7 @@ def _set_block(tables, row, index, block_id):
 def _open_row(tables, row, device, root):
     tables.roots[row] = root
     tables.num_blocks[row] = 0
+    tables.version[row] += 1
     tables.num_filled[row] = 0
     tables.device[row] = device
     tables.num_null[row] = 0
@@ -213,6 +217,7 @@ def free(gpu, cpu, tables, row, block_size):
                 P.stamp(gpu, tables.blocks[row, index], tables.last_access[row])
     release_all(gpu if tables.device[row] == GPU else cpu, tables, row, block_size)
     tables.num_blocks[row] = 0
+    tables.version[row] += 1
 
 
 # -- append (§8.3) --------------------------------------------------------------

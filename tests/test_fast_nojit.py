@@ -33,3 +33,19 @@ def test_lockstep_without_jit(names):
     lines = done.stdout.split("\n")
     assert [line.split()[0] for line in lines if line] == list(names)
     assert all(int(line.split()[1]) > 50 for line in lines if line)
+
+
+def test_row_steps_and_parked_rows_without_jit():
+    tests = Path(__file__).parent
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    files = [str(tests / "test_fast_rows.py"), str(tests / "test_fast_tracker.py")]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+        env=env,
+        cwd=tests.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " passed" in done.stdout and "failed" not in done.stdout

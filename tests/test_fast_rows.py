@@ -162,3 +162,27 @@ def test_a_batch_that_runs_out_changes_nothing():
     assert not fast.can_append_slots_rows(rows, [9, 9, 9], 0, [3]).item()  # not all three
     unchanged(fast, lambda: fast.append_slots_rows(rows, [9, 9, 9], 0), Exception, "row")
     assert fast.append_slots_rows(rows[:1], [9], 0).shape == (0, 2)
+
+
+def test_block_table_lists_are_fresh_and_follow_every_change():
+    fast = FastBlockSpaceManager(2, 40, 8, enable_caching=True)
+    group = SequenceGroup.from_prompt("t", [1, 2, 3], n=2, first_seq_id=0)
+    fast.allocate(group)
+    first, second = group.seqs
+    table = fast.get_block_table(first)
+    table.append(99)
+    table[0] = 98
+    assert fast.get_block_table(first) == fast.get_block_table(second) != table
+    first.status = second.status = SequenceStatus.RUNNING
+    first.append_token_id(4)
+    before = fast.get_block_table(first)
+    cow = fast.append_slots(first, 0)  # the shared last block is copied
+    after = fast.get_block_table(first)
+    assert cow == [(before[-1], after[-1])] and after[:-1] == before[:-1]
+    assert fast.get_common_computed_block_ids([first]) == []
+    fast.mark_blocks_as_computed(group, 0)
+    assert fast.get_common_computed_block_ids([first, second]) == after[:1]
+    fast.swap_out(group)
+    assert fast.get_block_table(first) != after
+    fast.free(first)
+    assert fast.get_block_table(second) != after
