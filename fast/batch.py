@@ -82,7 +82,7 @@ class BatchedSteps:
         every append fits (``name(i)`` names the one that did not)."""
         self._make_room(rows, num_new, num_lookahead_slots)
         bound = T.append_bound(
-            self._tables, rows, num_new, num_lookahead_slots, self.block_size, self._window, self.null_block
+            self._gpu, self._tables, rows, num_new, num_lookahead_slots, self.block_size, self._window, self.null_block
         )
         cow = self._scratch(2 * int(bound) + 2)
         args = (rows, tokens, token_starts, num_new, num_lookahead_slots, num_drops, extras, self._window)

@@ -38,6 +38,7 @@ def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
     live sequence's table, a repeated row (appends only: ``seen`` holds
     ``stamp`` at the rows met so far), a negative length, and for appends an
     empty table, one swapped out, or a length below the tokens it holds."""
+    num_blocks, device, num_filled = tables.num_blocks, tables.device, tables.num_filled  # read once
     for i in range(rows.shape[0]):
         row = rows[i]
         if row < 0 or row >= live.shape[0] or not live[row]:
@@ -49,11 +50,11 @@ def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
         if seen[row] == stamp:
             return DUPLICATE, i
         seen[row] = stamp
-        if tables.num_blocks[row] == 0:
+        if num_blocks[row] == 0:
             return EMPTY, i
-        if tables.device[row] != T.GPU:
+        if device[row] != T.GPU:
             return SWAPPED, i
-        if seq_lens[i] < tables.num_filled[row]:
+        if seq_lens[i] < num_filled[row]:
             return SHRUNK, i
     return ROWS_OK, -1
 

@@ -229,6 +229,24 @@ def _num_writes(num_filled, num_new, block_size):
 
 
 @njit(cache=True)
+def _writes_in_place(refcount, first_id, blocks, num_blocks, num_filled, row, num_new, num_lookahead, block_size, caching):
+    """Does an append only count the new tokens? Yes when it needs no new
+    block and every block it writes is the table's alone, none filling up
+    to be keyed (the usual decode step). Takes arrays, not handles, so the
+    batch loop can ask it cheaply."""
+    filled = num_filled[row]
+    if blocks_to_add(num_blocks[row], filled, num_new + num_lookahead, block_size) > 0:
+        return False
+    if caching and (filled + num_new) // block_size > filled // block_size:
+        return False
+    first_index = filled // block_size
+    for index in range(first_index, first_index + _num_writes(filled, num_new, block_size)):
+        if refcount[blocks[row, index] - first_id] != 1:
+            return False
+    return True
+
+
+@njit(cache=True)
 def append(
     pool, keys, tables, row, tokens, num_new, num_lookahead, num_drops, extra, window, null_block, cow, cow_start
 ):
@@ -248,6 +266,12 @@ def append(
         return NO_ROOM
     if caching and not has_room(keys, num_writes):
         return NO_KEY_ROOM
+    if not window and _writes_in_place(
+        pool.refcount, pool.meta[P.FIRST_ID], tables.blocks, tables.num_blocks, tables.num_filled,
+        row, num_new, num_lookahead, block_size, caching,
+    ):  # fmt: skip
+        tables.num_filled[row] = num_filled + num_new  # nothing else changes
+        return 0
 
     # plan: the content key of every block a write fills
     first_index = num_filled // block_size
@@ -396,14 +420,19 @@ def can_append_batch(pool, tables, rows, num_tokens, group_ends, num_lookahead, 
 
 
 @njit(cache=True)
-def append_bound(tables, rows, num_new, num_lookahead, block_size, window, null_block):
+def append_bound(pool, tables, rows, num_new, num_lookahead, block_size, window, null_block):
     """An upper bound of the blocks a batch of appends takes: every new block,
-    every write copied on write, and the null block."""
+    every write into a block shared now (a copy on write; appends before it
+    in the batch can only unshare it), and the null block."""
     bound = 1 if window and null_block[0] < 0 else 0
     for i in range(rows.shape[0]):
         row = rows[i]
-        bound += blocks_to_add(tables.num_blocks[row], tables.num_filled[row], num_new[i] + num_lookahead, block_size)
-        bound += _num_writes(tables.num_filled[row], num_new[i], block_size)
+        num_blocks, num_filled = tables.num_blocks[row], tables.num_filled[row]
+        bound += blocks_to_add(num_blocks, num_filled, num_new[i] + num_lookahead, block_size)
+        first_index = num_filled // block_size
+        for index in range(first_index, min(first_index + _num_writes(num_filled, num_new[i], block_size), num_blocks)):
+            if P.refs(pool, tables.blocks[row, index]) > 1:
+                bound += 1
     return bound
 
 
@@ -427,12 +456,21 @@ def append_batch(
     """``append`` for each sequence in order. Stops at the first failure
     (``status[0]`` = code, ``status[1]`` = index); returns the CoW count."""
     num_cow = 0
+    block_size, caching = keys.tokens.shape[1], pool.meta[P.CACHING]
+    refcount, first_id = pool.refcount, pool.meta[P.FIRST_ID]
+    blocks, num_blocks, num_filled = tables.blocks, tables.num_blocks, tables.num_filled
     for i in range(rows.shape[0]):
+        row = rows[i]
+        if not window and _writes_in_place(
+            refcount, first_id, blocks, num_blocks, num_filled, row, num_new[i], num_lookahead, block_size, caching
+        ):
+            num_filled[row] += num_new[i]  # as ``append`` would, without entering it
+            continue
         result = append(
             pool,
             keys,
             tables,
-            rows[i],
+            row,
             tokens[token_starts[i] : token_starts[i + 1]],
             num_new[i],
             num_lookahead,
@@ -454,22 +492,25 @@ def append_batch(
 @njit(cache=True)
 def max_blocks(tables, rows):
     """The longest of the tables ``rows`` (0 for none)."""
+    num_blocks = tables.num_blocks
     longest = 0
     for i in range(rows.shape[0]):
-        longest = max(longest, tables.num_blocks[rows[i]])
+        longest = max(longest, num_blocks[rows[i]])
     return longest
 
 
 @njit(cache=True)
 def gather_tables(tables, rows, pad, out):
-    """Row ``i`` of ``out``: the block ids of table ``rows[i]``, then ``pad``
-    (plain loops: a slice copy per row costs several times more)."""
+    """Row ``i`` of ``out``: the block ids of table ``rows[i]``, then ``pad``.
+    (Plain loops over local names: a slice copy per row, or a handle field
+    read per element, costs several times more.)"""
+    blocks, num_blocks = tables.blocks, tables.num_blocks
     for i in range(rows.shape[0]):
         row = rows[i]
-        num_blocks = tables.num_blocks[row]
-        for j in range(num_blocks):
-            out[i, j] = tables.blocks[row, j]
-        for j in range(num_blocks, out.shape[1]):
+        count = num_blocks[row]
+        for j in range(count):
+            out[i, j] = blocks[row, j]
+        for j in range(count, out.shape[1]):
             out[i, j] = pad
 
 
