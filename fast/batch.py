@@ -57,36 +57,45 @@ class BatchedSteps:
         checked_lookahead(num_lookahead_slots)
         if len({seq.seq_id for seq in seqs}) != len(seqs):
             raise InvalidArgumentError("append_slots_batch got the same sequence twice")
-        rows, num_new, num_drops, extras, token_parts = self._check_batch(seqs)
+        rows, seq_lens, num_drops, extras, token_parts = self._check_batch(seqs)
         token_starts = np.zeros(len(seqs) + 1, np.int64)
         np.cumsum([len(part) for part in token_parts], out=token_starts[1:])
         tokens = np.concatenate(token_parts) if self.enable_caching and seqs else T.NO_TOKENS
-        return self._run_appends(
-            rows, num_new, num_lookahead_slots, tokens, token_starts, np.array(num_drops, np.int64),
+        cow, count = self._run_appends(
+            rows, seq_lens, num_lookahead_slots, tokens, token_starts, np.array(num_drops, np.int64),
             np.array(extras, np.int64), lambda index: f"sequence {seqs[index].seq_id}",
         )  # fmt: skip
+        return self._pairs(cow, count)
 
     def _run_appends(
         self,
         rows: np.ndarray,
-        num_new: np.ndarray,
+        seq_lens: np.ndarray,
         num_lookahead_slots: int,
         tokens: np.ndarray,
         token_starts: np.ndarray,
         num_drops: np.ndarray,
         extras: np.ndarray,
         name: Callable[[int], str],
-    ) -> list[tuple[int, int]]:
-        """The checked appends of a batch, all or none: when the free blocks
-        might not cover them, they run on copies of the state, kept only if
-        every append fits (``name(i)`` names the one that did not)."""
-        self._make_room(rows, num_new, num_lookahead_slots)
-        bound = T.append_bound(
-            self._gpu, self._tables, rows, num_new, num_lookahead_slots, self.block_size, self._window, self.null_block
-        )
+    ) -> tuple[np.ndarray, int]:
+        """The checked appends of a batch (sequences now of ``seq_lens``
+        tokens), all or none: when the free blocks might not cover them,
+        they run on copies of the state, kept only if every append fits
+        (``name(i)`` names the one that did not). Returns the copy-on-write
+        pairs, flat, and their number."""
+        needs = self._needs
+        args = (rows, seq_lens, num_lookahead_slots, self.block_size, self._window, self.null_block)
+        bound = T.batch_needs(self._tables, *args, needs)
+        if bound > self._num_free(self.gpu):
+            bound = T.shared_bound(self._gpu, self._tables, *args)
+        if needs[0] > self.tables.blocks.shape[1]:
+            self.tables = T.grow_tables(self.tables, num_cols=int(needs[0]))
+        if self.enable_caching and not has_room(self.keys, int(needs[1])):
+            self._grow_keys(int(needs[1]))
         cow = self._scratch(2 * int(bound) + 2)
-        args = (rows, tokens, token_starts, num_new, num_lookahead_slots, num_drops, extras, self._window)
-        status = np.zeros(2, np.int64)
+        args = (rows, tokens, token_starts, seq_lens, num_lookahead_slots, num_drops, extras, self._window)
+        status = self._status
+        status[0] = 0
         if bound <= self._num_free(self.gpu):  # no append can fail
             count = T.append_batch(self._gpu, self._keys, self._tables, *args, self.null_block, cow, status)
         else:  # it may fail: run it on copies, keep them only if it all fits
@@ -99,12 +108,12 @@ class BatchedSteps:
                 )
             self.gpu, self.keys, self.tables, self.null_block[:] = gpu, keys, tables, null
         assert status[0] == 0, "append_slots_batch ran out of array room"
-        return self._pairs(cow, int(count))
+        return cow, int(count)
 
     def _check_batch(self, seqs: list[Any]) -> tuple[np.ndarray, np.ndarray, list[int], list[int], list[Any]]:
         """``append_slots``'s checks for every sequence, raising the error the
-        per-sequence calls would raise first; returns the rows, the numbers of
-        new tokens, drops, extra ids and token arrays of the appends. The checks
+        per-sequence calls would raise first; returns the rows, the sequence
+        lengths, drops, extra ids and token arrays of the appends. The checks
         run vectorised; any failure reruns them sequence by sequence, in order,
         to raise the same error as the per-sequence calls."""
         row_of = self._rows
@@ -132,18 +141,7 @@ class BatchedSteps:
         if self.enable_caching or self._window:
             for i, (seq, tokens, start) in enumerate(zip(seqs, token_lists, filled)):
                 token_parts[i], num_drops[i], extras[i] = self._append_args(seq, start, tokens)
-        return rows_array, num_tokens - num_filled, num_drops, extras, token_parts
-
-    def _make_room(self, rows: np.ndarray, num_new: np.ndarray, num_lookahead_slots: int) -> None:
-        """Grow the table columns and content keys for the largest batch of appends."""
-        bs = self.block_size
-        num_slots = self.tables.num_filled[rows] + num_new + num_lookahead_slots
-        num_cols = int(np.max(np.maximum(self.tables.num_blocks[rows], -(-num_slots // bs)), initial=0))
-        if num_cols > self.tables.blocks.shape[1]:
-            self.tables = T.grow_tables(self.tables, num_cols=num_cols)
-        num_keys = int((num_new // bs + 2).sum())
-        if self.enable_caching and not has_room(self.keys, num_keys):
-            self._grow_keys(num_keys)
+        return rows_array, num_tokens, num_drops, extras, token_parts
 
     def block_tables(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> Any:
         """The sequences' block tables as one ``int32`` torch tensor of shape

@@ -111,6 +111,8 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         self._root_ids: dict[Any, int] = {None: -1}  # cache salt -> negative id (first block's parent)
         self._cow = np.zeros(64, np.int64)  # copy-on-write pairs / swap mappings come back here
         self._info = np.zeros(2, np.int64)
+        self._needs = np.zeros(2, np.int64)  # batch_needs: table columns, content keys
+        self._status = np.zeros(2, np.int64)  # append_batch: failure code, index
         self._deltas: Any = None  # cuda_tables.DeltaBuffers while a device table is kept in sync
         self._device_table: Any = None
         if track_device_table:

@@ -71,7 +71,7 @@ _PROBLEMS = {
 
 def _int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
     array = np.asarray(values)
-    if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
+    if array.ndim != 1 or (array.dtype.kind not in "iu" and array.size):
         raise InvalidArgumentError(f"{name} must be a 1-D array of integers")
     if size is not None and len(array) != size:
         raise InvalidArgumentError(f"{name} has {len(array)} entries for {size} rows")
@@ -133,23 +133,21 @@ class RowSteps:
         ``append_slots_batch``."""
         checked_lookahead(num_lookahead_slots)
         rows, seq_lens = self._checked_rows(rows, seq_lens, appending=True)
-        num_filled = self.tables.num_filled[rows]
-        num_drops = np.zeros(len(rows), np.int64)
+        num_drops = extras = np.zeros(len(rows), np.int64)
         if self._window:
             if num_computed_tokens is None:
                 raise InvalidArgumentError("with a sliding window, append_slots_rows needs num_computed_tokens")
             computed = _int_array("num_computed_tokens", num_computed_tokens, len(rows))
-            window = self.max_block_sliding_window
-            num_drops = np.maximum(0, computed // self.block_size - window)
+            num_drops = np.maximum(0, computed // self.block_size - self.max_block_sliding_window)
         tokens, token_starts = T.NO_TOKENS, np.zeros(len(rows) + 1, np.int64)
         if self.enable_caching:
-            tokens, token_starts = self._tails(token_ids, rows, seq_lens, num_filled)
-        extras = self.tables.extras[rows, np.maximum(self.tables.num_blocks[rows] - 1, 0)]  # adapters, as at allocate
-        pairs = self._run_appends(
-            rows, seq_lens - num_filled, num_lookahead_slots, tokens, token_starts, num_drops, extras,
+            tokens, token_starts = self._tails(token_ids, rows, seq_lens, self.tables.num_filled[rows])
+            extras = self.tables.extras[rows, np.maximum(self.tables.num_blocks[rows] - 1, 0)]  # adapters, as at allocate
+        cow, count = self._run_appends(
+            rows, seq_lens, num_lookahead_slots, tokens, token_starts, num_drops, extras,
             lambda index: f"row {int(rows[index])}",
         )  # fmt: skip
-        return np.array(pairs, np.int64).reshape(-1, 2)
+        return cow[: 2 * count].reshape(-1, 2).copy()
 
     def _tails(
         self, token_ids: Any, rows: np.ndarray, seq_lens: np.ndarray, num_filled: np.ndarray

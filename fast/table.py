@@ -232,15 +232,18 @@ def _num_writes(num_filled, num_new, block_size):
 def _writes_in_place(refcount, first_id, blocks, num_blocks, num_filled, row, num_new, num_lookahead, block_size, caching):
     """Does an append only count the new tokens? Yes when it needs no new
     block and every block it writes is the table's alone, none filling up
-    to be keyed (the usual decode step). Takes arrays, not handles, so the
-    batch loop can ask it cheaply."""
+    to be keyed (the usual decode step). Takes arrays, not handles, and
+    divides once, so the batch loop can ask it cheaply."""
     filled = num_filled[row]
-    if blocks_to_add(num_blocks[row], filled, num_new + num_lookahead, block_size) > 0:
-        return False
-    if caching and (filled + num_new) // block_size > filled // block_size:
-        return False
+    if num_blocks[row] * block_size - filled < num_new + num_lookahead:
+        return False  # needs a new block
+    if num_new == 0:
+        return True
     first_index = filled // block_size
-    for index in range(first_index, first_index + _num_writes(filled, num_new, block_size)):
+    if caching and filled + num_new >= (first_index + 1) * block_size:
+        return False  # a block fills up: it gets keyed
+    last_index = first_index if num_new == 1 else (filled + num_new - 1) // block_size
+    for index in range(first_index, last_index + 1):
         if refcount[blocks[row, index] - first_id] != 1:
             return False
     return True
@@ -335,11 +338,12 @@ def append(
 
 
 @njit(cache=True)
-def touched(tables, row, num_tokens, num_lookahead, block_size):
+def touched(num_filled, row, num_tokens, num_lookahead, block_size):
     """Blocks an append of a sequence of ``num_tokens`` tokens writes or
-    reserves (the estimate of ``can_append_slots`` and the swap checks)."""
-    num_filled = tables.num_filled[row]
-    return blocks_touched(num_filled, max(0, num_tokens - num_filled), num_lookahead, block_size)
+    reserves (the estimate of ``can_append_slots`` and the swap checks);
+    ``num_filled`` is the tables' array (callers read the field once)."""
+    filled = num_filled[row]
+    return blocks_touched(filled, max(0, num_tokens - filled), num_lookahead, block_size)
 
 
 # -- swapping (§9.6, §9.7) ----------------------------------------------------------
@@ -349,7 +353,7 @@ def swap_need(destination, tables, rows, num_tokens, num_lookahead, block_size):
     need = 0
     for i in range(rows.shape[0]):
         row = rows[i]
-        need += touched(tables, row, num_tokens[i], num_lookahead, block_size)
+        need += touched(tables.num_filled, row, num_tokens[i], num_lookahead, block_size)
         for index in range(tables.num_null[row], tables.num_blocks[row]):
             if _is_full(tables, row, index, block_size) and not P.is_in_use_cached(
                 destination, tables.keys[row, index]
@@ -410,28 +414,58 @@ def swap(source, destination, tables, rows, device, block_size, mapping):
 def can_append_batch(pool, tables, rows, num_tokens, group_ends, num_lookahead, block_size, result):
     """``result[g]``: do the sequences ``group_ends[g-1]:group_ends[g]`` fit?"""
     free = P.num_free(pool)
+    num_filled = tables.num_filled  # read once: a handle field read per row costs more than the rule
+    most = 0  # every sequence touches at most 1 + new tokens + lookahead blocks: no division needed
+    for i in range(rows.shape[0]):
+        most += 1 + max(0, num_tokens[i] - num_filled[rows[i]]) + num_lookahead
+    if most <= free:
+        result[:] = True
+        return
     start = 0
     for g in range(group_ends.shape[0]):
         need = 0
         for i in range(start, group_ends[g]):
-            need += touched(tables, rows[i], num_tokens[i], num_lookahead, block_size)
+            need += touched(num_filled, rows[i], num_tokens[i], num_lookahead, block_size)
         result[g] = need <= free
         start = group_ends[g]
 
 
 @njit(cache=True)
-def append_bound(pool, tables, rows, num_new, num_lookahead, block_size, window, null_block):
-    """An upper bound of the blocks a batch of appends takes: every new block,
-    every write into a block shared now (a copy on write; appends before it
-    in the batch can only unshare it), and the null block."""
+def batch_needs(tables, rows, seq_lens, num_lookahead, block_size, window, null_block, needs):
+    """What a batch of appends (sequences now of ``seq_lens`` tokens) needs:
+    ``needs[0]`` table columns, ``needs[1]`` content keys; returns a quick
+    upper bound of the blocks it takes (``shared_bound`` is the tight one).
+    Per row, at most ``a // bs + 1`` new blocks and ``a // bs + 2`` copies
+    on write for ``a`` new tokens and lookahead slots; the sum of floors is
+    at most the floor of the sum, so the loop needs no division (with a
+    thousand rows, divisions cost more than the appends)."""
+    num_filled = tables.num_filled
+    num_rows = rows.shape[0]
+    num_new, longest = 0, 0
+    for i in range(num_rows):
+        num_new += seq_lens[i] - num_filled[rows[i]]
+        longest = max(longest, seq_lens[i])
+    needs[0] = cdiv(longest + num_lookahead, block_size)
+    needs[1] = num_new // block_size + 2 * num_rows
+    null = 1 if window and null_block[0] < 0 else 0
+    return 2 * ((num_new + num_rows * num_lookahead) // block_size) + 3 * num_rows + null
+
+
+@njit(cache=True)
+def shared_bound(pool, tables, rows, seq_lens, num_lookahead, block_size, window, null_block):
+    """The bound of ``batch_needs`` counting only writes into blocks shared
+    now: those are the copies on write (appends before them in the batch can
+    only unshare a block, never share it)."""
+    blocks, num_blocks, num_filled = tables.blocks, tables.num_blocks, tables.num_filled
+    refcount, first_id = pool.refcount, pool.meta[P.FIRST_ID]
     bound = 1 if window and null_block[0] < 0 else 0
     for i in range(rows.shape[0]):
         row = rows[i]
-        num_blocks, num_filled = tables.num_blocks[row], tables.num_filled[row]
-        bound += blocks_to_add(num_blocks, num_filled, num_new[i] + num_lookahead, block_size)
-        first_index = num_filled // block_size
-        for index in range(first_index, min(first_index + _num_writes(num_filled, num_new[i], block_size), num_blocks)):
-            if P.refs(pool, tables.blocks[row, index]) > 1:
+        filled, num_new = num_filled[row], seq_lens[i] - num_filled[row]
+        bound += blocks_to_add(num_blocks[row], filled, num_new + num_lookahead, block_size)
+        first_index = filled // block_size
+        for index in range(first_index, min(first_index + _num_writes(filled, num_new, block_size), num_blocks[row])):
+            if refcount[blocks[row, index] - first_id] > 1:
                 bound += 1
     return bound
 
@@ -444,7 +478,7 @@ def append_batch(
     rows,
     tokens,
     token_starts,
-    num_new,
+    seq_lens,
     num_lookahead,
     num_drops,
     extras,
@@ -453,18 +487,20 @@ def append_batch(
     cow,
     status,
 ):
-    """``append`` for each sequence in order. Stops at the first failure
-    (``status[0]`` = code, ``status[1]`` = index); returns the CoW count."""
+    """``append`` for each sequence in order, each now of ``seq_lens[i]``
+    tokens (rows are distinct). Stops at the first failure (``status[0]`` =
+    code, ``status[1]`` = index); returns the CoW count."""
     num_cow = 0
     block_size, caching = keys.tokens.shape[1], pool.meta[P.CACHING]
     refcount, first_id = pool.refcount, pool.meta[P.FIRST_ID]
     blocks, num_blocks, num_filled = tables.blocks, tables.num_blocks, tables.num_filled
     for i in range(rows.shape[0]):
         row = rows[i]
+        num_new = seq_lens[i] - num_filled[row]
         if not window and _writes_in_place(
-            refcount, first_id, blocks, num_blocks, num_filled, row, num_new[i], num_lookahead, block_size, caching
+            refcount, first_id, blocks, num_blocks, num_filled, row, num_new, num_lookahead, block_size, caching
         ):
-            num_filled[row] += num_new[i]  # as ``append`` would, without entering it
+            num_filled[row] += num_new  # as ``append`` would, without entering it
             continue
         result = append(
             pool,
@@ -472,7 +508,7 @@ def append_batch(
             tables,
             row,
             tokens[token_starts[i] : token_starts[i + 1]],
-            num_new[i],
+            num_new,
             num_lookahead,
             num_drops[i],
             extras[i],
