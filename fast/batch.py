@@ -150,8 +150,8 @@ class BatchedSteps:
         of table rows (``rows_of``)."""
         import torch
 
-        rows = self._block_table_rows(seqs)
-        out = np.empty((len(rows), T.max_blocks(self._tables, rows)), np.int32)
+        rows, width = self._rows_and_width(seqs)
+        out = np.empty((len(rows), width), np.int32)
         T.gather_tables(self._tables, rows, pad, out)
         return torch.from_numpy(out)
 
@@ -163,13 +163,15 @@ class BatchedSteps:
         ``seqs`` may also be an array of table rows (``rows_of``)."""
         import torch
 
-        rows = self._block_table_rows(seqs)
-        counts = np.broadcast_to(np.asarray(num_step_tokens, np.int64), rows.shape).copy()
-        if (counts < 0).any() or (counts > self.tables.num_filled[rows]).any():
+        rows, _ = self._rows_and_width(seqs)
+        if isinstance(num_step_tokens, int):
+            counts = np.full(len(rows), num_step_tokens, np.int64)
+        else:
+            counts = np.broadcast_to(np.asarray(num_step_tokens, np.int64), rows.shape).copy()
+        slots, bad = T.gather_slots(self._tables, rows, counts, self.block_size)
+        if bad >= 0:
             raise InvalidArgumentError("num_step_tokens must be between 0 and each table's written tokens")
-        out = np.empty(int(counts.sum()), np.int64)
-        T.gather_slots(self._tables, rows, counts, self.block_size, out)
-        return torch.from_numpy(out)
+        return torch.from_numpy(slots)
 
 
 def _copy(state: Any) -> Any:

@@ -34,29 +34,32 @@ ROWS_OK, NOT_LIVE, DUPLICATE, NEGATIVE, EMPTY, SWAPPED, SHRUNK = range(7)
 
 @njit(cache=True)
 def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
-    """The first bad row of a batch as ``(code, index)``: a row that is no
+    """The first bad row of a batch as ``(code, index, 0)``: a row that is no
     live sequence's table, a repeated row (appends only: ``seen`` holds
     ``stamp`` at the rows met so far), a negative length, and for appends an
-    empty table, one swapped out, or a length below the tokens it holds."""
+    empty table, one swapped out, or a length below the tokens it holds.
+    For a good batch ``(ROWS_OK, -1, longest table)``."""
     num_blocks, device, num_filled = tables.num_blocks, tables.device, tables.num_filled  # read once
+    longest = 0
     for i in range(rows.shape[0]):
         row = rows[i]
         if row < 0 or row >= live.shape[0] or not live[row]:
-            return NOT_LIVE, i
+            return NOT_LIVE, i, 0
+        longest = max(longest, num_blocks[row])
         if seq_lens[i] < 0:
-            return NEGATIVE, i
+            return NEGATIVE, i, 0
         if not appending:
             continue
         if seen[row] == stamp:
-            return DUPLICATE, i
+            return DUPLICATE, i, 0
         seen[row] = stamp
         if num_blocks[row] == 0:
-            return EMPTY, i
+            return EMPTY, i, 0
         if device[row] != T.GPU:
-            return SWAPPED, i
+            return SWAPPED, i, 0
         if seq_lens[i] < num_filled[row]:
-            return SHRUNK, i
-    return ROWS_OK, -1
+            return SHRUNK, i, 0
+    return ROWS_OK, -1, longest
 
 
 _PROBLEMS = {
@@ -85,15 +88,18 @@ class RowSteps:
         """The table rows of ``seqs`` (int64), for the ``*_rows`` methods."""
         return np.array([self._row(seq) for seq in seqs], np.int64)
 
-    def _checked_rows(self, rows: Any, seq_lens: Any = None, appending: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _checked_rows(
+        self, rows: Any, seq_lens: Any = None, appending: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """The rows and lengths as int64 arrays, checked, and the longest table."""
         rows = _int_array("rows", rows)
         seq_lens = np.zeros(len(rows), np.int64) if seq_lens is None else _int_array("seq_lens", seq_lens, len(rows))
         self._stamp += 1
-        code, index = check_rows(self._live, self._tables, rows, seq_lens, self._seen, self._stamp, appending)
+        code, index, longest = check_rows(self._live, self._tables, rows, seq_lens, self._seen, self._stamp, appending)
         if code != ROWS_OK:
             error, why = _PROBLEMS[code]
             raise error(f"row {int(rows[index])} (entry {index} of the batch) {why}")
-        return rows, seq_lens
+        return rows, seq_lens, longest
 
     def can_append_slots_rows(
         self, rows: Any, seq_lens: Any, num_lookahead_slots: int, group_ends: Any = None
@@ -102,7 +108,7 @@ class RowSteps:
         is ``rows[group_ends[g-1]:group_ends[g]]``, the RUNNING sequences of a
         group; without ``group_ends`` every row is a group of its own."""
         checked_lookahead(num_lookahead_slots)
-        rows, seq_lens = self._checked_rows(rows, seq_lens)
+        rows, seq_lens, _ = self._checked_rows(rows, seq_lens)
         if group_ends is None:
             group_ends = np.arange(1, len(rows) + 1, dtype=np.int64)
         else:
@@ -132,7 +138,7 @@ class RowSteps:
         decides the blocks to drop. Raises before any change, as
         ``append_slots_batch``."""
         checked_lookahead(num_lookahead_slots)
-        rows, seq_lens = self._checked_rows(rows, seq_lens, appending=True)
+        rows, seq_lens, _ = self._checked_rows(rows, seq_lens, appending=True)
         num_drops = extras = np.zeros(len(rows), np.int64)
         if self._window:
             if num_computed_tokens is None:
@@ -168,8 +174,11 @@ class RowSteps:
         np.cumsum([len(part) for part in parts], out=starts[1:])
         return (np.concatenate(parts) if parts else T.NO_TOKENS), starts
 
-    def _block_table_rows(self, seqs_or_rows: Any) -> np.ndarray:
+    def _rows_and_width(self, seqs_or_rows: Any) -> tuple[np.ndarray, int]:
+        """Checked rows of sequences or of a row array, and the longest table."""
         if isinstance(seqs_or_rows, np.ndarray):
-            return self._checked_rows(seqs_or_rows)[0]
-        return self.rows_of(seqs_or_rows)
+            rows, _, longest = self._checked_rows(seqs_or_rows)
+            return rows, longest
+        rows = self.rows_of(seqs_or_rows)
+        return rows, T.max_blocks(self._tables, rows)
 

@@ -551,13 +551,22 @@ def gather_tables(tables, rows, pad, out):
 
 
 @njit(cache=True)
-def gather_slots(tables, rows, num_step_tokens, block_size, out):
+def gather_slots(tables, rows, num_step_tokens, block_size):
     """Slot ``block_id * bs + offset`` of the last ``num_step_tokens[i]``
-    written tokens of each table, table by table."""
+    written tokens of each table, table by table; returns ``(slots, -1)``,
+    or ``(empty, i)`` if count ``i`` is negative or above the tokens written."""
+    blocks, num_filled = tables.blocks, tables.num_filled
+    total = 0
+    for i in range(rows.shape[0]):
+        if not 0 <= num_step_tokens[i] <= num_filled[rows[i]]:
+            return np.empty(0, np.int64), i
+        total += num_step_tokens[i]
+    slots = np.empty(total, np.int64)
     position = 0
     for i in range(rows.shape[0]):
         row = rows[i]
-        end = tables.num_filled[row]
+        end = num_filled[row]
         for token in range(end - num_step_tokens[i], end):
-            out[position] = tables.blocks[row, token // block_size] * block_size + token % block_size
+            slots[position] = blocks[row, token // block_size] * block_size + token % block_size
             position += 1
+    return slots, -1

@@ -129,6 +129,9 @@ def test_bad_batches_raise_and_change_nothing():
     unchanged(fast, lambda: fast.can_append_slots_rows(rows, -lengths, 0), InvalidArgumentError, "negative")
     unchanged(fast, lambda: fast.can_append_slots_rows(rows, lengths, 0, [3, 2]), InvalidArgumentError, "group_ends")
     unchanged(fast, lambda: fast.block_tables(np.array([rows[0], -1])), UnknownSequenceError, "-1")
+    unchanged(fast, lambda: fast.slot_mapping(rows, -1), InvalidArgumentError, "num_step_tokens")
+    unchanged(fast, lambda: fast.slot_mapping(rows, [1] * (len(rows) - 1) + [10**6]), InvalidArgumentError, "num_step")
+    assert fast.slot_mapping(rows, 0).tolist() == []
     freed = seqs[0]
     fast.free(freed)
     unchanged(fast, lambda: fast.append_slots_rows(rows[:1], lengths[:1], 0), UnknownSequenceError, "live")
