@@ -31,16 +31,31 @@ def checked_lookahead(num_lookahead_slots: Any) -> None:
         check_lookahead(num_lookahead_slots)
 
 
-def checked_token_array(seq: Any, tokens: Any, start: int = 0) -> np.ndarray:
+def int64_or_none(values: Any) -> np.ndarray | None:
+    """``values`` as a 1-D int64 array if NumPy finds only integers in them
+    (Python or NumPy ints, or bools: see ``_no_bools``), else None. One
+    conversion in C, where checking each value's type in Python costs as much again."""
+    try:
+        array = np.array(values)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return array if array.dtype == np.int64 and array.ndim == 1 else None
+
+
+def _no_bools(values: Any, array: np.ndarray) -> bool:
+    """No bool hides among the ints (NumPy reads True as 1): only where the
+    value is 0 or 1 can one be, so only those positions are looked at."""
+    return all(type(values[i]) is int for i in np.flatnonzero(array <= 1).tolist())
+
+
+def checked_token_array(seq: Any, tokens: Any, start: int = 0, known: np.ndarray | None = None) -> np.ndarray:
     """``tokens[start:]`` as int64, each checked as ``check_token_ids`` does
-    (raising its error for the first bad one), but vectorised when all are ints."""
+    (raising its error for the first bad one), but vectorised for the usual
+    list of ints. ``known``: ``int64_or_none(tokens)``, made earlier."""
     part = tokens[start:]
-    if len(part) > _FEW_TOKENS and set(map(type, part)) == {int}:
-        try:
-            array = np.array(part, np.int64)
-        except OverflowError:
-            array = None
-        if array is not None and array.min() >= 0 and array.max() <= MAX_TOKEN_ID:
+    if len(part) > _FEW_TOKENS:
+        array = int64_or_none(part) if known is None else known[start:]
+        if array is not None and array.min() >= 0 and array.max() <= MAX_TOKEN_ID and _no_bools(part, array):
             return array
     check_token_ids(seq, tokens, start)
     return np.array(part, np.int64).reshape(-1)

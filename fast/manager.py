@@ -41,7 +41,7 @@ from blockspace.fast import rules
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.batch import BatchedSteps
-from blockspace.fast.checks import check_new_tokens, checked_lookahead, checked_token_array
+from blockspace.fast.checks import check_new_tokens, checked_lookahead, checked_token_array, int64_or_none
 from blockspace.fast.content import collect_keys, grow_keys, new_keys, remap_keys
 from blockspace.fast.dispatch import direct
 from blockspace.fast.handles import State
@@ -56,6 +56,24 @@ _allocate, _append, _fork, _free_table = direct(T.allocate), direct(T.append), d
 _swap, _swap_need, _swap_cost = direct(T.swap), direct(T.swap_need), direct(T.swap_cost)
 _num_cached_tokens, _open_tracker_row = direct(K.num_cached_tokens), direct(K.open_row)
 _mark_computed, _hit_rate, _reset_pool = direct(P.mark_computed), direct(P.hit_rate), direct(P.reset)
+
+
+class _Memo:
+    """The token list a tracker row was keyed from (a copy), its salt and
+    adapter ids, and ``int64_or_none`` of the tokens."""
+
+    __slots__ = ("tokens", "root", "extra", "array")
+
+    def __init__(self, tokens: list[int], root: int, extra: int, array: np.ndarray | None) -> None:
+        self.tokens, self.root, self.extra, self.array = tokens, root, extra, array
+
+    def matches(self, tokens: Any, root: int, extra: int) -> bool:
+        """Are ``tokens`` (and salt and adapters) those keyed, or do they begin with them?"""
+        if root != self.root or extra != self.extra:
+            return False
+        if len(tokens) == len(self.tokens):
+            return tokens == self.tokens  # no slice: the usual case, a waiting request
+        return tokens[: len(self.tokens)] == self.tokens
 
 
 @guard_concurrency
@@ -104,8 +122,8 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         self._num_rows = 0  # rows ever used
         self._tracked: dict[int, int] = {}  # seq_id -> tracker row
         self._free_tracker_rows: list[int] = []
-        self._memos: dict[int, tuple[list[int], int, int]] = {}  # tracker row -> (tokens keyed from 0, root, extra)
-        self._parked: dict[int, tuple[int, tuple[list[int], int, int]]] = {}  # seq_id -> (row, memo), oldest first
+        self._memos: dict[int, _Memo | None] = {}  # tracker row -> the tokens it was keyed from (from 0)
+        self._parked: dict[int, tuple[int, _Memo]] = {}  # seq_id -> (row, memo), oldest first
         self._num_tracker_rows = 0
         self._extra_ids: dict[Any, int] = {None: 0}  # extra_hash() -> small int
         self._root_ids: dict[Any, int] = {None: -1}  # cache salt -> negative id (first block's parent)
@@ -286,7 +304,8 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         if len(set(seq_ids)) != len(seq_ids) or any(i in self._rows for i in seq_ids):
             raise DuplicateTableError(f"block table already exists for a sequence of group {seq_group.request_id!r}")
         first = waiting[0]
-        tokens = checked_token_array(first, first.get_token_ids())
+        token_list = first.get_token_ids()
+        tokens = checked_token_array(first, token_list, known=self._memo_array(first, token_list))
         if not len(tokens) and len(waiting) > 1:
             raise EmptyTableError("an empty prompt cannot be shared by several WAITING sequences")
         encoder = None
@@ -626,10 +645,14 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
             row, known = self._unpark(seq.seq_id, tokens, root, extra)
         num_full = len(tokens) // self.block_size
         memo = None
-        if num_full > known:
-            new_tokens = tokens[known * self.block_size : num_full * self.block_size]
-            array = np.array(new_tokens, np.int64).reshape(-1)
-            memo = (new_tokens, root, extra) if known == 0 else None  # keyed from the start: parkable
+        if num_full > known == 0:  # keyed from the start: remember the tokens (parking, allocate)
+            memo = _Memo(tokens[:], root, extra, int64_or_none(tokens))
+            if memo.array is None:  # not all ints: convert as before (allocate will check them)
+                array = np.array(tokens[: num_full * self.block_size], np.int64).reshape(-1)
+            else:
+                array = memo.array[: num_full * self.block_size]
+        elif num_full > known:
+            array = np.array(tokens[known * self.block_size : num_full * self.block_size], np.int64).reshape(-1)
         else:  # no new block to key
             array = T.NO_TOKENS
         if row is None:
@@ -646,10 +669,12 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
     # A waiting request that cannot be admitted yet is keyed, dropped from the
     # tracker and keyed again at every scheduler step (vLLM v0's admission
     # loop). Its tokens do not change meanwhile, so a dropped row is parked
-    # with the token list it was keyed from: if the next query brings the
-    # same tokens (compared in full, a C loop far cheaper than converting
-    # them again), the row's keys are exactly those a fresh keying would
-    # make, and the row comes back instead. Only the last few are kept.
+    # with a copy of the token list it was keyed from: if the next query
+    # brings the same tokens (compared in full, a C loop far cheaper than
+    # converting them again), the row's keys are exactly those a fresh keying
+    # would make, and the row comes back instead. Only the last few are kept.
+    # ``allocate`` of a sequence whose row still has its memo takes the
+    # converted tokens from it after the same comparison.
     MAX_PARKED_ROWS = 64
 
     def _park(self, seq_id: int, row: int) -> None:
@@ -673,12 +698,20 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         if entry is None:
             return None, 0
         row, memo = entry
-        keyed, memo_root, memo_extra = memo
-        if root == memo_root and extra == memo_extra and tokens[: len(keyed)] == keyed:
+        if memo.matches(tokens, root, extra):
             self._memos[row] = memo
             return row, self.tracker.num_keys.item(row)
         self._free_tracker_rows.append(row)
         return None, 0
+
+    def _memo_array(self, seq: Any, tokens: list[int]) -> np.ndarray | None:
+        """The tokens as int64, converted when the tracker keyed them, if they
+        are still the same (else None)."""
+        row = self._tracked.get(seq.seq_id)
+        memo = self._memos.get(row) if row is not None else None
+        if memo is None or memo.array is None or len(tokens) != len(memo.tokens) or tokens != memo.tokens:
+            return None
+        return memo.array
 
     def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]:
         rows = [self._row(seq) for seq in seqs]

@@ -77,3 +77,24 @@ def test_many_parked_rows_and_frees():
     for seq in seqs:
         assert m("get_num_cached_tokens", seq) == min(20, len(seq.get_token_ids()) // 4 * 4)
     m.fast.check_invariants()
+
+
+def test_allocate_after_a_query_sees_changed_tokens():
+    from blockspace.errors import InvalidArgumentError
+
+    m = twins()
+    admit(m, "other", PROMPT * 2, 2)
+    for change in (None, 3, True, 2.0, -1):
+        group = SequenceGroup.from_prompt(f"g{change}", PROMPT * 2, first_seq_id=10)
+        seq = group.seqs[0]
+        m("get_num_cached_tokens", seq)
+        if change is not None:
+            seq.get_token_ids()[37] = change  # the list the tracker keyed, changed in place
+        try:
+            m("allocate", group)
+        except InvalidArgumentError:
+            assert change in (True, 2.0, -1)
+            m("remove_seq_from_computed_blocks_tracker", seq)
+            continue
+        assert change in (None, 3)
+        m("free", seq)
