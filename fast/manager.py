@@ -56,6 +56,9 @@ _allocate, _append, _fork, _free_table = direct(T.allocate), direct(T.append), d
 _swap, _swap_need, _swap_cost = direct(T.swap), direct(T.swap_need), direct(T.swap_cost)
 _num_cached_tokens, _open_tracker_row = direct(K.num_cached_tokens), direct(K.open_row)
 _mark_computed, _hit_rate, _reset_pool = direct(P.mark_computed), direct(P.hit_rate), direct(P.reset)
+_blocks_for_prompt, _alloc_status = direct(rules.blocks_for_prompt), direct(rules.alloc_status)
+_swap_status, _blocks_touched = direct(rules.swap_status), direct(rules.blocks_touched)
+_ALLOC_STATUS = {status.value: status for status in AllocStatus}
 
 
 class _Memo:
@@ -287,15 +290,15 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         self._check_encoder_decoder(seq_group)
         seq = self._waiting(seq_group)[0]
         encoder = seq_group.get_encoder_seq() if seq_group.is_encoder_decoder() else None
-        need = rules.blocks_for_prompt(
+        need = _blocks_for_prompt(
             len(seq.get_token_ids()),
             num_lookahead_slots,
             len(encoder.get_token_ids()) if encoder is not None else 0,
             self.block_size,
             self.max_block_sliding_window,
         )
-        status = rules.alloc_status(self.num_total_gpu_blocks, self._num_free(self.gpu), need, self.watermark_blocks)
-        return AllocStatus(status)
+        status = _alloc_status(self.num_total_gpu_blocks, self._num_free(self.gpu), need, self.watermark_blocks)
+        return _ALLOC_STATUS[status]
 
     def allocate(self, seq_group: Any) -> None:
         """One table for the first WAITING sequence; the others share it."""
@@ -349,7 +352,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         for seq, row in zip(seqs, rows):
             filled = num_filled.item(row)
             unseen = max(0, len(seq.get_token_ids()) - filled)
-            touched += rules.blocks_touched(filled, unseen, num_lookahead_slots, self.block_size)
+            touched += _blocks_touched(filled, unseen, num_lookahead_slots, self.block_size)
         return touched <= self._num_free(self.gpu)
 
     def _check_appendable(self, seq: Any) -> tuple[int, int, list[int]]:
@@ -428,7 +431,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         need = _swap_need(self._handle(device), self._tables, rows, num_tokens, num_lookahead_slots, self.block_size)
         watermark = self.watermark_blocks if device == Device.GPU else 0
         total = self.num_total_gpu_blocks if device == Device.GPU else self.num_total_cpu_blocks
-        return AllocStatus(rules.swap_status(total, self._num_free(pool), need, watermark))
+        return _ALLOC_STATUS[_swap_status(total, self._num_free(pool), need, watermark)]
 
     def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
         check_lookahead(num_lookahead_slots)
