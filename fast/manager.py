@@ -722,7 +722,9 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
             return []
         for seq in seqs:
             self._keyed(seq, seq.get_token_ids())
-        prefixes = [self._table_list(row)[: self._num_cached_tokens(seq) // self.block_size] for seq, row in zip(seqs, rows)]
+        prefixes = [
+            self._table_list(row)[: self._num_cached_tokens(seq) // self.block_size] for seq, row in zip(seqs, rows)
+        ]
         if len(prefixes) == 1:
             return prefixes[0]
         prefixes = [ids for ids in prefixes if ids]  # vLLM drops sequences without cached blocks

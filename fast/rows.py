@@ -148,7 +148,9 @@ class RowSteps:
         tokens, token_starts = T.NO_TOKENS, np.zeros(len(rows) + 1, np.int64)
         if self.enable_caching:
             tokens, token_starts = self._tails(token_ids, rows, seq_lens, self.tables.num_filled[rows])
-            extras = self.tables.extras[rows, np.maximum(self.tables.num_blocks[rows] - 1, 0)]  # adapters, as at allocate
+            extras = self.tables.extras[
+                rows, np.maximum(self.tables.num_blocks[rows] - 1, 0)
+            ]  # adapters, as at allocate
         cow, count = self._run_appends(
             rows, seq_lens, num_lookahead_slots, tokens, token_starts, num_drops, extras,
             lambda index: f"row {int(rows[index])}",
@@ -181,4 +183,3 @@ class RowSteps:
             return rows, longest
         rows = self.rows_of(seqs_or_rows)
         return rows, T.max_blocks(self._tables, rows)
-

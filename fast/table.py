@@ -229,7 +229,9 @@ def _num_writes(num_filled, num_new, block_size):
 
 
 @njit(cache=True)
-def _writes_in_place(refcount, first_id, blocks, num_blocks, num_filled, row, num_new, num_lookahead, block_size, caching):
+def _writes_in_place(
+    refcount, first_id, blocks, num_blocks, num_filled, row, num_new, num_lookahead, block_size, caching
+):
     """Does an append only count the new tokens? Yes when it needs no new
     block and every block it writes is the table's alone, none filling up
     to be keyed (the usual decode step). Takes arrays, not handles, and

@@ -121,7 +121,9 @@ def test_bad_batches_raise_and_change_nothing():
     rows = fast.rows_of(seqs)
     lengths = np.array([seq.get_len() for seq in seqs])
     unchanged(fast, lambda: fast.append_slots_rows(rows, lengths, -1), InvalidArgumentError, "lookahead")
-    unchanged(fast, lambda: fast.append_slots_rows(rows[[0, 1, 0]], lengths[[0, 1, 0]], 0), InvalidArgumentError, "twice")
+    unchanged(
+        fast, lambda: fast.append_slots_rows(rows[[0, 1, 0]], lengths[[0, 1, 0]], 0), InvalidArgumentError, "twice"
+    )
     unchanged(fast, lambda: fast.append_slots_rows(rows, lengths[:-1], 0), InvalidArgumentError, "entries")
     unchanged(fast, lambda: fast.append_slots_rows(rows.astype(float), lengths, 0), InvalidArgumentError, "integers")
     unchanged(fast, lambda: fast.append_slots_rows(rows, lengths - 5, 0), InvalidArgumentError, "below the tokens")
@@ -143,12 +145,24 @@ def test_bad_batches_raise_and_change_nothing():
     caching.allocate(group)
     row = caching.rows_of(group.seqs)
     unchanged(caching, lambda: caching.append_slots_rows(row, [4], 0), InvalidArgumentError, "token_ids")
-    unchanged(caching, lambda: caching.append_slots_rows(row, [4], 0, token_ids=[[1, 2, 3]]), InvalidArgumentError, "has 3")
-    unchanged(caching, lambda: caching.append_slots_rows(row, [4], 0, token_ids=[[1, 2, 3, -4]]), InvalidArgumentError, "token id")
+    unchanged(
+        caching, lambda: caching.append_slots_rows(row, [4], 0, token_ids=[[1, 2, 3]]), InvalidArgumentError, "has 3"
+    )
+    unchanged(
+        caching,
+        lambda: caching.append_slots_rows(row, [4], 0, token_ids=[[1, 2, 3, -4]]),
+        InvalidArgumentError,
+        "token id",
+    )
     window = FastBlockSpaceManager(4, 40, 4, sliding_window=8)
     group = SequenceGroup.from_prompt("w", [1, 2, 3], first_seq_id=0)
     window.allocate(group)
-    unchanged(window, lambda: window.append_slots_rows(window.rows_of(group.seqs), [4], 0), InvalidArgumentError, "num_computed")
+    unchanged(
+        window,
+        lambda: window.append_slots_rows(window.rows_of(group.seqs), [4], 0),
+        InvalidArgumentError,
+        "num_computed",
+    )
     empty = FastBlockSpaceManager(4, 40, 4)
     group = SequenceGroup.from_prompt("e", [], first_seq_id=0)
     empty.allocate(group)
