@@ -56,8 +56,8 @@ _allocate, _append, _fork, _free_table = direct(T.allocate), direct(T.append), d
 _swap, _swap_need, _swap_cost = direct(T.swap), direct(T.swap_need), direct(T.swap_cost)
 _num_cached_tokens, _open_tracker_row = direct(K.num_cached_tokens), direct(K.open_row)
 _mark_computed, _hit_rate, _reset_pool = direct(P.mark_computed), direct(P.hit_rate), direct(P.reset)
-_blocks_for_prompt, _alloc_status = direct(rules.blocks_for_prompt), direct(rules.alloc_status)
-_swap_status, _blocks_touched = direct(rules.swap_status), direct(rules.blocks_touched)
+_alloc_status, _swap_status = direct(rules.alloc_status), direct(rules.swap_status)  # ints only
+_blocks_touched = direct(rules.blocks_touched)
 _ALLOC_STATUS = {status.value: status for status in AllocStatus}
 
 
@@ -290,7 +290,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         self._check_encoder_decoder(seq_group)
         seq = self._waiting(seq_group)[0]
         encoder = seq_group.get_encoder_seq() if seq_group.is_encoder_decoder() else None
-        need = _blocks_for_prompt(
+        need = rules.blocks_for_prompt(  # the window may be None: through the dispatcher
             len(seq.get_token_ids()),
             num_lookahead_slots,
             len(encoder.get_token_ids()) if encoder is not None else 0,

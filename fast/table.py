@@ -447,7 +447,7 @@ def batch_needs(tables, rows, seq_lens, num_lookahead, block_size, window, null_
     for i in range(num_rows):
         num_new += seq_lens[i] - num_filled[rows[i]]
         longest = max(longest, seq_lens[i])
-    needs[0] = cdiv(longest + num_lookahead, block_size)
+    needs[0] = cdiv(longest + num_lookahead, block_size) if num_rows else 0
     needs[1] = num_new // block_size + 2 * num_rows
     null = 1 if window and null_block[0] < 0 else 0
     return 2 * ((num_new + num_rows * num_lookahead) // block_size) + 3 * num_rows + null
