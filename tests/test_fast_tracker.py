@@ -39,19 +39,17 @@ def test_same_tokens_come_back_and_see_new_hits():
 def test_other_content_under_the_same_id_is_keyed_afresh():
     m = twins()
     admit(m, "other", PROMPT, 2)
-    first = Sequence(1, PROMPT)
-    assert m("get_num_cached_tokens", first) == 20
-    m("remove_seq_from_computed_blocks_tracker", first)
     changed = PROMPT[:5] + [7] + PROMPT[6:]  # the second block differs
-    assert m("get_num_cached_tokens", Sequence(1, changed)) == 4
-    m("remove_seq_from_computed_blocks_tracker", Sequence(1, changed))
-    assert m("get_num_cached_tokens", Sequence(1, PROMPT, cache_salt="tenant")) == 0
-    m("remove_seq_from_computed_blocks_tracker", Sequence(1, PROMPT, cache_salt="tenant"))
-    assert m("get_num_cached_tokens", Sequence(1, PROMPT, lora_int_id=3)) == 0
-    m("remove_seq_from_computed_blocks_tracker", Sequence(1, PROMPT, lora_int_id=3))
-    assert m("get_num_cached_tokens", Sequence(1, PROMPT[:9])) == 8  # shorter: no error after a removal
-    m("remove_seq_from_computed_blocks_tracker", Sequence(1, PROMPT[:9]))
-    assert m("get_num_cached_tokens", Sequence(1, PROMPT + [1, 2, 3])) == 20  # longer: keys one more block
+    for seq, expected in [
+        (Sequence(1, PROMPT), 20),
+        (Sequence(1, changed), 4),
+        (Sequence(1, PROMPT, cache_salt="tenant"), 0),
+        (Sequence(1, PROMPT, lora_int_id=3), 0),
+        (Sequence(1, PROMPT[:9]), 8),  # shorter: no error after a removal
+        (Sequence(1, PROMPT + [1, 2, 3]), 20),  # longer: keys one more block
+    ]:
+        assert m("get_num_cached_tokens", seq) == expected
+        m("remove_seq_from_computed_blocks_tracker", seq)
 
 
 def test_in_place_change_of_the_token_list_is_seen():
