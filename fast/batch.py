@@ -21,10 +21,22 @@ from blockspace.errors import InvalidArgumentError, NoFreeBlocksError
 from blockspace.fast import table as T
 from blockspace.fast.checks import check_new_tokens, checked_lookahead
 from blockspace.fast.content import has_room
+from blockspace.fast.dispatch import direct
 from blockspace.fast.handles import handle
 from blockspace.validation import MAX_TOKEN_ID, check_lookahead
 
 BLOCK_TABLE_PAD = 0  # what vLLM's model runner pads block tables with (never read: lengths bound the kernels)
+
+# The step's kernels through their entry points (fast/dispatch.py): every call
+# passes the same types (C-contiguous int64 rows and counts, Python ints and
+# bools), and on a thousand-sequence step the dispatcher's typing would cost
+# more than some of the kernels.
+_can_append_batch, _batch_needs, _append_batch = (
+    direct(T.can_append_batch),
+    direct(T.batch_needs),
+    direct(T.append_batch),
+)
+_gather_tables, _gather_slots = direct(T.gather_tables), direct(T.gather_slots)
 
 
 class BatchedSteps:
@@ -44,7 +56,7 @@ class BatchedSteps:
                 num_tokens.append(len(seq.get_token_ids()))
             group_ends.append(len(rows))
         result = np.zeros(len(seq_groups), np.bool_)
-        T.can_append_batch(
+        _can_append_batch(
             self._gpu, self._tables, np.array(rows, np.int64), np.array(num_tokens, np.int64),
             np.array(group_ends, np.int64), num_lookahead_slots, self.block_size, result,
         )  # fmt: skip
@@ -85,7 +97,7 @@ class BatchedSteps:
         pairs, flat, and their number."""
         needs = self._needs
         args = (rows, seq_lens, num_lookahead_slots, self.block_size, self._window, self.null_block)
-        bound = T.batch_needs(self._tables, *args, needs)
+        bound = _batch_needs(self._tables, *args, needs)
         if bound > self._num_free(self.gpu):
             bound = T.shared_bound(self._gpu, self._tables, *args)
         if needs[0] > self.tables.blocks.shape[1]:
@@ -97,10 +109,10 @@ class BatchedSteps:
         status = self._status
         status[0] = 0
         if bound <= self._num_free(self.gpu):  # no append can fail
-            count = T.append_batch(self._gpu, self._keys, self._tables, *args, self.null_block, cow, status)
+            count = _append_batch(self._gpu, self._keys, self._tables, *args, self.null_block, cow, status)
         else:  # it may fail: run it on copies, keep them only if it all fits
             gpu, keys, tables, null = (_copy(self.gpu), _copy(self.keys), _copy(self.tables), self.null_block.copy())
-            count = T.append_batch(handle(gpu), handle(keys), handle(tables), *args, null, cow, status)
+            count = _append_batch(handle(gpu), handle(keys), handle(tables), *args, null, cow, status)
             if status[0] in T.SHORTAGE:
                 raise NoFreeBlocksError(
                     f"append_slots needs a free GPU block for {T.SHORTAGE[int(status[0])]}; none is left"
@@ -150,9 +162,11 @@ class BatchedSteps:
         of table rows (``rows_of``)."""
         import torch
 
+        if type(pad) is not int:
+            raise InvalidArgumentError(f"pad must be an int block id, got {pad!r}")
         rows, width = self._rows_and_width(seqs)
         out = np.empty((len(rows), width), np.int32)
-        T.gather_tables(self._tables, rows, pad, out)
+        _gather_tables(self._tables, rows, pad, out)
         return torch.from_numpy(out)
 
     def slot_mapping(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> Any:
@@ -168,7 +182,7 @@ class BatchedSteps:
             counts = np.full(len(rows), num_step_tokens, np.int64)
         else:
             counts = np.broadcast_to(np.asarray(num_step_tokens, np.int64), rows.shape).copy()
-        slots, bad = T.gather_slots(self._tables, rows, counts, self.block_size)
+        slots, bad = _gather_slots(self._tables, rows, counts, self.block_size)
         if bad >= 0:
             raise InvalidArgumentError("num_step_tokens must be between 0 and each table's written tokens")
         return torch.from_numpy(slots)

@@ -26,6 +26,7 @@ from numba import njit
 from blockspace.errors import EmptyTableError, InvalidArgumentError, UnknownSequenceError, WrongDeviceError
 from blockspace.fast import table as T
 from blockspace.fast.checks import checked_lookahead
+from blockspace.fast.dispatch import direct
 from blockspace.validation import MAX_TOKEN_ID
 
 # What check_rows finds first (code, index of the row).
@@ -78,7 +79,10 @@ def _int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
         raise InvalidArgumentError(f"{name} must be a 1-D array of integers")
     if size is not None and len(array) != size:
         raise InvalidArgumentError(f"{name} has {len(array)} entries for {size} rows")
-    return array.astype(np.int64, copy=False)
+    return np.ascontiguousarray(array, dtype=np.int64)  # one layout: the kernels are called without typing
+
+
+_check_rows, _max_blocks, _can_append_batch = direct(check_rows), direct(T.max_blocks), direct(T.can_append_batch)
 
 
 class RowSteps:
@@ -95,7 +99,7 @@ class RowSteps:
         rows = _int_array("rows", rows)
         seq_lens = np.zeros(len(rows), np.int64) if seq_lens is None else _int_array("seq_lens", seq_lens, len(rows))
         self._stamp += 1
-        code, index, longest = check_rows(self._live, self._tables, rows, seq_lens, self._seen, self._stamp, appending)
+        code, index, longest = _check_rows(self._live, self._tables, rows, seq_lens, self._seen, self._stamp, appending)
         if code != ROWS_OK:
             error, why = _PROBLEMS[code]
             raise error(f"row {int(rows[index])} (entry {index} of the batch) {why}")
@@ -116,7 +120,7 @@ class RowSteps:
             if (np.diff(group_ends, prepend=0) < 0).any() or (len(group_ends) and group_ends[-1] != len(rows)):
                 raise InvalidArgumentError("group_ends must rise from 0 to the number of rows")
         result = np.zeros(len(group_ends), np.bool_)
-        T.can_append_batch(
+        _can_append_batch(
             self._gpu, self._tables, rows, seq_lens, group_ends, num_lookahead_slots, self.block_size, result
         )
         return result
@@ -182,4 +186,4 @@ class RowSteps:
             rows, _, longest = self._checked_rows(seqs_or_rows)
             return rows, longest
         rows = self.rows_of(seqs_or_rows)
-        return rows, T.max_blocks(self._tables, rows)
+        return rows, _max_blocks(self._tables, rows)

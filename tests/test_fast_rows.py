@@ -131,6 +131,8 @@ def test_bad_batches_raise_and_change_nothing():
     unchanged(fast, lambda: fast.can_append_slots_rows(rows, -lengths, 0), InvalidArgumentError, "negative")
     unchanged(fast, lambda: fast.can_append_slots_rows(rows, lengths, 0, [3, 2]), InvalidArgumentError, "group_ends")
     unchanged(fast, lambda: fast.block_tables(np.array([rows[0], -1])), UnknownSequenceError, "-1")
+    unchanged(fast, lambda: fast.block_tables(rows, pad=0.5), InvalidArgumentError, "pad")
+    assert (fast.block_tables(rows, pad=-1) == -1).any()  # tables of several lengths: padded with -1
     unchanged(fast, lambda: fast.slot_mapping(rows, -1), InvalidArgumentError, "num_step_tokens")
     unchanged(fast, lambda: fast.slot_mapping(rows, [1] * (len(rows) - 1) + [10**6]), InvalidArgumentError, "num_step")
     assert fast.slot_mapping(rows, 0).tolist() == []
