@@ -538,21 +538,23 @@ def markdown(results: dict[str, Any]) -> str:
 READING = """## Reading the figures
 
 - Calls that do much per-block work in the reference (allocate and free of long prompts, fork, swap:
-  per-block objects, dicts, a heap) are ten to forty times faster: the fast manager does that work in
+  per-block objects, dicts, a heap) are several times faster: the fast manager does that work in
   compiled kernels over arrays.
 - A decode step's calls are tiny. The reference spends a few microseconds on each, mostly on Python
   argument checks and attribute lookups that the fast manager has to repeat to raise the same error for
   the same bad input (lookahead, token ids, sequence lookup, adapter and salt ids), plus about 0.5 us to
-  enter a kernel. So per call the gain is small: one Python call with those checks costs about as much
-  as the reference's whole rule.
+  enter a kernel. Per call the gain is small, and some of the smallest calls are slower than the
+  reference's few dict lookups.
 - The replay gains {replay:.1f}x on the wall clock and {inside:.1f}x inside the manager, short of the 30x
-  target. Admission no longer dominates: a request that waits is keyed once (its dropped tracker row is
-  parked with its tokens and taken back after a full comparison), and table lists are converted once per
-  change. What is left is the per-call floor of the decode calls (can_append_slots, append_slots,
-  get_block_table, get_common_computed_block_ids: 2-6 us each against 5-25 us in the reference) and the
-  first keying and allocation of each long prompt (converting some 15,000 Python ints costs about 0.3 ms).
+  target. A waiting request is keyed once (its dropped tracker row is parked with a copy of its tokens and
+  taken back after a full comparison; allocate reuses the converted tokens), table lists are converted
+  once per change, and a decode append that only counts tokens skips the full append. What is left: the
+  per-call Python work of the decode calls (about 2-5 us each against 4-20 us in the reference) and the
+  first keying of each long prompt (converting some 15,000 Python ints costs about 0.3 ms). The work no
+  implementation of this interface can avoid (copying each returned table list, comparing or converting
+  each prompt's token list) adds up to about a tenth of a second here, which caps the ratio near 40x.
 - The batched step over Sequence objects still reads every object in Python (the RUNNING filter of each
-  group, the token list, the id lookup: about 1 us per sequence): 10-20x. The array-level API
+  group, the token list, the id lookup: about 1 us per sequence): about 10x. The array-level API
   (fast/rows.py) takes table rows and lengths as arrays, checks them in a kernel and runs the step in
   tens of microseconds for a thousand sequences: the figure to compare with the 300x target.
 - Cold start-up compiles every kernel (Numba, tens of seconds on this machine); with the cache warm,
