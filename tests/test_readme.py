@@ -1,4 +1,4 @@
-"""The README's usage example runs as written."""
+"""The README's usage examples run as written."""
 
 import pathlib
 import re
@@ -6,6 +6,11 @@ import re
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_readme_usage_example_runs():
-    code = re.search(r"## Usage\n\n```python\n(.*?)```", README.read_text(), re.S).group(1)
-    exec(compile(code, "README.md", "exec"), {})
+def test_readme_usage_examples_run():
+    usage = re.search(r"## Usage\n(.*?)\n## ", README.read_text(), re.S).group(1)
+    blocks = re.findall(r"```python\n(.*?)```", usage, re.S)
+    assert len(blocks) == 2
+    namespace: dict = {}
+    for code in blocks:  # in order, in one namespace, as a reader would paste them
+        exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["block_tables"].shape == (8, 7) and len(namespace["slots"]) == 8
