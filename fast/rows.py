@@ -152,9 +152,8 @@ class RowSteps:
         tokens, token_starts = T.NO_TOKENS, np.zeros(len(rows) + 1, np.int64)
         if self.enable_caching:
             tokens, token_starts = self._tails(token_ids, rows, seq_lens, self.tables.num_filled[rows])
-            extras = self.tables.extras[
-                rows, np.maximum(self.tables.num_blocks[rows] - 1, 0)
-            ]  # adapters, as at allocate
+            last = np.maximum(self.tables.num_blocks[rows] - 1, 0)
+            extras = self.tables.extras[rows, last]  # the adapter ids recorded at allocate
         cow, count = self._run_appends(
             rows, seq_lens, num_lookahead_slots, tokens, token_starts, num_drops, extras,
             lambda index: f"row {int(rows[index])}",
@@ -173,7 +172,7 @@ class RowSteps:
             if len(ids) != length:
                 raise InvalidArgumentError(f"token_ids[{i}] has {len(ids)} tokens, seq_lens[{i}] says {length}")
             part = np.asarray(ids[filled - filled % self.block_size :])
-            if part.size and (not np.issubdtype(part.dtype, np.integer) or part.min() < 0 or part.max() > MAX_TOKEN_ID):
+            if part.size and (part.dtype.kind not in "iu" or part.min() < 0 or part.max() > MAX_TOKEN_ID):
                 raise InvalidArgumentError(f"token_ids[{i}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
             parts.append(part.astype(np.int64, copy=False))
         starts = np.zeros(len(rows) + 1, np.int64)
