@@ -8,10 +8,12 @@ idle cached blocks get evicted and swaps fail for lack of room.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
+
+from blockspace.conformance.pool_config import ManagerConfig
 
 BLOCK_SIZES = (1, 2, 4, 16)
 WATERMARKS = (0.0, 0.01, 0.1, 0.25)
@@ -19,21 +21,14 @@ VLLM_DEFAULTS = {"watermark": 0.01, "sliding_window": None, "enable_caching": Fa
 
 
 @dataclass(frozen=True)
-class Config:
-    block_size: int
-    num_gpu_blocks: int
-    num_cpu_blocks: int
-    watermark: float = 0.0
-    sliding_window: int | None = None
-    enable_caching: bool = False
-    encoder_decoder: bool = False  # requests may carry an encoder prompt
+class Config(ManagerConfig):
     max_lookahead: int = 0  # lookahead slots drawn from 0..max_lookahead
 
     def manager_kwargs(self) -> dict[str, Any]:
         """Constructor arguments, as vLLM names them; those equal to vLLM's
         defaults are left out, so the managers' defaults are exercised too."""
-        kwargs = asdict(self)
-        del kwargs["encoder_decoder"], kwargs["max_lookahead"]
+        positional, keywords = self.args()
+        kwargs = dict(zip(("block_size", "num_gpu_blocks", "num_cpu_blocks"), positional), **keywords)
         return {k: v for k, v in kwargs.items() if k not in VLLM_DEFAULTS or VLLM_DEFAULTS[k] != v}
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from blockspace import AllocStatus, Device, Sequence, SequenceGroup, SequenceStatus
+from blockspace.conformance.pool_config import ManagerConfig
 from blockspace.errors import BlockSpaceError
 
 
@@ -28,7 +29,22 @@ class Driver(Protocol):
     def attempt(self, name: str, *args: Any) -> bool: ...
 
 
-class Solo:
+class Attempting:
+    """A driver's ``attempt``, from its ``__call__``."""
+
+    def __call__(self, name: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def attempt(self, name: str, *args: Any) -> bool:
+        """A call that may legitimately fail: did it succeed?"""
+        try:
+            self(name, *args)
+        except BlockSpaceError:
+            return False
+        return True
+
+
+class Solo(Attempting):
     """Drives one manager; counts calls; ``on_call`` runs after each one."""
 
     def __init__(self, manager: Any, on_call: Any = None) -> None:
@@ -44,32 +60,11 @@ class Solo:
             if self.on_call is not None:
                 self.on_call(self)
 
-    def attempt(self, name: str, *args: Any) -> bool:
-        try:
-            self(name, *args)
-        except BlockSpaceError:
-            return False
-        return True
 
-
-@dataclass
-class Config:
-    block_size: int
-    num_gpu_blocks: int
-    num_cpu_blocks: int
-    watermark: float = 0.0
-    sliding_window: int | None = None
-    enable_caching: bool = False
-    encoder_decoder: bool = False
-    lookahead: tuple[int, ...] = (0,)
+@dataclass(frozen=True)
+class Config(ManagerConfig):
+    lookahead: tuple[int, ...] = (0,)  # lookahead slots drawn from these
     max_prompt: int = 24
-
-    def args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return (self.block_size, self.num_gpu_blocks, self.num_cpu_blocks), {
-            "watermark": self.watermark,
-            "sliding_window": self.sliding_window,
-            "enable_caching": self.enable_caching,
-        }
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from blockspace import Sequence, SequenceGroup
-from blockspace.conformance.walk import Config
+from blockspace.conformance.walk import Attempting, Config
 from blockspace.conformance.walk import walk as run_walk
 from blockspace.errors import BlockSpaceError
 from blockspace.fast import FastBlockSpaceManager
@@ -37,7 +37,7 @@ def same(a: Any, b: Any) -> bool:
     return a == b
 
 
-class Twins:
+class Twins(Attempting):
     """A reference and a fast manager driven by the same calls."""
 
     def __init__(self, *args: Any, check_every: int = 1, snapshot_every: int = 1, **kwargs: Any) -> None:
@@ -79,14 +79,6 @@ class Twins:
         if not ref_ok:
             raise ref_value
         return ref_value
-
-    def attempt(self, name: str, *args: Any) -> bool:
-        """A call that may legitimately fail (the same way in both): did it succeed?"""
-        try:
-            self(name, *args)
-        except BlockSpaceError:
-            return False
-        return True
 
 
 def _describe(value: Any) -> str:
