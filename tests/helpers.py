@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from blockspace import Sequence, SequenceGroup, SequenceStatus
 
 
@@ -28,3 +33,16 @@ def decode_step(s: Sequence, token: int) -> None:
     token is computed, the new token is not."""
     s.data.update_num_computed_tokens(s.get_len() - s.data.get_num_computed_tokens())
     s.append_token_id(token)
+
+
+def pytest_in_subprocess(*files: Path, **env: str) -> subprocess.CompletedProcess:
+    """pytest on ``files`` in a fresh process with ``env`` added (Numba reads
+    NUMBA_DISABLE_JIT and NUMBA_ENABLE_CUDASIM once, at import)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *map(str, files)],
+        cwd=Path(__file__).resolve().parents[1],
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

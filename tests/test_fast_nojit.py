@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import pytest_in_subprocess
+
 WALK = """
 import test_fast_lockstep as t
 for name in {names!r}:
@@ -37,15 +39,6 @@ def test_lockstep_without_jit(names):
 
 def test_row_steps_and_parked_rows_without_jit():
     tests = Path(__file__).parent
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    files = [str(tests / "test_fast_rows.py"), str(tests / "test_fast_tracker.py")]
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
-        env=env,
-        cwd=tests.parent,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = pytest_in_subprocess(tests / "test_fast_rows.py", tests / "test_fast_tracker.py", NUMBA_DISABLE_JIT="1")
     assert done.returncode == 0, done.stdout + done.stderr
     assert " passed" in done.stdout and "failed" not in done.stdout

@@ -10,27 +10,18 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import pytest_in_subprocess
 
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 if not SIMULATED:
 
     def test_kernels_under_the_cuda_simulator():
-        root = Path(__file__).resolve().parents[1]
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__).resolve())],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        done = pytest_in_subprocess(Path(__file__).resolve(), NUMBA_ENABLE_CUDASIM="1")
         assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
         assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
 
