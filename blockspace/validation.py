@@ -6,7 +6,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from blockspace.errors import InvalidArgumentError, InvalidConfigError, UnsupportedError
+from blockspace.enums import SequenceStatus
+from blockspace.errors import InvalidArgumentError, InvalidConfigError, NoWaitingSequenceError, UnsupportedError
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32 by the fast manager
 
@@ -71,3 +72,22 @@ def cache_salt(seq: Any) -> Any:
     if salt is not None and not isinstance(salt, (str, bytes, int)):
         raise InvalidArgumentError(f"sequence {seq.seq_id}: cache_salt must be a str, bytes or int, got {salt!r}")
     return salt
+
+
+def waiting_seqs(seq_group: Any) -> list[Any]:
+    """The group's WAITING sequences; a group with none cannot be admitted."""
+    waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
+    if not waiting:
+        raise NoWaitingSequenceError(f"group {seq_group.request_id!r} has no WAITING sequence")
+    return waiting
+
+
+def check_encoder_decoder(seq_group: Any, sliding_window: int | None, enable_caching: bool) -> None:
+    """vLLM v0 supports neither a sliding window nor prefix caching for
+    encoder-decoder requests (its own messages)."""
+    if not seq_group.is_encoder_decoder():
+        return
+    if sliding_window is not None:
+        raise UnsupportedError("Sliding window attention for encoder/decoder models is not currently supported.")
+    if enable_caching:
+        raise UnsupportedError("Prefix caching for encoder/decoder models is not currently supported.")

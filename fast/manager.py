@@ -30,7 +30,6 @@ from blockspace.errors import (
     InvalidArgumentError,
     NoCrossTableError,
     NoFreeBlocksError,
-    NoWaitingSequenceError,
     TrackerError,
     UnknownSequenceError,
     UnsupportedError,
@@ -49,7 +48,7 @@ from blockspace.fast.invariants import check_invariants, snapshot
 from blockspace.fast.rows import RowSteps
 from blockspace.guard import guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
-from blockspace.validation import cache_salt, check_config, check_lookahead
+from blockspace.validation import cache_salt, check_config, check_encoder_decoder, check_lookahead, waiting_seqs
 
 # The kernels the manager calls, each through its entry point (fast/dispatch.py).
 _allocate, _append, _fork, _free_table = direct(T.allocate), direct(T.append), direct(T.fork), direct(T.free)
@@ -269,26 +268,11 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         flat = values[: 2 * count].tolist()
         return list(zip(flat[0::2], flat[1::2]))
 
-    # -- the reference's small checks --------------------------------------------
-    def _waiting(self, seq_group: Any) -> list[Any]:
-        waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
-        if not waiting:
-            raise NoWaitingSequenceError(f"group {seq_group.request_id!r} has no WAITING sequence")
-        return waiting
-
-    def _check_encoder_decoder(self, seq_group: Any) -> None:
-        if not seq_group.is_encoder_decoder():
-            return
-        if self.sliding_window is not None:
-            raise UnsupportedError("Sliding window attention for encoder/decoder models is not currently supported.")
-        if self.enable_caching:
-            raise UnsupportedError("Prefix caching for encoder/decoder models is not currently supported.")
-
     # -- admission ---------------------------------------------------------------
     def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
         check_lookahead(num_lookahead_slots)
-        self._check_encoder_decoder(seq_group)
-        seq = self._waiting(seq_group)[0]
+        check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
+        seq = waiting_seqs(seq_group)[0]
         encoder = seq_group.get_encoder_seq() if seq_group.is_encoder_decoder() else None
         need = rules.blocks_for_prompt(  # the window may be None: through the dispatcher
             len(seq.get_token_ids()),
@@ -302,7 +286,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
 
     def allocate(self, seq_group: Any) -> None:
         """One table for the first WAITING sequence; the others share it."""
-        waiting = self._waiting(seq_group)
+        waiting = waiting_seqs(seq_group)
         seq_ids = [seq.seq_id for seq in waiting]
         if len(set(seq_ids)) != len(seq_ids) or any(i in self._rows for i in seq_ids):
             raise DuplicateTableError(f"block table already exists for a sequence of group {seq_group.request_id!r}")
@@ -316,7 +300,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         if seq_group.is_encoder_decoder():
             if seq_group.request_id in self._cross_rows:
                 raise DuplicateTableError(f"cross block table already exists for group {seq_group.request_id!r}")
-            self._check_encoder_decoder(seq_group)
+            check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
             encoder = seq_group.get_encoder_seq()
         extra = self._extra_id(first.extra_hash())
         root = self._root_id(first)

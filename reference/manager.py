@@ -19,7 +19,6 @@ from blockspace.errors import (
     InvalidArgumentError,
     NoCrossTableError,
     NoFreeBlocksError,
-    NoWaitingSequenceError,
     UnknownSequenceError,
     UnsupportedError,
     WrongDeviceError,
@@ -32,7 +31,15 @@ from blockspace.reference.content import ContentKeys
 from blockspace.reference.invariants import check_invariants, snapshot
 from blockspace.reference.table import BlockTable
 from blockspace.reference.tracker import ComputedBlocksTracker
-from blockspace.validation import cache_salt, check_config, check_lookahead, check_token_ids, token_ids
+from blockspace.validation import (
+    cache_salt,
+    check_config,
+    check_encoder_decoder,
+    check_lookahead,
+    check_token_ids,
+    token_ids,
+    waiting_seqs,
+)
 
 
 @guard_concurrency
@@ -81,28 +88,14 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             raise UnknownSequenceError(f"sequence {seq.seq_id} has no block table")
         return table
 
-    def _waiting(self, seq_group: Any) -> list[Any]:
-        waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
-        if not waiting:
-            raise NoWaitingSequenceError(f"group {seq_group.request_id!r} has no WAITING sequence")
-        return waiting
-
-    def _check_encoder_decoder(self, seq_group: Any) -> None:
-        if not seq_group.is_encoder_decoder():
-            return
-        if self.sliding_window is not None:
-            raise UnsupportedError("Sliding window attention for encoder/decoder models is not currently supported.")
-        if self.enable_caching:
-            raise UnsupportedError("Prefix caching for encoder/decoder models is not currently supported.")
-
     def _unseen(self, seq: Any, table: BlockTable) -> int:
         return max(0, len(seq.get_token_ids()) - table.num_filled)
 
     # -- admission ---------------------------------------------------------------
     def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
         check_lookahead(num_lookahead_slots)
-        self._check_encoder_decoder(seq_group)
-        seq = self._waiting(seq_group)[0]
+        check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
+        seq = waiting_seqs(seq_group)[0]
         encoder = seq_group.get_encoder_seq() if seq_group.is_encoder_decoder() else None
         need = rules.blocks_for_prompt(
             len(seq.get_token_ids()),
@@ -115,7 +108,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
 
     def allocate(self, seq_group: Any) -> None:
         """One table for the first WAITING sequence; the others share it."""
-        waiting = self._waiting(seq_group)
+        waiting = waiting_seqs(seq_group)
         seq_ids = [seq.seq_id for seq in waiting]
         if len(set(seq_ids)) != len(seq_ids) or any(i in self.block_tables for i in seq_ids):
             raise DuplicateTableError(f"block table already exists for a sequence of group {seq_group.request_id!r}")
@@ -127,7 +120,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         if seq_group.is_encoder_decoder():
             if seq_group.request_id in self.cross_block_tables:
                 raise DuplicateTableError(f"cross block table already exists for group {seq_group.request_id!r}")
-            self._check_encoder_decoder(seq_group)
+            check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
             encoder = seq_group.get_encoder_seq()
         extra = first.extra_hash()
         table = BlockTable(self.block_size, root=ContentKeys.root(cache_salt(first)))
