@@ -292,7 +292,8 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
             raise DuplicateTableError(f"block table already exists for a sequence of group {seq_group.request_id!r}")
         first = waiting[0]
         token_list = first.get_token_ids()
-        tokens = checked_token_array(first, token_list, known=self._memo_array(first, token_list))
+        memo = self._memo(first, token_list)
+        tokens = checked_token_array(first, token_list, known=memo.array if memo is not None else None)
         if not len(tokens) and len(waiting) > 1:
             raise EmptyTableError("an empty prompt cannot be shared by several WAITING sequences")
         encoder = None
@@ -304,6 +305,9 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
             encoder = seq_group.get_encoder_seq()
         extra = self._extra_id(first.extra_hash())
         root = self._root_id(first)
+        keyed = T.NO_TOKENS  # the prompt's block keys, if the tracker made them from the same content
+        if memo is not None and memo.root == root and memo.extra == extra:
+            keyed = self.tracker.keys[self._tracked[first.seq_id], : len(tokens) // self.block_size]
         if encoder is not None:
             encoder_tokens = checked_token_array(encoder, encoder.get_token_ids())
         rows = [self._take_row() for _ in range(len(waiting) + (encoder is not None))]
@@ -312,7 +316,7 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         fork_rows = np.array(rows[1:], np.int64)
         result = self._retry(
             lambda: _allocate(
-                self._gpu, self._keys, self._tables, rows[0], tokens, extra, root,
+                self._gpu, self._keys, self._tables, rows[0], tokens, extra, root, keyed,
                 fork_rows, cross_row, encoder_tokens, encoder_extra, self._info,
             )
         )  # fmt: skip
@@ -691,14 +695,14 @@ class FastBlockSpaceManager(RowSteps, BatchedSteps, BlockSpaceManager):
         self._free_tracker_rows.append(row)
         return None, 0
 
-    def _memo_array(self, seq: Any, tokens: list[int]) -> np.ndarray | None:
-        """The tokens as int64, converted when the tracker keyed them, if they
-        are still the same (else None)."""
+    def _memo(self, seq: Any, tokens: list[int]) -> _Memo | None:
+        """The memo of the sequence's tracker row, if that row was keyed from
+        these very tokens (so ``allocate`` takes their conversion and keys)."""
         row = self._tracked.get(seq.seq_id)
         memo = self._memos.get(row) if row is not None else None
-        if memo is None or memo.array is None or len(tokens) != len(memo.tokens) or tokens != memo.tokens:
+        if memo is None or len(tokens) != len(memo.tokens) or tokens != memo.tokens:
             return None
-        return memo.array
+        return memo
 
     def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]:
         rows = [self._row(seq) for seq in seqs]

@@ -152,22 +152,27 @@ def _fill(pool, tables, row, num_tokens, chunk_keys, extra, root, block_size):
 
 
 @njit(cache=True)
-def allocate(pool, keys, tables, row, tokens, extra, root, fork_rows, cross_row, encoder_tokens, encoder_extra, info):
+def allocate(
+    pool, keys, tables, row, tokens, extra, root, keyed, fork_rows, cross_row, encoder_tokens, encoder_extra, info
+):
     """Tables for a WAITING group: ``row`` for the prompt ``tokens``, the
     ``fork_rows`` sharing it, and (``cross_row`` >= 0) the encoder's cross
-    table. Keys the full chunks when caching; NO_BLOCKS if it does not fit.
-    ``info[0]`` gets the number of free blocks it needs."""
+    table. Keys the full chunks when caching, unless ``keyed`` already holds
+    their keys (the tracker keyed these very tokens; else it is empty).
+    NO_BLOCKS if it does not fit. ``info[0]`` gets the number of free blocks
+    it needs."""
     block_size = keys.tokens.shape[1]
     num_full = tokens.shape[0] // block_size
     caching = pool.meta[P.CACHING]
+    reuse = caching and keyed.shape[0] == num_full
     if cdiv(max(tokens.shape[0], encoder_tokens.shape[0]), block_size) > tables.blocks.shape[1]:
         return NO_ROOM
-    if caching and not has_room(keys, num_full):
+    if caching and not reuse and not has_room(keys, num_full):
         return NO_KEY_ROOM
-    chunk_keys = np.full(num_full, -1, np.int64)
+    chunk_keys = keyed.copy() if reuse else np.full(num_full, -1, np.int64)
     need = 0
     for index in range(num_full):
-        if caching:
+        if caching and not reuse:
             chunk_keys[index] = intern(
                 keys, chunk_keys[index - 1] if index else root, tokens, index * block_size, extra
             )

@@ -96,3 +96,21 @@ def test_allocate_after_a_query_sees_changed_tokens():
             continue
         assert change in (None, 3)
         m("free", seq)
+
+
+def test_allocate_after_a_query_sees_a_changed_salt_or_adapter():
+    """``allocate`` takes the keys the tracker made only if they were made
+    under the same salt and adapters: else its blocks would be cached under
+    content another tenant (or adapter) can hit."""
+    m = twins()
+    for index, (name, value) in enumerate([("cache_salt", "tenant"), ("lora_int_id", 3)]):
+        group = SequenceGroup.from_prompt(f"g{index}", PROMPT, first_seq_id=10 + index)
+        seq = group.seqs[0]
+        assert m("get_num_cached_tokens", seq) == 0  # keyed with no salt, no adapter
+        setattr(seq, name, value)
+        m("allocate", group)
+        m("mark_blocks_as_computed", group, len(PROMPT))
+        plain = Sequence(20 + index, PROMPT)
+        assert m("get_num_cached_tokens", plain) == 0  # the new blocks are not plain content
+        m("remove_seq_from_computed_blocks_tracker", plain)
+        m("free", seq)
