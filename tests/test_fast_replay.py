@@ -47,3 +47,30 @@ def test_mooncake_replay_lockstep_long():
     requests = load_requests(200)
     twins = Twins(16, 3000, 512, enable_caching=True, snapshot_every=50, check_every=1000)
     replay(AsManager(twins), requests, max_running=16, max_output=64)
+
+
+def test_floor_serves_the_recorded_replay():
+    """The bench's floor (blockspace/replay_floor.py) sees the very calls the
+    fast manager saw, answers each as recorded, with fresh lists, and uses up
+    the recording exactly."""
+    from blockspace.fast import FastBlockSpaceManager
+    from blockspace.replay_floor import Floor, Recorder
+
+    requests = load_requests(12)
+    recorder = Recorder(FastBlockSpaceManager(16, 700, 64, enable_caching=True))
+    num_calls = replay(recorder, requests, max_running=4, max_output=8)
+    served = Recorder(Floor(recorder.answers))
+    assert replay(served, requests, max_running=4, max_output=8) == num_calls
+    assert served.answers == recorder.answers
+    assert all(a is not b for a, b in zip(served.answers, recorder.answers) if isinstance(a, list))
+    with pytest.raises(StopIteration):
+        served.get_num_free_gpu_blocks()
+
+
+@pytest.mark.bench
+def test_bench_quick_writes_its_report(tmp_path):
+    from blockspace.bench import main
+
+    report = tmp_path / "performance.md"
+    assert main(["--quick", "--markdown", str(report), "--json", str(tmp_path / "bench.json")]) == 0
+    assert "floor" in report.read_text()
