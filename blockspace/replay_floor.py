@@ -18,7 +18,9 @@ forces on every implementation:
 
 Everything else (keying, the binary search, choosing blocks) costs nothing
 here. The replay's control flow depends on the answers, so the recording and
-the floor see the very same calls.
+the floor see the very same calls. The bound holds for managers built as
+this project's are, in Python with NumPy and Numba: an extension written in
+C could read Python ints faster than NumPy converts them.
 """
 
 from __future__ import annotations
