@@ -345,8 +345,8 @@ def replay_throughput(quick: bool) -> dict[str, Any]:
     def new_manager(cls: type) -> Any:
         return cls(16, 4096, 1024, enable_caching=True)
 
-    # The best of several rounds: more for the quick runs, whose figures a
-    # short burst of other work on the machine would distort most.
+    # The best of several rounds; more of them for the short replays (fast,
+    # floor), whose figures a burst of other work on the machine distorts most.
     for name, cls in _classes().items():
         result[name] = measure(lambda cls=cls: new_manager(cls), 1 if quick else 3 if name == "reference" else 9)
     recorder = Recorder(new_manager(_classes()["fast"]))
