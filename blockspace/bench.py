@@ -336,7 +336,6 @@ def replay_throughput(quick: bool) -> dict[str, Any]:
     # Out of the garbage collector's sight: the requests and the recording
     # (some 20,000 lists) are the bench's objects, and walking them in full
     # collections is no cost of the managers.
-    gc.freeze()
     ways: dict[str, Callable[[], Any]] = {
         "reference": lambda: new_manager(_classes()["reference"]),
         "fast": lambda: new_manager(_classes()["fast"]),
@@ -344,16 +343,19 @@ def replay_throughput(quick: bool) -> dict[str, Any]:
     }
     wall = dict.fromkeys(ways, float("inf"))
     inside = dict.fromkeys(ways, float("inf"))
-    for _ in range(1 if quick else 3):
-        for name, make in ways.items():
-            for _ in range(1 if quick or name == "reference" else 3):
-                start = time.perf_counter()
-                replay(make(), requests, max_running=16, max_output=max_output)
-                wall[name] = min(wall[name], time.perf_counter() - start)
-                clock = _Clocked(make())
-                replay(clock, requests, max_running=16, max_output=max_output)
-                inside[name] = min(inside[name], clock.seconds - num_calls * overhead)
-    gc.unfreeze()
+    gc.freeze()
+    try:
+        for _pass in range(1 if quick else 3):
+            for name, make in ways.items():
+                for _round in range(1 if quick or name == "reference" else 3):
+                    start = time.perf_counter()
+                    replay(make(), requests, max_running=16, max_output=max_output)
+                    wall[name] = min(wall[name], time.perf_counter() - start)
+                    clock = _Clocked(make())
+                    replay(clock, requests, max_running=16, max_output=max_output)
+                    inside[name] = min(inside[name], clock.seconds - num_calls * overhead)
+    finally:
+        gc.unfreeze()
     for name in ways:
         result[name] = {
             "calls": num_calls,
