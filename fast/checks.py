@@ -48,14 +48,29 @@ def _no_bools(values: Any, array: np.ndarray) -> bool:
     return all(type(values[i]) is int for i in np.flatnonzero(array <= 1).tolist())
 
 
+def token_array_or_none(values: Any, known: np.ndarray | None = None) -> np.ndarray | None:
+    """``values`` (a list, or an array of integers) as a 1-D int64 array if
+    every one is a token id (an int in ``0..MAX_TOKEN_ID``, not a bool), else
+    None. ``known``: ``int64_or_none(values)`` of a list, made earlier."""
+    if isinstance(values, np.ndarray):
+        array = values if values.ndim == 1 and values.dtype.kind in "iu" else None
+    else:
+        array = int64_or_none(values) if known is None else known
+        if array is not None and not _no_bools(values, array):
+            array = None
+    if array is None or (array.size and (array.min() < 0 or array.max() > MAX_TOKEN_ID)):
+        return None
+    return array.astype(np.int64, copy=False)
+
+
 def checked_token_array(seq: Any, tokens: Any, start: int = 0, known: np.ndarray | None = None) -> np.ndarray:
     """``tokens[start:]`` as int64, each checked as ``check_token_ids`` does
     (raising its error for the first bad one), but vectorised for the usual
     list of ints. ``known``: ``int64_or_none(tokens)``, made earlier."""
     part = tokens[start:]
     if len(part) > _FEW_TOKENS:
-        array = int64_or_none(part) if known is None else known[start:]
-        if array is not None and array.min() >= 0 and array.max() <= MAX_TOKEN_ID and _no_bools(part, array):
+        array = token_array_or_none(part, None if known is None else known[start:])
+        if array is not None:
             return array
     check_token_ids(seq, tokens, start)
     return np.array(part, np.int64).reshape(-1)

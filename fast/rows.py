@@ -25,8 +25,9 @@ from numba import njit
 
 from blockspace.errors import EmptyTableError, InvalidArgumentError, UnknownSequenceError, WrongDeviceError
 from blockspace.fast import table as T
-from blockspace.fast.checks import checked_lookahead
+from blockspace.fast.checks import checked_lookahead, token_array_or_none
 from blockspace.fast.dispatch import direct
+from blockspace.fast.rules import num_blocks_to_drop
 from blockspace.validation import MAX_TOKEN_ID
 
 # What check_rows finds first (code, index of the row).
@@ -63,6 +64,15 @@ def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
     return ROWS_OK, -1, longest
 
 
+@njit(cache=True)
+def blocks_to_drop(num_computed_tokens, block_size, max_window_blocks):
+    """The sliding-window rule ``num_blocks_to_drop`` for each row."""
+    drops = np.empty_like(num_computed_tokens)
+    for i in range(num_computed_tokens.shape[0]):
+        drops[i] = num_blocks_to_drop(num_computed_tokens[i], block_size, max_window_blocks)
+    return drops
+
+
 _PROBLEMS = {
     NOT_LIVE: (UnknownSequenceError, "is not the block table of a live sequence"),
     DUPLICATE: (InvalidArgumentError, "appears twice in the batch"),
@@ -83,6 +93,7 @@ def _int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
 
 
 _check_rows, _max_blocks, _can_append_batch = direct(check_rows), direct(T.max_blocks), direct(T.can_append_batch)
+_blocks_to_drop = direct(blocks_to_drop)
 
 
 class RowSteps:
@@ -148,7 +159,7 @@ class RowSteps:
             if num_computed_tokens is None:
                 raise InvalidArgumentError("with a sliding window, append_slots_rows needs num_computed_tokens")
             computed = _int_array("num_computed_tokens", num_computed_tokens, len(rows))
-            num_drops = np.maximum(0, computed // self.block_size - self.max_block_sliding_window)
+            num_drops = _blocks_to_drop(computed, self.block_size, self.max_block_sliding_window)
         tokens, token_starts = T.NO_TOKENS, np.zeros(len(rows) + 1, np.int64)
         if self.enable_caching:
             tokens, token_starts = self._tails(token_ids, rows, seq_lens, self.tables.num_filled[rows])
@@ -171,10 +182,10 @@ class RowSteps:
         for i, (ids, length, filled) in enumerate(zip(token_ids, seq_lens.tolist(), num_filled.tolist())):
             if len(ids) != length:
                 raise InvalidArgumentError(f"token_ids[{i}] has {len(ids)} tokens, seq_lens[{i}] says {length}")
-            part = np.asarray(ids[filled - filled % self.block_size :])
-            if part.size and (part.dtype.kind not in "iu" or part.min() < 0 or part.max() > MAX_TOKEN_ID):
+            part = token_array_or_none(ids[filled - filled % self.block_size :])
+            if part is None:
                 raise InvalidArgumentError(f"token_ids[{i}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
-            parts.append(part.astype(np.int64, copy=False))
+            parts.append(part)
         starts = np.zeros(len(rows) + 1, np.int64)
         np.cumsum([len(part) for part in parts], out=starts[1:])
         return (np.concatenate(parts) if parts else T.NO_TOKENS), starts

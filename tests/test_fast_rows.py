@@ -150,12 +150,13 @@ def test_bad_batches_raise_and_change_nothing():
     unchanged(
         caching, lambda: caching.append_slots_rows(row, [4], 0, token_ids=[[1, 2, 3]]), InvalidArgumentError, "has 3"
     )
-    unchanged(
-        caching,
-        lambda: caching.append_slots_rows(row, [4], 0, token_ids=[[1, 2, 3, -4]]),
-        InvalidArgumentError,
-        "token id",
-    )
+    for bad in ([1, 2, 3, -4], [1, 2, 3, True], [1, 2, 3, 4.0], np.array([1, 2, 3, 4.5])):
+        unchanged(
+            caching,
+            lambda bad=bad: caching.append_slots_rows(row, [4], 0, token_ids=[bad]),
+            InvalidArgumentError,
+            "token id",
+        )
     window = FastBlockSpaceManager(4, 40, 4, sliding_window=8)
     group = SequenceGroup.from_prompt("w", [1, 2, 3], first_seq_id=0)
     window.allocate(group)
