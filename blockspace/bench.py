@@ -388,11 +388,9 @@ def _reference_step(manager: Any, groups: list[Any], seqs: list[Any], tensors: b
 def _fast_step(manager: Any, groups: list[Any], seqs: list[Any], tensors: bool) -> Any:
     manager.can_append_slots_batch(groups, 0)
     cows = manager.append_slots_batch(seqs, 0)
+    manager.block_tables(seqs)
     if tensors:
-        manager.block_tables(seqs)
         manager.slot_mapping(seqs, 1)
-    else:
-        manager.block_tables(seqs)
     return cows
 
 
@@ -402,13 +400,15 @@ def batched_step(quick: bool) -> list[dict[str, Any]]:
     then slows every way alike instead of one, and the best of each is kept."""
     sizes = [256, 1024] if quick else [256, 1024, 4096]
     num_passes = 1 if quick else 3
+    classes = _classes()
     results = []
     for num_seqs in sizes:
         row: dict[str, Any] = {"num_seqs": num_seqs}
         for tensors in (False, True):
+            num_rounds = 3 if quick else 6
             ways = {
-                "reference": _sequence_rounds(_classes()["reference"], num_seqs, tensors, 3 if quick else 6),
-                "fast": _sequence_rounds(_classes()["fast"], num_seqs, tensors, 3 if quick else 6),
+                "reference": _sequence_rounds(classes["reference"], _reference_step, num_seqs, tensors, num_rounds),
+                "fast": _sequence_rounds(classes["fast"], _fast_step, num_seqs, tensors, num_rounds),
                 "array": _array_rounds(num_seqs, tensors, 10 if quick else 40),
             }
             best = dict.fromkeys(ways, float("inf"))
@@ -427,13 +427,13 @@ def batched_step(quick: bool) -> list[dict[str, Any]]:
     return results
 
 
-def _sequence_rounds(cls: type, num_seqs: int, tensors: bool, num_rounds: int) -> Callable[[], float]:
-    """A running manager, and a function timing ``num_rounds`` decode steps
-    on it through Sequence objects (per-sequence calls for the reference, the
-    batched API for fast): the best round's seconds."""
+def _sequence_rounds(
+    cls: type, step: Callable[..., Any], num_seqs: int, tensors: bool, num_rounds: int
+) -> Callable[[], float]:
+    """A running manager, and a function timing ``num_rounds`` decode
+    ``step``s on it through Sequence objects: the best round's seconds."""
     manager, groups = _running_manager(cls, num_seqs, 1024, caching=False)
     seqs = [g.seqs[0] for g in groups]
-    step = _fast_step if cls is _classes()["fast"] else _reference_step
 
     def rounds() -> float:
         best = float("inf")
