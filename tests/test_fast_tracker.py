@@ -4,8 +4,9 @@ answer, whether its tokens, salt or adapter stayed the same or not."""
 
 from __future__ import annotations
 
+from test_fast_lockstep import Twins
+
 from blockspace import Sequence, SequenceGroup, SequenceStatus
-from tests.test_fast_lockstep import Twins
 
 PROMPT = list(range(100, 122))  # 5 full blocks of 4 and 2 tokens
 
