@@ -75,6 +75,10 @@ class UnsupportedError(BlockSpaceError, NotImplementedError):
     or sliding window, fork or swap of a table after sliding-window drops."""
 
 
+class ReadOnlyTableError(BlockSpaceError, TypeError):
+    """A caller tried to change a block table answer (``BlockIds``) in place."""
+
+
 __all__ = [
     "BlockSpaceError",
     "ChildExistsError",
@@ -85,6 +89,7 @@ __all__ = [
     "NoCrossTableError",
     "NoFreeBlocksError",
     "NoWaitingSequenceError",
+    "ReadOnlyTableError",
     "TrackerError",
     "UnknownDeviceError",
     "UnknownSequenceError",

@@ -8,8 +8,8 @@ manager keeps each state as a NamedTuple (what Python code reads) and a
 ``StructRef`` over the very same arrays (what kernels get): writes by a
 kernel are writes to the NamedTuple's arrays.
 
-``State`` keeps the two in step: assigning ``manager.gpu = pool`` also sets
-``manager._gpu`` to a fresh handle. Under ``NUMBA_DISABLE_JIT=1`` the handle
+``State`` keeps the two in step: assigning ``store.gpu = pool`` also sets
+``store.gpu_ref`` to a fresh handle (``fast/store.py``). Under ``NUMBA_DISABLE_JIT=1`` the handle
 is the NamedTuple itself.
 """
 
@@ -106,12 +106,12 @@ def handle(state: Any) -> Any:
 
 
 class State:
-    """A manager attribute holding a state NamedTuple; setting it also sets
-    ``_<name>`` to its handle. Reads go straight to the instance dict."""
+    """An attribute holding a state NamedTuple; setting it also sets
+    ``<name>_ref`` to its handle. Reads go straight to the instance dict."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __set__(self, manager: Any, value: Any) -> None:
-        manager.__dict__[self.name] = value
-        manager.__dict__["_" + self.name] = handle(value)
+    def __set__(self, holder: Any, value: Any) -> None:
+        holder.__dict__[self.name] = value
+        holder.__dict__[self.name + "_ref"] = handle(value)

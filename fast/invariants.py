@@ -52,47 +52,58 @@ def _hit_stats(pool: P.Pool) -> tuple[int, float, int, int]:
 
 def snapshot(m: FastBlockSpaceManager) -> dict[str, Any]:
     """The observable state in the form of ``blockspace.snapshot``."""
-    tables = m.tables
-    null = int(m.null_block[0])
-    pools = {"GPU": m.gpu, "CPU": m.cpu}
+    store, rows = m.store, m.rows
+    tables = store.tables
+    null = int(store.null_block[0])
+    pools = {"GPU": store.gpu, "CPU": store.cpu}
     return {
         "tables": {
             seq_id: {
-                "blocks": m._block_ids(row),
+                "blocks": list(rows.ids(row)),
                 "num_tokens": int(tables.num_filled[row]),
                 "device": "GPU" if tables.device[row] == T.GPU else "CPU",
-                "last_access": float(tables.last_access[row]) if tables.accessed[row] else None,
+                "last_access": _time(rows.access_times.get(seq_id)),
             }
-            for seq_id, row in m._rows.items()
+            for seq_id, row in rows.of_seq.items()
         },
-        "cross_tables": {request_id: m._block_ids(row) for request_id, row in m._cross_rows.items()},
-        "blocks": _blocks(m.gpu, m.enable_caching) + _blocks(m.cpu, m.enable_caching),
+        "cross_tables": {request_id: list(rows.ids(row)) for request_id, row in rows.of_cross.items()},
+        "blocks": _blocks(store.gpu, m.enable_caching) + _blocks(store.cpu, m.enable_caching),
         "free": {name: free_list(pool) for name, pool in pools.items()},
         "evictable": {name: evictable(pool) for name, pool in pools.items()},
-        "touched": sorted(m.gpu.touched_ids[: m.gpu.meta[P.NUM_TOUCHED]].tolist()) if m.enable_caching else [],
+        "touched": sorted(store.gpu.touched_ids[: store.gpu.meta[P.NUM_TOUCHED]].tolist()) if m.enable_caching else [],
         "hit_stats": {name: _hit_stats(pool) for name, pool in pools.items()},
         "tracker": {
-            seq_id: (int(m.tracker.num_keys[row]), int(m.tracker.num_cached[row])) for seq_id, row in m._tracked.items()
+            seq_id: (int(store.tracker.num_keys[row]), int(store.tracker.num_cached[row]))
+            for seq_id, row in m.tracker.tracked.items()
         },
         "null_block": None if null < 0 else null,
     }
 
 
+def _time(access_time: Any) -> float | None:
+    return None if access_time is None else float(access_time)
+
+
 def check_invariants(m: FastBlockSpaceManager) -> None:
     """Refcounts equal references; per device every id is exactly one of
-    free, idle cached or in use; keys, heap and tables agree."""
-    bs, tables, null = m.block_size, m.tables, int(m.null_block[0])
+    free, idle cached or in use; keys, heap and tables agree; every kept
+    table answer is the table as it is now."""
+    store, rows = m.store, m.rows
+    bs, tables, null = m.block_size, store.tables, int(store.null_block[0])
     references: Counter[int] = Counter()
-    if set(np.flatnonzero(m._live).tolist()) != set(m._rows.values()):
+    if set(np.flatnonzero(rows.live).tolist()) != set(rows.of_seq.values()):
         _fail("the live rows of the array-level step are not the rows of the sequence tables")
-    named = [(f"sequence {i}", r) for i, r in m._rows.items()] + [
-        (f"cross table {i!r}", r) for i, r in m._cross_rows.items()
+    for seq_id, ids in rows.answers.items():
+        if seq_id not in rows.of_seq or ids != rows.ids(rows.of_seq[seq_id]):
+            _fail(f"sequence {seq_id}: the kept get_block_table answer is not its table")
+    named = [(f"sequence {i}", r) for i, r in rows.of_seq.items()] + [
+        (f"cross table {i!r}", r) for i, r in rows.of_cross.items()
     ]
     for name, row in named:
         num_blocks = int(tables.num_blocks[row])
         if tables.num_filled[row] > num_blocks * bs:
             _fail(f"{name}: {tables.num_filled[row]} tokens in {num_blocks} blocks")
-        pool = m.gpu if tables.device[row] == T.GPU else m.cpu
+        pool = store.gpu if tables.device[row] == T.GPU else store.cpu
         for index in range(num_blocks):
             block_id = int(tables.blocks[row, index])
             if index < tables.num_null[row]:
@@ -107,7 +118,7 @@ def check_invariants(m: FastBlockSpaceManager) -> None:
                 _fail(f"{name}: keyed block {block_id} is not the cached block of its content")
     if null >= 0:
         references[null] += 1
-    for name, pool in (("GPU", m.gpu), ("CPU", m.cpu)):
+    for name, pool in (("GPU", store.gpu), ("CPU", store.cpu)):
         _check_pool(name, pool, references)
 
 

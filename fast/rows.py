@@ -21,57 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from blockspace.errors import EmptyTableError, InvalidArgumentError, UnknownSequenceError, WrongDeviceError
+from blockspace.fast import kernels
 from blockspace.fast import table as T
+from blockspace.fast.appends import Appends
 from blockspace.fast.checks import checked_lookahead, token_array_or_none
-from blockspace.fast.dispatch import direct
-from blockspace.fast.rules import num_blocks_to_drop
+from blockspace.fast.rows_check import DUPLICATE, EMPTY, NEGATIVE, NOT_LIVE, ROWS_OK, SHRUNK, SWAPPED
 from blockspace.validation import MAX_TOKEN_ID
 
-# What check_rows finds first (code, index of the row).
-ROWS_OK, NOT_LIVE, DUPLICATE, NEGATIVE, EMPTY, SWAPPED, SHRUNK = range(7)
-
-
-@njit(cache=True)
-def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
-    """The first bad row of a batch as ``(code, index, 0)``: a row that is no
-    live sequence's table, a repeated row (appends only: ``seen`` holds
-    ``stamp`` at the rows met so far), a negative length, and for appends an
-    empty table, one swapped out, or a length below the tokens it holds.
-    For a good batch ``(ROWS_OK, -1, longest table)``."""
-    num_blocks, device, num_filled = tables.num_blocks, tables.device, tables.num_filled  # read once
-    longest = 0
-    for i in range(rows.shape[0]):
-        row = rows[i]
-        if row < 0 or row >= live.shape[0] or not live[row]:
-            return NOT_LIVE, i, 0
-        longest = max(longest, num_blocks[row])
-        if seq_lens[i] < 0:
-            return NEGATIVE, i, 0
-        if not appending:
-            continue
-        if seen[row] == stamp:
-            return DUPLICATE, i, 0
-        seen[row] = stamp
-        if num_blocks[row] == 0:
-            return EMPTY, i, 0
-        if device[row] != T.GPU:
-            return SWAPPED, i, 0
-        if seq_lens[i] < num_filled[row]:
-            return SHRUNK, i, 0
-    return ROWS_OK, -1, longest
-
-
-@njit(cache=True)
-def blocks_to_drop(num_computed_tokens, block_size, max_window_blocks):
-    """The sliding-window rule ``num_blocks_to_drop`` for each row."""
-    drops = np.empty_like(num_computed_tokens)
-    for i in range(num_computed_tokens.shape[0]):
-        drops[i] = num_blocks_to_drop(num_computed_tokens[i], block_size, max_window_blocks)
-    return drops
-
+BLOCK_TABLE_PAD = 0  # what vLLM's model runner pads block tables with (never read: lengths bound the kernels)
 
 _PROBLEMS = {
     NOT_LIVE: (UnknownSequenceError, "is not the block table of a live sequence"),
@@ -92,16 +51,17 @@ def _int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.int64)  # one layout: the kernels are called without typing
 
 
-_check_rows, _max_blocks, _can_append_batch = direct(check_rows), direct(T.max_blocks), direct(T.can_append_batch)
-_blocks_to_drop = direct(blocks_to_drop)
-
-
 class RowSteps:
-    """Mixin of ``FastBlockSpaceManager``: the array-level step."""
+    """The array-level step: rows and lengths in, arrays out."""
+
+    def __init__(self, appends: Appends) -> None:
+        self.appends = appends
+        self.store, self.rows = appends.store, appends.rows
 
     def rows_of(self, seqs: list[Any]) -> np.ndarray:
         """The table rows of ``seqs`` (int64), for the ``*_rows`` methods."""
-        return np.array([self._row(seq) for seq in seqs], np.int64)
+        row = self.rows.row
+        return np.array([row(seq) for seq in seqs], np.int64)
 
     def _checked_rows(
         self, rows: Any, seq_lens: Any = None, appending: bool = False
@@ -109,8 +69,11 @@ class RowSteps:
         """The rows and lengths as int64 arrays, checked, and the longest table."""
         rows = _int_array("rows", rows)
         seq_lens = np.zeros(len(rows), np.int64) if seq_lens is None else _int_array("seq_lens", seq_lens, len(rows))
-        self._stamp += 1
-        code, index, longest = _check_rows(self._live, self._tables, rows, seq_lens, self._seen, self._stamp, appending)
+        table_rows = self.rows
+        table_rows.stamp += 1
+        code, index, longest = kernels.check_rows(
+            table_rows.live, self.store.tables_ref, rows, seq_lens, table_rows.seen, table_rows.stamp, appending
+        )
         if code != ROWS_OK:
             error, why = _PROBLEMS[code]
             raise error(f"row {int(rows[index])} (entry {index} of the batch) {why}")
@@ -131,9 +94,10 @@ class RowSteps:
             if (np.diff(group_ends, prepend=0) < 0).any() or (len(group_ends) and group_ends[-1] != len(rows)):
                 raise InvalidArgumentError("group_ends must rise from 0 to the number of rows")
         result = np.zeros(len(group_ends), np.bool_)
-        _can_append_batch(
-            self._gpu, self._tables, rows, seq_lens, group_ends, num_lookahead_slots, self.block_size, result
-        )
+        kernels.can_append_batch(
+            self.store.gpu_ref, self.store.tables_ref, rows, seq_lens, group_ends, num_lookahead_slots,
+            self.appends.block_size, result,
+        )  # fmt: skip
         return result
 
     def append_slots_rows(
@@ -153,19 +117,20 @@ class RowSteps:
         decides the blocks to drop. Raises before any change, as
         ``append_slots_batch``."""
         checked_lookahead(num_lookahead_slots)
+        appends, tables = self.appends, self.store.tables
         rows, seq_lens, _ = self._checked_rows(rows, seq_lens, appending=True)
         num_drops = extras = np.zeros(len(rows), np.int64)
-        if self._window:
+        if appends.windowed:
             if num_computed_tokens is None:
                 raise InvalidArgumentError("with a sliding window, append_slots_rows needs num_computed_tokens")
             computed = _int_array("num_computed_tokens", num_computed_tokens, len(rows))
-            num_drops = _blocks_to_drop(computed, self.block_size, self.max_block_sliding_window)
+            num_drops = kernels.blocks_to_drop(computed, appends.block_size, appends.window_blocks)
         tokens, token_starts = T.NO_TOKENS, np.zeros(len(rows) + 1, np.int64)
-        if self.enable_caching:
-            tokens, token_starts = self._tails(token_ids, rows, seq_lens, self.tables.num_filled[rows])
-            last = np.maximum(self.tables.num_blocks[rows] - 1, 0)
-            extras = self.tables.extras[rows, last]  # the adapter ids recorded at allocate
-        cow, count = self._run_appends(
+        if appends.caching:
+            tokens, token_starts = self._tails(token_ids, rows, seq_lens, tables.num_filled[rows])
+            last = np.maximum(tables.num_blocks[rows] - 1, 0)
+            extras = tables.extras[rows, last]  # the adapter ids recorded at allocate
+        cow, count = appends.run(
             rows, seq_lens, num_lookahead_slots, tokens, token_starts, num_drops, extras,
             lambda index: f"row {int(rows[index])}",
         )  # fmt: skip
@@ -178,11 +143,12 @@ class RowSteps:
         the append kernel keys), checked, in one flat array with offsets."""
         if token_ids is None or len(token_ids) != len(rows):
             raise InvalidArgumentError("with prefix caching, append_slots_rows needs token_ids for every row")
+        block_size = self.appends.block_size
         parts = []
         for i, (ids, length, filled) in enumerate(zip(token_ids, seq_lens.tolist(), num_filled.tolist())):
             if len(ids) != length:
                 raise InvalidArgumentError(f"token_ids[{i}] has {len(ids)} tokens, seq_lens[{i}] says {length}")
-            part = token_array_or_none(ids[filled - filled % self.block_size :])
+            part = token_array_or_none(ids[filled - filled % block_size :])
             if part is None:
                 raise InvalidArgumentError(f"token_ids[{i}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
             parts.append(part)
@@ -190,10 +156,42 @@ class RowSteps:
         np.cumsum([len(part) for part in parts], out=starts[1:])
         return (np.concatenate(parts) if parts else T.NO_TOKENS), starts
 
+    def block_tables(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> Any:
+        """The sequences' block tables as one ``int32`` torch tensor of shape
+        ``(len(seqs), longest table)``, rows padded at the end with ``pad``
+        (default 0, as vLLM's model runner). ``seqs`` may also be an array
+        of table rows (``rows_of``)."""
+        import torch
+
+        if type(pad) is not int:
+            raise InvalidArgumentError(f"pad must be an int block id, got {pad!r}")
+        rows, width = self._rows_and_width(seqs)
+        out = np.empty((len(rows), width), np.int32)
+        kernels.gather_tables(self.store.tables_ref, rows, pad, out)
+        return torch.from_numpy(out)
+
+    def slot_mapping(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> Any:
+        """The KV-cache slot of every token of the step, sequence by sequence:
+        the last ``num_step_tokens`` (one number, or one per sequence) written
+        tokens of each table, slot = ``block_id * block_size + offset`` (as
+        vLLM), as an ``int64`` torch tensor. Decode: 1 token; prefill: the chunk.
+        ``seqs`` may also be an array of table rows (``rows_of``)."""
+        import torch
+
+        rows, _ = self._rows_and_width(seqs)
+        if isinstance(num_step_tokens, int):
+            counts = np.full(len(rows), num_step_tokens, np.int64)
+        else:
+            counts = np.broadcast_to(np.asarray(num_step_tokens, np.int64), rows.shape).copy()
+        slots, bad = kernels.gather_slots(self.store.tables_ref, rows, counts, self.appends.block_size)
+        if bad >= 0:
+            raise InvalidArgumentError("num_step_tokens must be between 0 and each table's written tokens")
+        return torch.from_numpy(slots)
+
     def _rows_and_width(self, seqs_or_rows: Any) -> tuple[np.ndarray, int]:
         """Checked rows of sequences or of a row array, and the longest table."""
         if isinstance(seqs_or_rows, np.ndarray):
             rows, _, longest = self._checked_rows(seqs_or_rows)
             return rows, longest
         rows = self.rows_of(seqs_or_rows)
-        return rows, _max_blocks(self._tables, rows)
+        return rows, kernels.max_blocks(self.store.tables_ref, rows)

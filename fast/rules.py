@@ -73,7 +73,8 @@ def swap_status(num_total, num_free, num_needed, num_watermark):
 
 @njit(cache=True)
 def blocks_touched(num_filled, num_new_tokens, num_lookahead_slots, block_size):
-    return cdiv(num_filled % block_size + num_new_tokens + num_lookahead_slots, block_size)
+    # cdiv written out: the Python layer calls this rule's plain-Python form (fast/kernels.py)
+    return -(-(num_filled % block_size + num_new_tokens + num_lookahead_slots) // block_size)
 
 
 @njit(cache=True)

@@ -105,6 +105,8 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
 # -- rows ----------------------------------------------------------------------
 @njit(cache=True)
 def _set_block(tables, row, index, block_id):
+    if index < tables.num_blocks[row] and tables.blocks[row, index] == block_id:
+        return  # no change (a block promoted in place): the row keeps its version
     tables.blocks[row, index] = block_id
     tables.version[row] += 1
     num_logged = tables.num_logged[0]

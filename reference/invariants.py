@@ -77,14 +77,14 @@ def snapshot(manager: ReferenceBlockSpaceManager) -> dict[str, Any]:
     return {
         "tables": {
             seq_id: {
-                "blocks": table.block_ids,
+                "blocks": list(table.block_ids),
                 "num_tokens": table.num_filled,
                 "device": table.device.name,
                 "last_access": table.last_access,
             }
             for seq_id, table in manager.block_tables.items()
         },
-        "cross_tables": {request_id: t.block_ids for request_id, t in manager.cross_block_tables.items()},
+        "cross_tables": {request_id: list(t.block_ids) for request_id, t in manager.cross_block_tables.items()},
         "blocks": manager.gpu.snapshot_blocks() + manager.cpu.snapshot_blocks(),
         "free": {name: list(a.free_ids) for name, a in devices.items()},
         "evictable": {name: a.snapshot_evictable() for name, a in devices.items()},

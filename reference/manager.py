@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from blockspace.block_ids import EMPTY, BlockIds
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.errors import (
     ChildExistsError,
@@ -298,10 +299,10 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             cross.release_all(self.gpu)
 
     # -- tables and counts ---------------------------------------------------------
-    def get_block_table(self, seq: Any) -> list[int]:
+    def get_block_table(self, seq: Any) -> BlockIds:
         return self._table(seq).block_ids
 
-    def get_cross_block_table(self, seq_group: Any) -> list[int]:
+    def get_cross_block_table(self, seq_group: Any) -> BlockIds:
         cross = self.cross_block_tables.get(seq_group.request_id)
         if cross is None:
             raise NoCrossTableError(f"group {seq_group.request_id!r} has no cross block table")
@@ -324,10 +325,13 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         arguments are ignored, as in vLLM)."""
         self.gpu.mark_computed()
 
-    def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]:
+    def get_common_computed_block_ids(self, seqs: list[Any]) -> BlockIds:
+        """The longest block-id prefix the sequences' cached prefixes share
+        (one sequence: its cached prefix); sequences without cached blocks
+        are left out, as in vLLM (spec §9.15)."""
         tables = [self._table(seq) for seq in seqs]
         if self.tracker is None:
-            return []
+            return EMPTY
         for seq in seqs:
             self.tracker.check_tokens(seq)
         prefixes = [
@@ -335,17 +339,17 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             for seq, table in zip(seqs, tables)
         ]
         if len(prefixes) == 1:
-            return prefixes[0]
+            return BlockIds(prefixes[0])
         prefixes = [ids for ids in prefixes if ids]  # vLLM drops sequences without cached blocks
         if not prefixes:
-            return []
+            return EMPTY
         common = prefixes[0]
         for ids in prefixes[1:]:
             length = 0
             while length < min(len(common), len(ids)) and common[length] == ids[length]:
                 length += 1
             common = common[:length]
-        return common
+        return BlockIds(common)
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
         return self._allocator(Device.parse(device)).hit_rate()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from blockspace.block_ids import BlockIds
 from blockspace.enums import Device
 from blockspace.reference import rules
 from blockspace.reference.allocator import BlockAllocator
@@ -50,8 +51,9 @@ class BlockTable:
     root: Hashable = None  # what the first block's key chains from (a tenant's cache salt)
 
     @property
-    def block_ids(self) -> list[int]:
-        return [entry.block_id for entry in self.entries]
+    def block_ids(self) -> BlockIds:
+        """The entries' block ids, read-only (``blockspace/block_ids.py``)."""
+        return BlockIds(entry.block_id for entry in self.entries)
 
     @property
     def has_dropped_blocks(self) -> bool:

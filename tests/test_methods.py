@@ -5,6 +5,7 @@ import enum
 import pytest
 
 from blockspace import AllocStatus, BlockSpaceManager, Device, SequenceStatus
+from blockspace.errors import ReadOnlyTableError
 from blockspace.reference import PlaceholderBlockSpaceManager
 from helpers import group, grow, run, seq
 
@@ -192,12 +193,15 @@ def test_fork_from_unknown_parent_is_a_no_op(make):
     assert m.snapshot()["tables"] == {}
 
 
-def test_get_block_table_is_a_copy(make):
+def test_get_block_table_cannot_be_changed_by_the_caller(make):
     m = make(4, 8, 0)
     s = seq(1, range(5))
     m.allocate(group("a", s))
     table = m.get_block_table(s)
-    table.append(99)
+    with pytest.raises(ReadOnlyTableError):
+        table.append(99)
+    mine = list(table)
+    mine.append(99)
     assert m.get_block_table(s) == [0, 1]
 
 

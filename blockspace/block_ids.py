@@ -1,0 +1,51 @@
+"""The block ids a manager hands out: a read-only ``list``.
+
+Why a list that cannot change: a scheduler asks for every running
+sequence's block table at every step, and a table holds hundreds of ids.
+vLLM 0.9.2 answers with its internal list, so the answer costs nothing, but
+a caller that appends to it (or keeps it and sees it change under the next
+``append_slots``) silently corrupts or misreads the manager. Copying on
+every call is safe and costs microseconds per step per sequence. A
+``BlockIds`` is both: the manager builds one when a table changes and hands
+the same object out until the table changes again, and nobody can write to
+it. A new answer after a change is a new object, so a kept answer is a
+snapshot of the table at the time of the call.
+
+To every caller it is a ``list``: ``isinstance(ids, list)``, equal to the
+plain list of the same ids, indexing, iteration and ``len`` as usual.
+Anything that makes a new list makes a plain, writable one: slicing,
+``ids + [...]``, ``list(ids)``, ``copy.copy(ids)``; pickle and msgspec (the
+serializer of vLLM's ``SequenceGroupMetadata``) write it as a plain list.
+Every method that would change it in place raises ``ReadOnlyTableError``,
+a ``TypeError`` (as for a tuple).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from blockspace.errors import ReadOnlyTableError
+
+
+def _refuse(self: BlockIds, *args: Any, **kwargs: Any) -> NoReturn:
+    raise ReadOnlyTableError(
+        "a block table answer is read-only (the manager hands the same list to every caller until the table "
+        "changes); copy it with list(ids) to change it"
+    )
+
+
+class BlockIds(list):
+    """A read-only list of block ids (see the module docstring)."""
+
+    __slots__ = ()
+
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+    def __reduce__(self) -> tuple[type, tuple[list[int]]]:
+        return list, (list(self),)  # pickle and copy make a plain list
+
+
+EMPTY = BlockIds()  # the answer for a table without blocks, and for no common computed blocks
+
+__all__ = ["EMPTY", "BlockIds"]

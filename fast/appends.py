@@ -1,0 +1,156 @@
+"""Appending to block tables: the checks and kernel arguments of one
+sequence's append, and the all-or-nothing runner of a batch of appends.
+
+Why one place: ``append_slots``, ``append_slots_batch`` and
+``append_slots_rows`` must raise the same errors and make the same kernel
+calls as each other, so the per-sequence checks (``check``), the kernel
+arguments (``args``) and the batch runner (``run``) live here and the three
+entry points only gather their input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from blockspace.errors import EmptyTableError, InvalidArgumentError, NoFreeBlocksError, WrongDeviceError
+from blockspace.fast import kernels, rules
+from blockspace.fast import table as T
+from blockspace.fast.checks import check_new_tokens
+from blockspace.fast.content import has_room
+from blockspace.fast.key_space import KeySpace
+from blockspace.fast.store import Store
+from blockspace.fast.table_rows import TableRows
+
+
+class Appends:
+    """The append path of the fast manager (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        rows: TableRows,
+        key_space: KeySpace,
+        block_size: int,
+        caching: bool,
+        window_blocks: int | None,
+    ) -> None:
+        self.store, self.rows, self.key_space = store, rows, key_space
+        self.block_size, self.caching, self.window_blocks = block_size, caching, window_blocks
+        self.windowed = window_blocks is not None
+        self.cow = np.zeros(64, np.int64)  # copy-on-write pairs come back here
+        self.needs = np.zeros(2, np.int64)  # batch_needs: table columns, content keys
+        self.status = np.zeros(2, np.int64)  # append_batch: failure code, index
+
+    def scratch(self, num_values: int) -> np.ndarray:
+        """A buffer of at least ``num_values`` int64 (for pairs the kernels write)."""
+        if len(self.cow) < num_values:
+            self.cow = np.zeros(2 * num_values, np.int64)
+        return self.cow
+
+    def check(self, seq: Any) -> tuple[int, int, list[int]]:
+        """The reference's checks before an append; returns (row, num_filled, tokens)."""
+        row = self.rows.row(seq)
+        tables = self.store.tables
+        if tables.num_blocks.item(row) == 0:
+            raise EmptyTableError(f"sequence {seq.seq_id} has no blocks to append to")
+        if tables.device.item(row) != T.GPU:
+            raise WrongDeviceError(f"sequence {seq.seq_id} is swapped out; swap it in before appending")
+        tokens = seq.get_token_ids()
+        num_filled = tables.num_filled.item(row)
+        if len(tokens) < num_filled:
+            raise InvalidArgumentError(f"sequence {seq.seq_id} has fewer tokens than its block table holds")
+        check_new_tokens(seq, tokens, num_filled)
+        return row, num_filled, tokens
+
+    def args(self, seq: Any, num_filled: int, tokens: list[int]) -> tuple[np.ndarray, int, int]:
+        """What the append kernel needs besides the row: the token ids from the
+        start of the last block (caching only), the drops, the extra id."""
+        extra = self.key_space.extra_id(seq.extra_hash()) if self.caching else 0  # extras only key content
+        num_drops = 0
+        if self.windowed:
+            computed = seq.data.get_num_computed_tokens()
+            num_drops = rules.num_blocks_to_drop(computed, self.block_size, self.window_blocks)
+        start = num_filled - num_filled % self.block_size
+        if self.caching and len(tokens) - start >= self.block_size:  # a block fills up: key it
+            array = np.array(tokens[start:], np.int64)
+        else:
+            array = T.NO_TOKENS
+        return array, num_drops, extra
+
+    def one(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
+        """``append_slots`` of one sequence (lookahead already checked)."""
+        row, num_filled, tokens = self.check(seq)
+        array, num_drops, extra = self.args(seq, num_filled, tokens)
+        num_new = len(tokens) - num_filled
+        cow = self.scratch(2 * (num_new // self.block_size + 2))
+        store = self.store
+        while True:
+            result = kernels.append(
+                store.gpu_ref, store.keys_ref, store.tables_ref, row, array, num_new, num_lookahead_slots,
+                num_drops, extra, self.windowed, store.null_block, cow, 0,
+            )  # fmt: skip
+            if result == T.NO_ROOM:
+                store.grow_columns()
+            elif result == T.NO_KEY_ROOM:
+                self.key_space.make_room()
+            else:
+                break
+        self.rows.refresh(seq.seq_id, row)
+        if result in T.SHORTAGE:
+            raise NoFreeBlocksError(f"append_slots needs a free GPU block for {T.SHORTAGE[result]}; none is left")
+        return pairs(cow, result) if result else []
+
+    def run(
+        self,
+        rows: np.ndarray,
+        seq_lens: np.ndarray,
+        num_lookahead_slots: int,
+        tokens: np.ndarray,
+        token_starts: np.ndarray,
+        num_drops: np.ndarray,
+        extras: np.ndarray,
+        name: Callable[[int], str],
+    ) -> tuple[np.ndarray, int]:
+        """The checked appends of a batch (sequences now of ``seq_lens``
+        tokens), all or none: when the free blocks might not cover them,
+        they run on a trial copy of the state, kept only if every append
+        fits (``name(i)`` names the one that did not). Returns the
+        copy-on-write pairs, flat, and their number."""
+        store, needs = self.store, self.needs
+        args = (rows, seq_lens, num_lookahead_slots, self.block_size, self.windowed, store.null_block)
+        bound = kernels.batch_needs(store.tables_ref, *args, needs)
+        if bound > store.num_free_gpu():
+            bound = kernels.shared_bound(store.gpu_ref, store.tables_ref, *args)
+        if needs[0] > store.tables.blocks.shape[1]:
+            store.grow_columns(int(needs[0]))
+        if self.caching and not has_room(store.keys, int(needs[1])):
+            self.key_space.make_room(int(needs[1]))
+        cow = self.scratch(2 * int(bound) + 2)
+        args = (rows, tokens, token_starts, seq_lens, num_lookahead_slots, num_drops, extras, self.windowed)
+        status = self.status
+        status[0] = 0
+        if bound <= store.num_free_gpu():  # no append can fail
+            count = kernels.append_batch(store.gpu_ref, store.keys_ref, store.tables_ref, *args, store.null_block, cow, status)
+        else:  # it may fail: run it on a copy, keep it only if it all fits
+            trial = store.trial()
+            count = kernels.append_batch(
+                trial.gpu_ref, trial.keys_ref, trial.tables_ref, *args, trial.null_block, cow, status
+            )
+            if status[0] in T.SHORTAGE:
+                raise NoFreeBlocksError(
+                    f"append_slots needs a free GPU block for {T.SHORTAGE[int(status[0])]}; none is left"
+                    f" ({name(int(status[1]))} of the batch; nothing was changed)"
+                )
+            store.commit(trial)
+        assert status[0] == 0, "append_slots_batch ran out of array room"
+        self.rows.refresh_rows(rows)
+        return cow, int(count)
+
+
+def pairs(values: np.ndarray, count: int) -> list[tuple[int, int]]:
+    """The first ``count`` pairs of a flat int64 buffer, as Python tuples."""
+    flat = values[: 2 * count].tolist()
+    return list(zip(flat[0::2], flat[1::2]))

@@ -1,0 +1,56 @@
+"""Every compiled kernel the fast manager's Python layer calls, by name.
+
+Each is the ``@njit`` function of its module (``pool``, ``table``,
+``tracker``, ``rules``, ``rows_check``) called through ``direct``
+(``fast/dispatch.py``), which skips the dispatcher's typing: the Python
+layer always passes the same argument types (C-contiguous int64 arrays,
+Python ints and bools, one-pointer handles), so after the first call the
+kernel's one compiled overload is called straight away. Reading this list
+tells a newcomer what the compiled side can do; nothing else in ``fast/``
+wraps a kernel.
+"""
+
+from __future__ import annotations
+
+from blockspace.fast import pool as P
+from blockspace.fast import rows_check, rules
+from blockspace.fast import table as T
+from blockspace.fast import tracker as K
+from blockspace.fast.dispatch import direct
+
+# block tables (fast/table.py)
+allocate = direct(T.allocate)
+append = direct(T.append)
+fork = direct(T.fork)
+free_table = direct(T.free)
+swap = direct(T.swap)
+swap_need = direct(T.swap_need)
+swap_cost = direct(T.swap_cost)
+
+# the batched step (fast/table.py, fast/rows_check.py)
+can_append_batch = direct(T.can_append_batch)
+batch_needs = direct(T.batch_needs)
+shared_bound = direct(T.shared_bound)
+append_batch = direct(T.append_batch)
+max_blocks = direct(T.max_blocks)
+gather_tables = direct(T.gather_tables)
+gather_slots = direct(T.gather_slots)
+check_rows = direct(rows_check.check_rows)
+blocks_to_drop = direct(rows_check.blocks_to_drop)
+
+# the computed-blocks tracker (fast/tracker.py)
+num_cached_tokens = direct(K.num_cached_tokens)
+open_tracker_row = direct(K.open_row)
+
+# the pools (fast/pool.py)
+mark_computed = direct(P.mark_computed)
+hit_rate = direct(P.hit_rate)
+reset_pool = direct(P.reset)
+
+# pure rules on ints (fast/rules.py)
+alloc_status = direct(rules.alloc_status)
+swap_status = direct(rules.swap_status)
+# The per-step check of can_append_slots is two lines of arithmetic: from
+# Python, the rule's own Python form costs less than any kernel call.
+blocks_touched = getattr(rules.blocks_touched, "py_func", rules.blocks_touched)
+blocks_for_prompt = rules.blocks_for_prompt  # the window may be None: through the dispatcher

@@ -1,0 +1,88 @@
+"""The content-key space: small ids for what keys a block, and the collector
+that keeps the key table from filling with keys nothing names any more.
+
+A block's content key chains from its parent key (the first block's parent
+is the tenant's cache salt) and mixes in the sequence's ``extra_hash()``
+(LoRA and prompt-adapter ids). Kernels take both as small ints: ``root_id``
+gives each salt a negative id (-1: no salt) and ``extra_id`` each extra value
+a non-negative one, once, for the manager's life.
+
+Why a collector: keys are interned in an open-addressing table
+(``fast/content.py``) and a finished request's keys stay there while an
+evicted block, a table or a tracker row could still name them. When the
+table runs out of room, the keys nobody names are dropped and the survivors
+renumbered (every array holding keys is remapped); the table grows only if
+the live keys still fill half of it, or if nothing was interned since the
+last collection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from blockspace.fast import pool as P
+from blockspace.fast.content import collect_keys, grow_keys, remap_keys
+from blockspace.fast.store import Store
+from blockspace.validation import cache_salt
+
+
+class KeySpace:
+    """Salt and extra ids, and room in the key table (see the module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.extra_ids: dict[Any, int] = {None: 0}  # extra_hash() -> small int
+        self.root_ids: dict[Any, int] = {None: -1}  # cache salt -> negative id (the first block's parent)
+        self.num_keys_after_collect = -1
+
+    def extra_id(self, extra: Any) -> int:
+        extra_id = self.extra_ids.get(extra)
+        if extra_id is None:
+            extra_id = self.extra_ids[extra] = len(self.extra_ids)
+        return extra_id
+
+    def root_id(self, seq: Any) -> int:
+        """The parent of the sequence's first block key: -1, or its cache salt's id."""
+        salt = cache_salt(seq)
+        root = self.root_ids.get(salt)
+        if root is None:
+            root = self.root_ids[salt] = -1 - len(self.root_ids)
+        return root
+
+    def make_room(self, num_more: int = 0) -> None:
+        """Room for ``num_more`` new keys (at least one more): collect, or grow."""
+        store = self.store
+        live = self._live()
+        stalled = store.keys.count[0] == self.num_keys_after_collect  # nothing interned since: grow
+        if stalled or live.sum() + num_more > len(store.keys.parent) // 2:
+            store.keys = grow_keys(store.keys, num_more)
+            capacity = len(store.keys.parent)
+            store.gpu, store.cpu = P.grow_key_index(store.gpu, capacity), P.grow_key_index(store.cpu, capacity)
+            return
+        store.keys, remap = collect_keys(store.keys, live, num_more)
+        self.num_keys_after_collect = int(store.keys.count[0])
+        remap_keys(store.tables.keys, remap)
+        remap_keys(store.tracker.keys, remap)
+        store.gpu, store.cpu = self._remapped(store.gpu, remap), self._remapped(store.cpu, remap)
+
+    def _live(self) -> np.ndarray:
+        """Keys named by a cached block, a table entry or a tracker row (rows
+        never used or freed hold no entries, or keys still valid)."""
+        store = self.store
+        live = np.zeros(int(store.keys.count[0]), np.bool_)
+        for pool in (store.gpu, store.cpu):
+            live[pool.block_key[pool.block_key >= 0]] = True
+        for stored, lengths in ((store.tables.keys, store.tables.num_blocks), (store.tracker.keys, store.tracker.num_keys)):
+            in_row = np.arange(stored.shape[1])[None, :] < lengths[:, None]
+            named = stored[in_row]
+            live[named[named >= 0]] = True
+        return live
+
+    def _remapped(self, pool: P.Pool, remap: np.ndarray) -> P.Pool:
+        remap_keys(pool.block_key, remap)
+        key_block = np.full(len(self.store.keys.parent), -1, np.int64)
+        cached = np.flatnonzero(pool.block_key >= 0)
+        key_block[pool.block_key[cached]] = cached + pool.meta[P.FIRST_ID]
+        return pool._replace(key_block=key_block)

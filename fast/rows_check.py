@@ -1,0 +1,52 @@
+"""The array-level step's kernels: checking a batch of table rows, and the
+sliding window's drops per row (``fast/rows.py`` is their Python side)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from blockspace.fast import table as T
+from blockspace.fast.rules import num_blocks_to_drop
+
+# What check_rows finds first (code, index of the row).
+ROWS_OK, NOT_LIVE, DUPLICATE, NEGATIVE, EMPTY, SWAPPED, SHRUNK = range(7)
+
+
+@njit(cache=True)
+def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
+    """The first bad row of a batch as ``(code, index, 0)``: a row that is no
+    live sequence's table, a repeated row (appends only: ``seen`` holds
+    ``stamp`` at the rows met so far), a negative length, and for appends an
+    empty table, one swapped out, or a length below the tokens it holds.
+    For a good batch ``(ROWS_OK, -1, longest table)``."""
+    num_blocks, device, num_filled = tables.num_blocks, tables.device, tables.num_filled  # read once
+    longest = 0
+    for i in range(rows.shape[0]):
+        row = rows[i]
+        if row < 0 or row >= live.shape[0] or not live[row]:
+            return NOT_LIVE, i, 0
+        longest = max(longest, num_blocks[row])
+        if seq_lens[i] < 0:
+            return NEGATIVE, i, 0
+        if not appending:
+            continue
+        if seen[row] == stamp:
+            return DUPLICATE, i, 0
+        seen[row] = stamp
+        if num_blocks[row] == 0:
+            return EMPTY, i, 0
+        if device[row] != T.GPU:
+            return SWAPPED, i, 0
+        if seq_lens[i] < num_filled[row]:
+            return SHRUNK, i, 0
+    return ROWS_OK, -1, longest
+
+
+@njit(cache=True)
+def blocks_to_drop(num_computed_tokens, block_size, max_window_blocks):
+    """The sliding-window rule ``num_blocks_to_drop`` for each row."""
+    drops = np.empty_like(num_computed_tokens)
+    for i in range(num_computed_tokens.shape[0]):
+        drops[i] = num_blocks_to_drop(num_computed_tokens[i], block_size, max_window_blocks)
+    return drops

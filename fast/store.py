@@ -1,0 +1,72 @@
+"""The arrays every kernel reads and writes, in one place.
+
+- ``gpu``, ``cpu``: the blocks of each device (``fast/pool.py``);
+- ``keys``: content keys (``fast/content.py``), shared by both devices;
+- ``tables``: one row per sequence table and per cross table (``fast/table.py``);
+- ``tracker``: one row per sequence the computed-blocks tracker knows (``fast/tracker.py``);
+- ``null_block``: the sliding window's null block (-1 until the first append).
+
+Why one object: a kernel call takes several of these at once, and a state
+that grows is replaced whole (a NamedTuple of larger arrays). The parts of
+the manager (table rows, tracker rows, key space, device sync, the batched
+steps) each own their Python-side bookkeeping and share this store, so a
+replacement made by one is seen by all. Each state is kept twice, as the
+NamedTuple (what Python reads) and as a one-pointer handle on the very same
+arrays (what kernels get, ``<name>_ref``; ``fast/handles.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from blockspace.fast import pool as P
+from blockspace.fast import table as T
+from blockspace.fast import tracker as K
+from blockspace.fast.content import new_keys
+from blockspace.fast.handles import State
+
+
+class Store:
+    """The kernels' state (see the module docstring)."""
+
+    gpu, cpu, keys, tables, tracker = State(), State(), State(), State(), State()
+
+    def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, caching: bool) -> None:
+        self.keys = new_keys(block_size)
+        self.gpu = P.new_pool(0, num_gpu_blocks, caching, len(self.keys.parent))
+        self.cpu = P.new_pool(num_gpu_blocks, num_cpu_blocks, caching, len(self.keys.parent))
+        self.tables = T.new_tables()
+        self.tracker = K.new_tracker()
+        self.null_block = np.full(1, -1, np.int64)
+
+    def num_free_gpu(self) -> int:
+        """Free GPU blocks, uncached plus idle cached (one read, no kernel call)."""
+        meta = self.gpu.meta
+        return meta.item(P.NUM_FREE_IDS) + meta.item(P.NUM_IDLE)
+
+    def num_free_cpu(self) -> int:
+        meta = self.cpu.meta
+        return meta.item(P.NUM_FREE_IDS) + meta.item(P.NUM_IDLE)
+
+    def grow_columns(self, num_cols: int = 0) -> None:
+        """At least ``num_cols`` table columns (default: twice as many)."""
+        self.tables = T.grow_tables(self.tables, num_cols=num_cols or 2 * self.tables.blocks.shape[1])
+
+    def trial(self) -> Store:
+        """A copy of the GPU pool, keys, tables and null block, for a batch
+        that may fail halfway: it runs on the copy, kept by ``commit``."""
+        trial = object.__new__(Store)
+        trial.gpu, trial.keys, trial.tables = _copy(self.gpu), _copy(self.keys), _copy(self.tables)
+        trial.null_block = self.null_block.copy()
+        return trial
+
+    def commit(self, trial: Store) -> None:
+        self.gpu, self.keys, self.tables = trial.gpu, trial.keys, trial.tables
+        self.null_block[:] = trial.null_block
+
+
+def _copy(state: Any) -> Any:
+    """A deep copy of a NamedTuple of arrays."""
+    return type(state)(*(array.copy() for array in state))

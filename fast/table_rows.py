@@ -1,0 +1,150 @@
+"""Which row of the table store holds which table, and each table's block
+ids as one read-only list per version (and each sequence's last access time).
+
+Why rows: every table lives in one row of the 2-D store
+(``fast/table.py``); a sequence keeps its row from ``allocate`` (or
+``fork``) to ``free``, so a scheduler may hold rows instead of sequences
+(``fast/rows.py``). Freed rows are reused last-freed first. ``live`` marks
+the rows of sequence tables, for the array-level step's checks.
+
+Why answers: a scheduler asks for every running sequence's table at every
+step, and the table changes about once in ``block_size`` steps. So the
+answer is built once per change, as a ``BlockIds`` (a read-only list,
+``blockspace/block_ids.py``), and the same object is handed out until the
+table changes. Every kernel that writes a row's block ids bumps its
+``version``; whoever ran such a kernel calls ``refresh`` (or
+``refresh_rows``), which drops the answers whose row moved on, so
+``block_ids`` itself is one dictionary look-up.
+
+Why access times here: ``access_all_blocks_in_seq`` runs for every
+sequence at every step, and only ``free`` reads the time (it stamps the
+table's blocks with it), so it is kept in a dictionary and written into
+the table store only when the table is freed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from blockspace.block_ids import EMPTY, BlockIds
+from blockspace.errors import UnknownSequenceError
+from blockspace.fast import table as T
+from blockspace.fast.store import Store
+
+
+class TableRows:
+    """Sequence and cross-table rows, and the block-id answers."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        num_rows = store.tables.blocks.shape[0]
+        self.of_seq: dict[int, int] = {}  # seq_id -> row
+        self.of_cross: dict[str, int] = {}  # request_id -> row
+        self.seq_of_row: list[int] = [-1] * num_rows
+        self.free_rows: list[int] = []
+        self.num_used = 0  # rows ever used
+        self.live = np.zeros(num_rows, np.bool_)  # row -> holds a sequence's table
+        self.seen = np.zeros(num_rows, np.int64)  # row -> last batch stamp (the duplicate check)
+        self.stamp = 0
+        self.answers: dict[int, BlockIds] = {}  # seq_id -> its table, while unchanged
+        self.answer_version = np.full(num_rows, -1, np.int64)  # row -> version its answer was built at
+        self.prefixes: dict[int, tuple[BlockIds, BlockIds]] = {}  # seq_id -> (table answer, cached prefix)
+        self.cross_answers: dict[str, BlockIds] = {}  # a cross table never changes until freed
+        self.access_times: dict[int, float | None] = {}  # seq_id -> last access_all_blocks_in_seq time
+
+    # -- rows -----------------------------------------------------------------------
+    def row(self, seq: Any) -> int:
+        row = self.of_seq.get(seq.seq_id)
+        if row is None:
+            raise UnknownSequenceError(f"sequence {seq.seq_id} has no block table")
+        return row
+
+    def take(self) -> int:
+        """A row for a new table (the store grows if every row is in use)."""
+        if self.free_rows:
+            return self.free_rows.pop()
+        store = self.store
+        if self.num_used == store.tables.blocks.shape[0]:
+            store.tables = T.grow_tables(store.tables, num_rows=self.num_used + 1)
+            num_more = store.tables.blocks.shape[0] - len(self.live)
+            self.live = np.concatenate([self.live, np.zeros(num_more, np.bool_)])
+            self.seen = np.concatenate([self.seen, np.zeros(num_more, np.int64)])
+            self.answer_version = np.concatenate([self.answer_version, np.full(num_more, -1, np.int64)])
+            self.seq_of_row += [-1] * num_more
+        self.num_used += 1
+        return self.num_used - 1
+
+    def give_back(self, rows: list[int]) -> None:
+        """Rows taken for an allocation that did not happen (last taken first out)."""
+        self.free_rows += rows[::-1]
+
+    def bind(self, seq_id: int, row: int) -> None:
+        self.of_seq[seq_id] = row
+        self.seq_of_row[row] = seq_id
+        self.live[row] = True
+
+    def unbind(self, seq_id: int) -> int | None:
+        """The row of a sequence being freed (None: it has none); recycle it after the kernel."""
+        row = self.of_seq.pop(seq_id, None)
+        if row is not None:
+            self.live[row] = False
+            self.answers.pop(seq_id, None)
+            self.prefixes.pop(seq_id, None)
+        return row
+
+    def unbind_cross(self, request_id: str) -> int | None:
+        self.cross_answers.pop(request_id, None)
+        return self.of_cross.pop(request_id, None)
+
+    def recycle(self, row: int) -> None:
+        self.free_rows.append(row)
+
+    def rows_in_use(self) -> set[int]:
+        return set(self.of_seq.values()) | set(self.of_cross.values())
+
+    # -- answers --------------------------------------------------------------------
+    def ids(self, row: int) -> BlockIds:
+        """The row's block ids, read-only, built now."""
+        tables = self.store.tables
+        num_blocks = tables.num_blocks.item(row)
+        return BlockIds(tables.blocks[row, :num_blocks].tolist()) if num_blocks else EMPTY
+
+    def block_ids(self, seq: Any) -> BlockIds:
+        """``get_block_table``: the kept answer, or a new one."""
+        ids = self.answers.get(seq.seq_id)
+        if ids is None:
+            row = self.row(seq)
+            ids = self.answers[seq.seq_id] = self.ids(row)
+            self.answer_version[row] = self.store.tables.version.item(row)
+        return ids
+
+    def cross_block_ids(self, request_id: str) -> BlockIds:
+        ids = self.cross_answers.get(request_id)
+        if ids is None:
+            ids = self.cross_answers[request_id] = self.ids(self.of_cross[request_id])
+        return ids
+
+    def cached_prefix(self, seq: Any, num_blocks: int) -> BlockIds:
+        """The first ``num_blocks`` ids of the sequence's table, kept as long
+        as the table and the count stay the same."""
+        ids = self.block_ids(seq)
+        if num_blocks >= len(ids):
+            return ids
+        kept = self.prefixes.get(seq.seq_id)
+        if kept is None or kept[0] is not ids or len(kept[1]) != num_blocks:
+            kept = self.prefixes[seq.seq_id] = (ids, BlockIds(ids[:num_blocks]) if num_blocks else EMPTY)
+        return kept[1]
+
+    def refresh(self, seq_id: int, row: int) -> None:
+        """A kernel may have written the row: drop its answer if it did."""
+        if self.store.tables.version.item(row) != self.answer_version.item(row):
+            self.answers.pop(seq_id, None)
+
+    def refresh_rows(self, rows: np.ndarray) -> None:
+        """``refresh`` for every row of a batch (an int64 array)."""
+        if self.answers:
+            moved = rows[self.store.tables.version[rows] != self.answer_version[rows]]
+            for row in moved.tolist():
+                self.answers.pop(self.seq_of_row[row], None)
