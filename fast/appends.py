@@ -17,12 +17,18 @@ import numpy as np
 
 from blockspace.errors import EmptyTableError, InvalidArgumentError, NoFreeBlocksError, WrongDeviceError
 from blockspace.fast import kernels, rules
+from blockspace.fast import pool as P
 from blockspace.fast import table as T
 from blockspace.fast.checks import check_new_tokens
 from blockspace.fast.content import has_room
 from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
+
+# The usual decode step only counts a token into a block the table alone
+# holds: the kernel's own test for that case, run as Python on memoryviews
+# (a kernel call costs more than the whole step).
+writes_in_place = getattr(T.writes_in_place, "py_func", T.writes_in_place)
 
 
 class Appends:
@@ -53,13 +59,13 @@ class Appends:
     def check(self, seq: Any) -> tuple[int, int, list[int]]:
         """The reference's checks before an append; returns (row, num_filled, tokens)."""
         row = self.rows.row(seq)
-        tables = self.store.tables
-        if tables.num_blocks.item(row) == 0:
+        tables = self.store.tables_view
+        if tables.num_blocks[row] == 0:
             raise EmptyTableError(f"sequence {seq.seq_id} has no blocks to append to")
-        if tables.device.item(row) != T.GPU:
+        if tables.device[row] != T.GPU:
             raise WrongDeviceError(f"sequence {seq.seq_id} is swapped out; swap it in before appending")
         tokens = seq.get_token_ids()
-        num_filled = tables.num_filled.item(row)
+        num_filled = tables.num_filled[row]
         if len(tokens) < num_filled:
             raise InvalidArgumentError(f"sequence {seq.seq_id} has fewer tokens than its block table holds")
         check_new_tokens(seq, tokens, num_filled)
@@ -81,12 +87,22 @@ class Appends:
         return array, num_drops, extra
 
     def one(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
-        """``append_slots`` of one sequence (lookahead already checked)."""
+        """``append_slots`` of one sequence (lookahead already checked). A
+        step that only counts tokens into the table's own last block is done
+        here; everything else goes to the append kernel."""
         row, num_filled, tokens = self.check(seq)
-        array, num_drops, extra = self.args(seq, num_filled, tokens)
         num_new = len(tokens) - num_filled
-        cow = self.scratch(2 * (num_new // self.block_size + 2))
         store = self.store
+        if not self.windowed:
+            tables, pool = store.tables_view, store.gpu_view
+            if writes_in_place(
+                pool.refcount, pool.meta[P.FIRST_ID], tables.blocks, tables.num_blocks, tables.num_filled,
+                row, num_new, num_lookahead_slots, self.block_size, self.caching,
+            ):  # fmt: skip
+                tables.num_filled[row] = num_filled + num_new  # all the kernel would do
+                return []
+        array, num_drops, extra = self.args(seq, num_filled, tokens)
+        cow = self.scratch(2 * (num_new // self.block_size + 2))
         while True:
             result = kernels.append(
                 store.gpu_ref, store.keys_ref, store.tables_ref, row, array, num_new, num_lookahead_slots,

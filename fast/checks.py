@@ -16,7 +16,12 @@ _FEW_TOKENS = 32  # below this, the shared per-token check is as quick as the ve
 def check_new_tokens(seq: Any, tokens: Any, start: int) -> None:
     """``check_token_ids(seq, tokens, start)``, with a quick pass for the usual
     case (a few plain ints) that leaves any error to the shared check."""
-    if len(tokens) - start > _FEW_TOKENS:
+    num_new = len(tokens) - start
+    if num_new == 1:  # a decode step
+        token = tokens[start]
+        if type(token) is int and 0 <= token <= MAX_TOKEN_ID:
+            return
+    elif num_new > _FEW_TOKENS:
         checked_token_array(seq, tokens, start)
         return
     for position in range(start, len(tokens)):

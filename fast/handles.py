@@ -9,7 +9,8 @@ manager keeps each state as a NamedTuple (what Python code reads) and a
 kernel are writes to the NamedTuple's arrays.
 
 ``State`` keeps the two in step: assigning ``store.gpu = pool`` also sets
-``store.gpu_ref`` to a fresh handle (``fast/store.py``). Under ``NUMBA_DISABLE_JIT=1`` the handle
+``store.gpu_ref`` to a fresh handle (``fast/store.py``), and ``store.gpu_view``
+to memoryviews of its arrays. Under ``NUMBA_DISABLE_JIT=1`` the handle
 is the NamedTuple itself.
 """
 
@@ -107,7 +108,13 @@ def handle(state: Any) -> Any:
 
 class State:
     """An attribute holding a state NamedTuple; setting it also sets
-    ``<name>_ref`` to its handle. Reads go straight to the instance dict."""
+    ``<name>_ref`` to its handle, and ``<name>_view`` to the same NamedTuple
+    over memoryviews of the same arrays. Reads go straight to the instance dict.
+
+    Why views: Python code that reads one cell (a row's token count, a free
+    count) pays about 80 ns for ``array.item(i)`` and 30 ns for
+    ``memoryview[i]``, which gives a plain ``int``/``float``/``bool``; a
+    per-step call reads several."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -115,3 +122,4 @@ class State:
     def __set__(self, holder: Any, value: Any) -> None:
         holder.__dict__[self.name] = value
         holder.__dict__[self.name + "_ref"] = handle(value)
+        holder.__dict__[self.name + "_view"] = type(value)(*(memoryview(array) for array in value))

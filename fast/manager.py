@@ -180,13 +180,13 @@ class FastBlockSpaceManager(BlockSpaceManager):
     def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool:
         if type(num_lookahead_slots) is not int or num_lookahead_slots < 0:
             check_lookahead(num_lookahead_slots)
-        num_filled, of_seq, block_size = self.store.tables.num_filled, self._of_seq, self.block_size
+        num_filled, of_seq, block_size = self.store.tables_view.num_filled, self._of_seq, self.block_size
         touched = 0
         for seq in seq_group.get_seqs(status=RUNNING):
             row = of_seq.get(seq.seq_id)
             if row is None:
                 self.rows.row(seq)  # raises
-            filled = num_filled.item(row)
+            filled = num_filled[row]
             unseen = max(0, len(seq.get_token_ids()) - filled)
             touched += kernels.blocks_touched(filled, unseen, num_lookahead_slots, block_size)
         return touched <= self.store.num_free_gpu()
@@ -326,7 +326,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
     def mark_blocks_as_computed(self, seq_group: Any, token_chunk_size: int) -> None:
         """Every block registered since the last call is now computed (the
         arguments are ignored, as in vLLM)."""
-        if self.enable_caching and self.store.gpu.meta.item(P.NUM_TOUCHED):
+        if self.enable_caching and self.store.gpu_view.meta[P.NUM_TOUCHED]:
             kernels.mark_computed(self.store.gpu_ref)
 
     def get_common_computed_block_ids(self, seqs: list[Any]) -> BlockIds:

@@ -12,7 +12,8 @@ the manager (table rows, tracker rows, key space, device sync, the batched
 steps) each own their Python-side bookkeeping and share this store, so a
 replacement made by one is seen by all. Each state is kept twice, as the
 NamedTuple (what Python reads) and as a one-pointer handle on the very same
-arrays (what kernels get, ``<name>_ref``; ``fast/handles.py``).
+arrays (what kernels get, ``<name>_ref``; ``fast/handles.py``), and
+``<name>_view`` gives the same arrays as memoryviews, for single reads.
 """
 
 from __future__ import annotations
@@ -42,13 +43,13 @@ class Store:
         self.null_block = np.full(1, -1, np.int64)
 
     def num_free_gpu(self) -> int:
-        """Free GPU blocks, uncached plus idle cached (one read, no kernel call)."""
-        meta = self.gpu.meta
-        return meta.item(P.NUM_FREE_IDS) + meta.item(P.NUM_IDLE)
+        """Free GPU blocks, uncached plus idle cached (two reads, no kernel call)."""
+        meta = self.gpu_view.meta
+        return meta[P.NUM_FREE_IDS] + meta[P.NUM_IDLE]
 
     def num_free_cpu(self) -> int:
-        meta = self.cpu.meta
-        return meta.item(P.NUM_FREE_IDS) + meta.item(P.NUM_IDLE)
+        meta = self.cpu_view.meta
+        return meta[P.NUM_FREE_IDS] + meta[P.NUM_IDLE]
 
     def grow_columns(self, num_cols: int = 0) -> None:
         """At least ``num_cols`` table columns (default: twice as many)."""

@@ -236,13 +236,14 @@ def _num_writes(num_filled, num_new, block_size):
 
 
 @njit(cache=True)
-def _writes_in_place(
+def writes_in_place(
     refcount, first_id, blocks, num_blocks, num_filled, row, num_new, num_lookahead, block_size, caching
 ):
     """Does an append only count the new tokens? Yes when it needs no new
     block and every block it writes is the table's alone, none filling up
     to be keyed (the usual decode step). Takes arrays, not handles, and
-    divides once, so the batch loop can ask it cheaply."""
+    divides once, so the batch loop can ask it cheaply; the per-sequence
+    ``append_slots`` asks its Python form on memoryviews (``fast/appends.py``)."""
     filled = num_filled[row]
     if num_blocks[row] * block_size - filled < num_new + num_lookahead:
         return False  # needs a new block
@@ -278,7 +279,7 @@ def append(
         return NO_ROOM
     if caching and not has_room(keys, num_writes):
         return NO_KEY_ROOM
-    if not window and _writes_in_place(
+    if not window and writes_in_place(
         pool.refcount, pool.meta[P.FIRST_ID], tables.blocks, tables.num_blocks, tables.num_filled,
         row, num_new, num_lookahead, block_size, caching,
     ):  # fmt: skip
@@ -506,7 +507,7 @@ def append_batch(
     for i in range(rows.shape[0]):
         row = rows[i]
         num_new = seq_lens[i] - num_filled[row]
-        if not window and _writes_in_place(
+        if not window and writes_in_place(
             refcount, first_id, blocks, num_blocks, num_filled, row, num_new, num_lookahead, block_size, caching
         ):
             num_filled[row] += num_new  # as ``append`` would, without entering it

@@ -50,6 +50,7 @@ class TableRows:
         self.stamp = 0
         self.answers: dict[int, BlockIds] = {}  # seq_id -> its table, while unchanged
         self.answer_version = np.full(num_rows, -1, np.int64)  # row -> version its answer was built at
+        self.built = memoryview(self.answer_version)  # the same, for single reads and writes
         self.prefixes: dict[int, tuple[BlockIds, BlockIds]] = {}  # seq_id -> (table answer, cached prefix)
         self.cross_answers: dict[str, BlockIds] = {}  # a cross table never changes until freed
         self.access_times: dict[int, float | None] = {}  # seq_id -> last access_all_blocks_in_seq time
@@ -72,6 +73,7 @@ class TableRows:
             self.live = np.concatenate([self.live, np.zeros(num_more, np.bool_)])
             self.seen = np.concatenate([self.seen, np.zeros(num_more, np.int64)])
             self.answer_version = np.concatenate([self.answer_version, np.full(num_more, -1, np.int64)])
+            self.built = memoryview(self.answer_version)
             self.seq_of_row += [-1] * num_more
         self.num_used += 1
         return self.num_used - 1
@@ -108,7 +110,7 @@ class TableRows:
     def ids(self, row: int) -> BlockIds:
         """The row's block ids, read-only, built now."""
         tables = self.store.tables
-        num_blocks = tables.num_blocks.item(row)
+        num_blocks = self.store.tables_view.num_blocks[row]
         return BlockIds(tables.blocks[row, :num_blocks].tolist()) if num_blocks else EMPTY
 
     def block_ids(self, seq: Any) -> BlockIds:
@@ -117,7 +119,7 @@ class TableRows:
         if ids is None:
             row = self.row(seq)
             ids = self.answers[seq.seq_id] = self.ids(row)
-            self.answer_version[row] = self.store.tables.version.item(row)
+            self.built[row] = self.store.tables_view.version[row]
         return ids
 
     def cross_block_ids(self, request_id: str) -> BlockIds:
@@ -139,7 +141,7 @@ class TableRows:
 
     def refresh(self, seq_id: int, row: int) -> None:
         """A kernel may have written the row: drop its answer if it did."""
-        if self.store.tables.version.item(row) != self.answer_version.item(row):
+        if self.store.tables_view.version[row] != self.built[row]:
             self.answers.pop(seq_id, None)
 
     def refresh_rows(self, rows: np.ndarray) -> None:

@@ -66,7 +66,7 @@ class TrackerRows:
         """The sequence's row (None: not tracked) and number of keyed blocks,
         after the reference's check that its tokens did not shrink."""
         row = self.tracked.get(seq.seq_id)
-        known = 0 if row is None else self.store.tracker.num_keys.item(row)
+        known = 0 if row is None else self.store.tracker_view.num_keys[row]
         if len(tokens) < known * self.block_size:
             raise TrackerError(
                 f"sequence {seq.seq_id} has {len(tokens)} tokens, fewer than the "
@@ -164,7 +164,7 @@ class TrackerRows:
         row, memo = entry
         if memo.matches(tokens, root, extra):
             self.memos[row] = memo
-            return row, self.store.tracker.num_keys.item(row)
+            return row, self.store.tracker_view.num_keys[row]
         self.free_rows.append(row)
         return None, 0
 
