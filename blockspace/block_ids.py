@@ -46,6 +46,17 @@ class BlockIds(list):
         return list, (list(self),)  # pickle and copy make a plain list
 
 
+def rebuilt(old: list[int], start: int, tail: list[int]) -> BlockIds:
+    """A new answer: the first ``start`` ids of ``old``, then ``tail``. For a
+    manager whose table changed from entry ``start`` on: copying the kept
+    ids shares their int objects, where converting a whole table makes
+    new ones (five times slower for a thousand ids)."""
+    ids = BlockIds(old)
+    list.__delitem__(ids, slice(start, None))  # not yet handed out: the manager may still shape it
+    list.extend(ids, tail)
+    return ids
+
+
 EMPTY = BlockIds()  # the answer for a table without blocks, and for no common computed blocks
 
-__all__ = ["EMPTY", "BlockIds"]
+__all__ = ["EMPTY", "BlockIds", "rebuilt"]

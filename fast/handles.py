@@ -75,7 +75,9 @@ structref.define_proxy(TrackerHandle, TrackerHandleType, list(Tracker._fields))
 
 
 # Built by cached kernels: the proxies' own constructors would be compiled
-# afresh in every process (about 0.3 s each).
+# afresh in every process (about 0.3 s each). Numba keys that cache on this
+# file's timestamp, not on the NamedTuples' fields: after changing the
+# fields of Pool, Keys, Tables or Tracker, touch this file.
 @njit(cache=True)
 def _pool_handle(state):
     return PoolHandle(*state)

@@ -38,6 +38,7 @@ GPU = 0
 CPU = 1
 
 NO_TOKENS = np.zeros(0, np.int64)  # what the append kernel reads without caching
+UNCHANGED = np.iinfo(np.int64).max  # changed_from of a row whose block ids are as last read
 
 NO_BLOCKS = -1  # not enough free blocks (append: one of the three below)
 NO_ROOM = -2  # the table store needs more columns
@@ -63,7 +64,7 @@ class Tables(NamedTuple):
     last_access: np.ndarray  # float64[rows]
     accessed: np.ndarray  # bool[rows]: last_access was set (access_all_blocks_in_seq)
     roots: np.ndarray  # int64[rows]: parent of the first block's key (-1, or a cache salt's id)
-    version: np.ndarray  # int64[rows]: bumped at every change of the row's block ids (Python keeps lists per version)
+    changed_from: np.ndarray  # int64[rows]: first entry written since the row's block ids were last read (UNCHANGED: none)
     log: np.ndarray  # int32[capacity, 2]: (row, index) of each block write since the last drain
     num_logged: np.ndarray  # int64[1]: writes logged (past capacity: overflowed); -1: not logging
 
@@ -97,7 +98,7 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
     old_rows, old_cols = tables.blocks.shape
     for name in ("blocks", "keys", "extras"):
         getattr(grown, name)[:old_rows, :old_cols] = getattr(tables, name)
-    for name in ("num_blocks", "num_filled", "device", "num_null", "last_access", "accessed", "roots", "version"):
+    for name in ("num_blocks", "num_filled", "device", "num_null", "last_access", "accessed", "roots", "changed_from"):
         getattr(grown, name)[:old_rows] = getattr(tables, name)
     return grown
 
@@ -106,9 +107,10 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
 @njit(cache=True)
 def _set_block(tables, row, index, block_id):
     if index < tables.num_blocks[row] and tables.blocks[row, index] == block_id:
-        return  # no change (a block promoted in place): the row keeps its version
+        return  # no change (a block promoted in place)
     tables.blocks[row, index] = block_id
-    tables.version[row] += 1
+    if index < tables.changed_from[row]:
+        tables.changed_from[row] = index
     num_logged = tables.num_logged[0]
     if num_logged >= 0:
         if num_logged < tables.log.shape[0]:
@@ -121,7 +123,7 @@ def _set_block(tables, row, index, block_id):
 def _open_row(tables, row, device, root):
     tables.roots[row] = root
     tables.num_blocks[row] = 0
-    tables.version[row] += 1
+    tables.changed_from[row] = 0
     tables.num_filled[row] = 0
     tables.device[row] = device
     tables.num_null[row] = 0
@@ -224,7 +226,7 @@ def free(gpu, cpu, tables, row, block_size):
                 P.stamp(gpu, tables.blocks[row, index], tables.last_access[row])
     release_all(gpu if tables.device[row] == GPU else cpu, tables, row, block_size)
     tables.num_blocks[row] = 0
-    tables.version[row] += 1
+    tables.changed_from[row] = 0
 
 
 # -- append (§8.3) --------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Which row of the table store holds which table, and each table's block
-ids as one read-only list per version (and each sequence's last access time).
+ids as one read-only list per change (and each sequence's last access time).
 
 Why rows: every table lives in one row of the 2-D store
 (``fast/table.py``); a sequence keeps its row from ``allocate`` (or
@@ -11,10 +11,11 @@ Why answers: a scheduler asks for every running sequence's table at every
 step, and the table changes about once in ``block_size`` steps. So the
 answer is built once per change, as a ``BlockIds`` (a read-only list,
 ``blockspace/block_ids.py``), and the same object is handed out until the
-table changes. Every kernel that writes a row's block ids bumps its
-``version``; whoever ran such a kernel calls ``refresh`` (or
-``refresh_rows``), which drops the answers whose row moved on, so
-``block_ids`` itself is one dictionary look-up.
+table changes. Every kernel write of a block id lowers the row's
+``changed_from`` to that entry; whoever ran such a kernel calls ``refresh``
+(or ``refresh_rows``), which sets the answers of changed rows aside, so
+``block_ids`` itself is one dictionary look-up. The next answer copies the
+set-aside one up to ``changed_from`` and converts only the entries after it.
 
 Why access times here: ``access_all_blocks_in_seq`` runs for every
 sequence at every step, and only ``free`` reads the time (it stamps the
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from blockspace.block_ids import EMPTY, BlockIds
+from blockspace.block_ids import EMPTY, BlockIds, rebuilt
 from blockspace.errors import UnknownSequenceError
 from blockspace.fast import table as T
 from blockspace.fast.store import Store
@@ -49,8 +50,7 @@ class TableRows:
         self.seen = np.zeros(num_rows, np.int64)  # row -> last batch stamp (the duplicate check)
         self.stamp = 0
         self.answers: dict[int, BlockIds] = {}  # seq_id -> its table, while unchanged
-        self.answer_version = np.full(num_rows, -1, np.int64)  # row -> version its answer was built at
-        self.built = memoryview(self.answer_version)  # the same, for single reads and writes
+        self.stale: dict[int, BlockIds] = {}  # seq_id -> its answer before the table changed
         self.prefixes: dict[int, tuple[BlockIds, BlockIds]] = {}  # seq_id -> (table answer, cached prefix)
         self.cross_answers: dict[str, BlockIds] = {}  # a cross table never changes until freed
         self.access_times: dict[int, float | None] = {}  # seq_id -> last access_all_blocks_in_seq time
@@ -72,8 +72,6 @@ class TableRows:
             num_more = store.tables.blocks.shape[0] - len(self.live)
             self.live = np.concatenate([self.live, np.zeros(num_more, np.bool_)])
             self.seen = np.concatenate([self.seen, np.zeros(num_more, np.int64)])
-            self.answer_version = np.concatenate([self.answer_version, np.full(num_more, -1, np.int64)])
-            self.built = memoryview(self.answer_version)
             self.seq_of_row += [-1] * num_more
         self.num_used += 1
         return self.num_used - 1
@@ -93,6 +91,7 @@ class TableRows:
         if row is not None:
             self.live[row] = False
             self.answers.pop(seq_id, None)
+            self.stale.pop(seq_id, None)
             self.prefixes.pop(seq_id, None)
         return row
 
@@ -109,17 +108,21 @@ class TableRows:
     # -- answers --------------------------------------------------------------------
     def ids(self, row: int) -> BlockIds:
         """The row's block ids, read-only, built now."""
-        tables = self.store.tables
         num_blocks = self.store.tables_view.num_blocks[row]
-        return BlockIds(tables.blocks[row, :num_blocks].tolist()) if num_blocks else EMPTY
+        return BlockIds(self.store.tables.blocks[row, :num_blocks].tolist()) if num_blocks else EMPTY
 
     def block_ids(self, seq: Any) -> BlockIds:
         """``get_block_table``: the kept answer, or a new one."""
         ids = self.answers.get(seq.seq_id)
-        if ids is None:
-            row = self.row(seq)
-            ids = self.answers[seq.seq_id] = self.ids(row)
-            self.built[row] = self.store.tables_view.version[row]
+        if ids is not None:
+            return ids
+        row = self.row(seq)
+        view = self.store.tables_view
+        old, start, num_blocks = self.stale.pop(seq.seq_id, EMPTY), view.changed_from[row], view.num_blocks[row]
+        start = min(start, len(old), num_blocks)
+        ids = rebuilt(old, start, self.store.tables.blocks[row, start:num_blocks].tolist()) if num_blocks else EMPTY
+        view.changed_from[row] = T.UNCHANGED
+        self.answers[seq.seq_id] = ids
         return ids
 
     def cross_block_ids(self, request_id: str) -> BlockIds:
@@ -136,17 +139,18 @@ class TableRows:
             return ids
         kept = self.prefixes.get(seq.seq_id)
         if kept is None or kept[0] is not ids or len(kept[1]) != num_blocks:
-            kept = self.prefixes[seq.seq_id] = (ids, BlockIds(ids[:num_blocks]) if num_blocks else EMPTY)
+            kept = self.prefixes[seq.seq_id] = (ids, rebuilt(ids, num_blocks, []) if num_blocks else EMPTY)
         return kept[1]
 
     def refresh(self, seq_id: int, row: int) -> None:
-        """A kernel may have written the row: drop its answer if it did."""
-        if self.store.tables_view.version[row] != self.built[row]:
-            self.answers.pop(seq_id, None)
+        """A kernel may have written the row: set its answer aside if it did."""
+        if self.store.tables_view.changed_from[row] != T.UNCHANGED:
+            ids = self.answers.pop(seq_id, None)
+            if ids is not None:
+                self.stale[seq_id] = ids
 
     def refresh_rows(self, rows: np.ndarray) -> None:
         """``refresh`` for every row of a batch (an int64 array)."""
         if self.answers:
-            moved = rows[self.store.tables.version[rows] != self.answer_version[rows]]
-            for row in moved.tolist():
-                self.answers.pop(self.seq_of_row[row], None)
+            for row in rows[self.store.tables.changed_from[rows] != T.UNCHANGED].tolist():
+                self.refresh(self.seq_of_row[row], row)
