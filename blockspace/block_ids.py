@@ -52,7 +52,8 @@ def rebuilt(old: list[int], start: int, tail: list[int]) -> BlockIds:
     ids shares their int objects, where converting a whole table makes
     new ones (five times slower for a thousand ids)."""
     ids = BlockIds(old)
-    list.__delitem__(ids, slice(start, None))  # not yet handed out: the manager may still shape it
+    if start < len(ids):
+        list.__delitem__(ids, slice(start, None))  # not yet handed out: the manager may still shape it
     list.extend(ids, tail)
     return ids
 

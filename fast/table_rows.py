@@ -9,13 +9,14 @@ the rows of sequence tables, for the array-level step's checks.
 
 Why answers: a scheduler asks for every running sequence's table at every
 step, and the table changes about once in ``block_size`` steps. So the
-answer is built once per change, as a ``BlockIds`` (a read-only list,
-``blockspace/block_ids.py``), and the same object is handed out until the
-table changes. Every kernel write of a block id lowers the row's
-``changed_from`` to that entry; whoever ran such a kernel calls ``refresh``
-(or ``refresh_rows``), which sets the answers of changed rows aside, so
-``block_ids`` itself is one dictionary look-up. The next answer copies the
-set-aside one up to ``changed_from`` and converts only the entries after it.
+answer is a ``BlockIds`` (a read-only list, ``blockspace/block_ids.py``)
+built when the table changes and handed out as it is until the next change:
+``block_ids`` is one dictionary look-up. Every kernel write of a block id
+lowers the row's ``changed_from`` to that entry; whoever ran such a kernel
+calls ``refresh`` (or ``refresh_rows``), which rebuilds the answers of the
+changed rows from their previous answers: the ids up to ``changed_from`` are
+copied (sharing their int objects) and only the entries after it converted,
+so a decode step that adds a block converts one id, not the whole table.
 
 Why access times here: ``access_all_blocks_in_seq`` runs for every
 sequence at every step, and only ``free`` reads the time (it stamps the
@@ -34,6 +35,8 @@ from blockspace.errors import UnknownSequenceError
 from blockspace.fast import table as T
 from blockspace.fast.store import Store
 
+_FEW = 8  # entries read one by one below this; converted as an array slice above
+
 
 class TableRows:
     """Sequence and cross-table rows, and the block-id answers."""
@@ -50,7 +53,6 @@ class TableRows:
         self.seen = np.zeros(num_rows, np.int64)  # row -> last batch stamp (the duplicate check)
         self.stamp = 0
         self.answers: dict[int, BlockIds] = {}  # seq_id -> its table, while unchanged
-        self.stale: dict[int, BlockIds] = {}  # seq_id -> its answer before the table changed
         self.prefixes: dict[int, tuple[BlockIds, BlockIds]] = {}  # seq_id -> (table answer, cached prefix)
         self.cross_answers: dict[str, BlockIds] = {}  # a cross table never changes until freed
         self.access_times: dict[int, float | None] = {}  # seq_id -> last access_all_blocks_in_seq time
@@ -91,7 +93,6 @@ class TableRows:
         if row is not None:
             self.live[row] = False
             self.answers.pop(seq_id, None)
-            self.stale.pop(seq_id, None)
             self.prefixes.pop(seq_id, None)
         return row
 
@@ -114,16 +115,22 @@ class TableRows:
     def block_ids(self, seq: Any) -> BlockIds:
         """``get_block_table``: the kept answer, or a new one."""
         ids = self.answers.get(seq.seq_id)
-        if ids is not None:
-            return ids
-        row = self.row(seq)
-        view = self.store.tables_view
-        old, start, num_blocks = self.stale.pop(seq.seq_id, EMPTY), view.changed_from[row], view.num_blocks[row]
-        start = min(start, len(old), num_blocks)
-        ids = rebuilt(old, start, self.store.tables.blocks[row, start:num_blocks].tolist()) if num_blocks else EMPTY
-        view.changed_from[row] = T.UNCHANGED
-        self.answers[seq.seq_id] = ids
+        if ids is None:
+            ids = self.answers[seq.seq_id] = self._rebuilt(self.row(seq), EMPTY)
         return ids
+
+    def _rebuilt(self, row: int, old: BlockIds) -> BlockIds:
+        """The row's answer, made from ``old``, its answer before it changed."""
+        view = self.store.tables_view
+        num_blocks = view.num_blocks[row]
+        start = min(view.changed_from[row], len(old), num_blocks)
+        view.changed_from[row] = T.UNCHANGED
+        if not num_blocks:
+            return EMPTY
+        if num_blocks - start <= _FEW:  # a decode step's change: read the cells, no array slice
+            blocks = view.blocks
+            return rebuilt(old, start, [blocks[row, index] for index in range(start, num_blocks)])
+        return rebuilt(old, start, self.store.tables.blocks[row, start:num_blocks].tolist())
 
     def cross_block_ids(self, request_id: str) -> BlockIds:
         ids = self.cross_answers.get(request_id)
@@ -143,11 +150,11 @@ class TableRows:
         return kept[1]
 
     def refresh(self, seq_id: int, row: int) -> None:
-        """A kernel may have written the row: set its answer aside if it did."""
+        """A kernel may have written the row: if it did, the new answer."""
         if self.store.tables_view.changed_from[row] != T.UNCHANGED:
-            ids = self.answers.pop(seq_id, None)
-            if ids is not None:
-                self.stale[seq_id] = ids
+            old = self.answers.get(seq_id)
+            if old is not None:
+                self.answers[seq_id] = self._rebuilt(row, old)
 
     def refresh_rows(self, rows: np.ndarray) -> None:
         """``refresh`` for every row of a batch (an int64 array)."""
