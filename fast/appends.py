@@ -24,6 +24,7 @@ from blockspace.fast.content import has_room
 from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
+from blockspace.validation import MAX_TOKEN_ID
 
 # The usual decode step only counts a token into a block the table alone
 # holds: the kernel's own test for that case, run as Python on memoryviews
@@ -90,11 +91,16 @@ class Appends:
         """``append_slots`` of one sequence (lookahead already checked). A
         step that only counts tokens into the table's own last block is done
         here; everything else goes to the append kernel."""
-        row, num_filled, tokens = self.check(seq)
-        num_new = len(tokens) - num_filled
         store = self.store
+        tables, row, tokens = store.tables_view, self.rows.of_seq.get(seq.seq_id), seq.get_token_ids()
+        if row is None or tables.num_blocks[row] == 0 or tables.device[row] != T.GPU:
+            row, num_filled, tokens = self.check(seq)  # raises the reference's error
+        num_filled = tables.num_filled[row]
+        num_new = len(tokens) - num_filled
+        if num_new != 1 or type(tokens[-1]) is not int or not 0 <= tokens[-1] <= MAX_TOKEN_ID:
+            row, num_filled, tokens = self.check(seq)  # not one plain new token: every check, in order
         if not self.windowed:
-            tables, pool = store.tables_view, store.gpu_view
+            pool = store.gpu_view
             if writes_in_place(
                 pool.refcount, pool.meta[P.FIRST_ID], tables.blocks, tables.num_blocks, tables.num_filled,
                 row, num_new, num_lookahead_slots, self.block_size, self.caching,
