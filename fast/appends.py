@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 
 from blockspace.errors import EmptyTableError, InvalidArgumentError, NoFreeBlocksError, WrongDeviceError
-from blockspace.fast import kernels, rules
+from blockspace.fast import kernels
 from blockspace.fast import pool as P
 from blockspace.fast import table as T
 from blockspace.fast.checks import check_new_tokens
-from blockspace.fast.content import has_room
 from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
@@ -79,7 +78,7 @@ class Appends:
         num_drops = 0
         if self.windowed:
             computed = seq.data.get_num_computed_tokens()
-            num_drops = rules.num_blocks_to_drop(computed, self.block_size, self.window_blocks)
+            num_drops = kernels.num_blocks_to_drop(computed, self.block_size, self.window_blocks)
         start = num_filled - num_filled % self.block_size
         if self.caching and len(tokens) - start >= self.block_size:  # a block fills up: key it
             array = np.array(tokens[start:], np.int64)
@@ -148,7 +147,7 @@ class Appends:
             bound = kernels.shared_bound(store.gpu_ref, store.tables_ref, *args)
         if needs[0] > store.tables.blocks.shape[1]:
             store.grow_columns(int(needs[0]))
-        if self.caching and not has_room(store.keys, int(needs[1])):
+        if self.caching and not kernels.has_room(store.keys_ref, int(needs[1])):
             self.key_space.make_room(int(needs[1]))
         cow = self.scratch(2 * int(bound) + 2)
         args = (rows, tokens, token_starts, seq_lens, num_lookahead_slots, num_drops, extras, self.windowed)

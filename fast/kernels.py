@@ -1,17 +1,20 @@
 """Every compiled kernel the fast manager's Python layer calls, by name.
 
 Each is the ``@njit`` function of its module (``pool``, ``table``,
-``tracker``, ``rules``, ``rows_check``) called through ``direct``
+``tracker``, ``content``, ``rules``, ``rows_check``) called through ``direct``
 (``fast/dispatch.py``), which skips the dispatcher's typing: the Python
 layer always passes the same argument types (C-contiguous int64 arrays,
 Python ints and bools, one-pointer handles), so after the first call the
 kernel's one compiled overload is called straight away. Reading this list
 tells a newcomer what the compiled side can do; nothing else in ``fast/``
-wraps a kernel.
+wraps a kernel. The one exception is the device table's delta kernels
+(``fast/cuda_tables.py``): ``fast/device_sync.py`` imports them when a
+device table is first asked for, since that module brings in CUDA.
 """
 
 from __future__ import annotations
 
+from blockspace.fast import content as C
 from blockspace.fast import pool as P
 from blockspace.fast import rows_check, rules
 from blockspace.fast import table as T
@@ -42,6 +45,9 @@ blocks_to_drop = direct(rows_check.blocks_to_drop)
 num_cached_tokens = direct(K.num_cached_tokens)
 open_tracker_row = direct(K.open_row)
 
+# content keys (fast/content.py)
+has_room = direct(C.has_room)
+
 # the pools (fast/pool.py)
 mark_computed = direct(P.mark_computed)
 hit_rate = direct(P.hit_rate)
@@ -53,4 +59,8 @@ swap_status = direct(rules.swap_status)
 # The per-step check of can_append_slots is two lines of arithmetic: from
 # Python, the rule's own Python form costs less than any kernel call.
 blocks_touched = getattr(rules.blocks_touched, "py_func", rules.blocks_touched)
-blocks_for_prompt = rules.blocks_for_prompt  # the window may be None: through the dispatcher
+num_blocks_to_drop = direct(rules.num_blocks_to_drop)
+# the window may be None: these go through the dispatcher (a call at construction, or per admission)
+blocks_for_prompt = rules.blocks_for_prompt
+window_blocks = rules.window_blocks
+watermark_blocks = rules.watermark_blocks

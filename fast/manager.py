@@ -11,6 +11,7 @@ anything changes) and composes the parts that own the state:
 - ``tracker``: the computed-blocks tracker's rows, with parking (``fast/tracker_rows.py``);
 - ``key_space``: salt and adapter ids, and the key collector (``fast/key_space.py``);
 - ``appends``: the append path shared by the per-sequence and batched calls (``fast/appends.py``);
+- ``swaps``: the swap checks and moves (``fast/swaps.py``);
 - ``batch``, ``arrays``: the batched step on sequences and on rows (``fast/batch.py``, ``fast/rows.py``);
 - ``sync``: the device block table kept in step (``fast/device_sync.py``).
 
@@ -28,6 +29,8 @@ arithmetic for the append check.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -41,19 +44,19 @@ from blockspace.errors import (
     NoCrossTableError,
     NoFreeBlocksError,
     UnsupportedError,
-    WrongDeviceError,
 )
-from blockspace.fast import kernels, rules
+from blockspace.fast import kernels
 from blockspace.fast import pool as P
 from blockspace.fast import table as T
-from blockspace.fast.appends import Appends, pairs
+from blockspace.fast.appends import Appends
 from blockspace.fast.batch import BatchSteps
 from blockspace.fast.checks import checked_token_array
 from blockspace.fast.device_sync import DeviceSync
 from blockspace.fast.invariants import check_invariants, snapshot
 from blockspace.fast.key_space import KeySpace
-from blockspace.fast.rows import BLOCK_TABLE_PAD, RowSteps
+from blockspace.fast.rows import RowSteps
 from blockspace.fast.store import Store
+from blockspace.fast.swaps import Swaps
 from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
 from blockspace.guard import guard_concurrency
@@ -62,6 +65,17 @@ from blockspace.validation import check_config, check_encoder_decoder, check_loo
 
 _ALLOC_STATUS = {status.value: status for status in AllocStatus}
 RUNNING = SequenceStatus.RUNNING
+
+
+def _part_method(part: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """A manager method that is ``function`` of the part ``self.<part>``
+    (same name, signature and docstring)."""
+
+    @functools.wraps(function)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return function(getattr(self, part), *args, **kwargs)
+
+    return method
 
 
 @guard_concurrency
@@ -84,9 +98,9 @@ class FastBlockSpaceManager(BlockSpaceManager):
         self.num_total_gpu_blocks = num_gpu_blocks
         self.num_total_cpu_blocks = num_cpu_blocks
         self.sliding_window = sliding_window
-        self.max_block_sliding_window = rules.window_blocks(sliding_window, block_size)
+        self.max_block_sliding_window = kernels.window_blocks(sliding_window, block_size)
         self.watermark = watermark
-        self.watermark_blocks = rules.watermark_blocks(watermark, num_gpu_blocks)
+        self.watermark_blocks = kernels.watermark_blocks(watermark, num_gpu_blocks)
         self.enable_caching = bool(enable_caching)
 
         self.store = Store(block_size, num_gpu_blocks, num_cpu_blocks, self.enable_caching)
@@ -96,6 +110,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
         self.appends = Appends(
             self.store, self.rows, self.key_space, block_size, self.enable_caching, self.max_block_sliding_window
         )
+        self.swaps = Swaps(self.appends, num_gpu_blocks, num_cpu_blocks, self.watermark_blocks)
         self.batch = BatchSteps(self.appends)
         self.arrays = RowSteps(self.appends)
         self.sync = DeviceSync(self.store, self.rows)
@@ -106,9 +121,6 @@ class FastBlockSpaceManager(BlockSpaceManager):
 
     def _handle(self, device: Device) -> Any:
         return self.store.gpu_ref if device == Device.GPU else self.store.cpu_ref
-
-    def _num_free(self, device: Device) -> int:
-        return self.store.num_free_gpu() if device == Device.GPU else self.store.num_free_cpu()
 
     # -- admission ---------------------------------------------------------------
     def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
@@ -215,62 +227,19 @@ class FastBlockSpaceManager(BlockSpaceManager):
         kernels.fork(pool, self.store.tables_ref, parent, child)
         self.rows.bind(child_seq.seq_id, child)
 
-    # -- swapping ------------------------------------------------------------------
-    def _swap_status(
-        self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int
-    ) -> AllocStatus:
-        seqs = seq_group.get_seqs(status=status)
-        rows = np.array([self.rows.row(seq) for seq in seqs], np.int64)
-        num_tokens = np.array([len(seq.get_token_ids()) for seq in seqs], np.int64)
-        need = kernels.swap_need(
-            self._handle(device), self.store.tables_ref, rows, num_tokens, num_lookahead_slots, self.block_size
-        )
-        watermark = self.watermark_blocks if device == Device.GPU else 0
-        total = self.num_total_gpu_blocks if device == Device.GPU else self.num_total_cpu_blocks
-        return _ALLOC_STATUS[kernels.swap_status(total, self._num_free(device), need, watermark)]
-
+    # -- swapping (fast/swaps.py) ------------------------------------------------------
     def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
         check_lookahead(num_lookahead_slots)
-        return self._swap_status(seq_group, Device.GPU, SequenceStatus.SWAPPED, num_lookahead_slots)
+        return _ALLOC_STATUS[self.swaps.status(seq_group, Device.GPU, SequenceStatus.SWAPPED, num_lookahead_slots)]
 
     def can_swap_out(self, seq_group: Any) -> bool:
-        return self._swap_status(seq_group, Device.CPU, RUNNING, 0) == AllocStatus.OK
+        return _ALLOC_STATUS[self.swaps.status(seq_group, Device.CPU, RUNNING, 0)] == AllocStatus.OK
 
     def swap_in(self, seq_group: Any) -> list[tuple[int, int]]:
-        return self._swap(seq_group, SequenceStatus.SWAPPED, Device.CPU, Device.GPU)
+        return self.swaps.move(seq_group, SequenceStatus.SWAPPED, Device.CPU, Device.GPU)
 
     def swap_out(self, seq_group: Any) -> list[tuple[int, int]]:
-        return self._swap(seq_group, RUNNING, Device.GPU, Device.CPU)
-
-    def _swap(
-        self, seq_group: Any, status: SequenceStatus, source: Device, destination: Device
-    ) -> list[tuple[int, int]]:
-        """Move the tables of the group's ``status`` sequences; returns the
-        ``(source, destination)`` physical-id pairs, sequence by sequence."""
-        tables = self.store.tables
-        rows = [self.rows.row(seq) for seq in seq_group.get_seqs(status=status)]
-        rows = [row for row in rows if tables.num_blocks[row] > 0]
-        source_code = T.GPU if source == Device.GPU else T.CPU
-        for row in rows:
-            if tables.device[row] != source_code:
-                raise WrongDeviceError(
-                    f"a {status.name} sequence of group {seq_group.request_id!r} is not on the {source.name}"
-                )
-            if tables.num_null[row] > 0:
-                raise UnsupportedError("swap of a sliding-window table after blocks were dropped")
-        rows_array = np.array(rows, np.int64)
-        mapping = self.appends.scratch(2 * int(tables.num_blocks[rows_array].sum()))
-        count = kernels.swap(
-            self._handle(source), self._handle(destination), self.store.tables_ref, rows_array, 1 - source_code,
-            self.block_size, mapping,
-        )  # fmt: skip
-        if count == T.NO_BLOCKS:
-            need = kernels.swap_cost(self._handle(destination), self.store.tables_ref, rows_array, self.block_size)
-            raise NoFreeBlocksError(
-                f"swap needs {need} {destination.name} blocks, {self._num_free(destination)} are free"
-            )
-        self.rows.refresh_rows(rows_array)
-        return pairs(mapping, count)
+        return self.swaps.move(seq_group, RUNNING, Device.GPU, Device.CPU)
 
     # -- finishing ---------------------------------------------------------------------
     def free(self, seq: Any) -> None:
@@ -380,43 +349,17 @@ class FastBlockSpaceManager(BlockSpaceManager):
             self.tracker.remove(seq)
 
     # -- the batched step (fast/batch.py) and the array-level step (fast/rows.py) ---------
-    def can_append_slots_batch(self, seq_groups: list[Any], num_lookahead_slots: int) -> list[bool]:
-        """``[can_append_slots(group, num_lookahead_slots) for group in seq_groups]``."""
-        return self.batch.can_append_slots_batch(seq_groups, num_lookahead_slots)
-
-    def append_slots_batch(self, seqs: list[Any], num_lookahead_slots: int) -> list[tuple[int, int]]:
-        """``append_slots`` for each sequence in order, all or none."""
-        return self.batch.append_slots_batch(seqs, num_lookahead_slots)
-
-    def rows_of(self, seqs: list[Any]) -> np.ndarray:
-        """The table rows of ``seqs`` (int64), fixed while each sequence lives."""
-        return self.arrays.rows_of(seqs)
+    can_append_slots_batch = _part_method("batch", BatchSteps.can_append_slots_batch)
+    append_slots_batch = _part_method("batch", BatchSteps.append_slots_batch)
+    rows_of = _part_method("arrays", RowSteps.rows_of)
+    can_append_slots_rows = _part_method("arrays", RowSteps.can_append_slots_rows)
+    append_slots_rows = _part_method("arrays", RowSteps.append_slots_rows)
+    block_tables = _part_method("arrays", RowSteps.block_tables)
+    slot_mapping = _part_method("arrays", RowSteps.slot_mapping)
 
     def row_of(self, seq: Any) -> int:
         """The table row of ``seq``, which is also its row in the device block table."""
         return self.rows.row(seq)
-
-    def can_append_slots_rows(
-        self, rows: Any, seq_lens: Any, num_lookahead_slots: int, group_ends: Any = None
-    ) -> np.ndarray:
-        """``can_append_slots`` for groups of rows (bool per group)."""
-        return self.arrays.can_append_slots_rows(rows, seq_lens, num_lookahead_slots, group_ends)
-
-    def append_slots_rows(
-        self, rows: Any, seq_lens: Any, num_lookahead_slots: int, *, token_ids: Any = None, num_computed_tokens: Any = None
-    ) -> np.ndarray:
-        """``append_slots`` for each row in order; the copy-on-write pairs as a ``(k, 2)`` array."""
-        return self.arrays.append_slots_rows(
-            rows, seq_lens, num_lookahead_slots, token_ids=token_ids, num_computed_tokens=num_computed_tokens
-        )
-
-    def block_tables(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> Any:
-        """The tables of sequences (or rows) as one padded ``int32`` torch tensor."""
-        return self.arrays.block_tables(seqs, pad)
-
-    def slot_mapping(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> Any:
-        """The KV-cache slot of every token of the step, as an ``int64`` torch tensor."""
-        return self.arrays.slot_mapping(seqs, num_step_tokens)
 
     # -- the device block table (docs/gpu.md) -------------------------------------------
     def device_block_table(self, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> Any:
