@@ -7,9 +7,11 @@ same replay from those answers, doing per call only the work the interface
 forces on every implementation:
 
 - a Python method call per operation (the scheduler makes one);
-- a fresh list for every block table and computed-prefix answer, since the
-  caller may keep or change it (a copy of the recorded answer; also for
-  the copy-on-write pairs);
+- a new list for every new version of a block table or computed-prefix
+  answer (a copy of the recorded answer when it is not the object last
+  served for that call: answers are read-only lists kept while the table
+  is unchanged, ``blockspace/block_ids.py``), and a fresh list of
+  copy-on-write pairs per append;
 - every token of a prompt read when it is first keyed (converted to int64,
   NumPy's conversion, as a manager that keys in compiled code needs), and the
   whole token list compared with the keyed copy when a sequence dropped from
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-_LISTS = ("get_block_table", "get_common_computed_block_ids", "append_slots")  # answers that are lists
+_TABLES = ("get_block_table", "get_common_computed_block_ids")  # read-only answers, one per table version
 
 
 class Recorder:
@@ -59,18 +61,27 @@ class Floor:
         self._answers: Iterator[Any] = iter(answers)
         self._keyed: dict[int, list[int]] = {}  # tracked sequences: the tokens keyed
         self._dropped: dict[int, list[int]] = {}  # dropped from the tracker: the tokens once keyed
+        self._served: dict[Any, Any] = {}  # (method, sequence ids) -> the table answer last served
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
-        answers = self._answers
+        answers, served = self._answers, self._served
 
         def answer(*args: Any) -> Any:
             return next(answers)
 
-        def fresh_list(*args: Any) -> Any:
-            return next(answers)[:]
+        def table_answer(seqs: Any) -> Any:
+            recorded = next(answers)
+            key = (name, tuple(seq.seq_id for seq in seqs) if isinstance(seqs, list) else seqs.seq_id)
+            if served.get(key) is not recorded:  # a new version: building it is work every manager does
+                served[key] = recorded
+                recorded[:]
+            return recorded
 
-        self.__dict__[name] = fresh_list if name in _LISTS else answer
+        self.__dict__[name] = table_answer if name in _TABLES else answer
         return self.__dict__[name]
+
+    def append_slots(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
+        return next(self._answers)[:]  # the copy-on-write pairs: a fresh list per call
 
     @staticmethod
     def _read(tokens: list[int], known: list[int] | None) -> list[int]:
