@@ -72,7 +72,7 @@ def checked_token_array(seq: Any, tokens: Any, start: int = 0, known: np.ndarray
     """``tokens[start:]`` as int64, each checked as ``check_token_ids`` does
     (raising its error for the first bad one), but vectorised for the usual
     list of ints. ``known``: ``int64_or_none(tokens)``, made earlier."""
-    part = tokens[start:]
+    part = tokens[start:] if start else tokens  # a prompt: no copy of its list
     if len(part) > _FEW_TOKENS:
         array = token_array_or_none(part, None if known is None else known[start:])
         if array is not None:

@@ -53,7 +53,7 @@ class BlockTable:
     @property
     def block_ids(self) -> BlockIds:
         """The entries' block ids, read-only (``blockspace/block_ids.py``)."""
-        return BlockIds(entry.block_id for entry in self.entries)
+        return BlockIds([entry.block_id for entry in self.entries])
 
     @property
     def has_dropped_blocks(self) -> bool:
