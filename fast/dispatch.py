@@ -12,15 +12,20 @@ keeps going through the dispatcher.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 
 class direct:  # noqa: N801 - used like a function
-    """``direct(kernel)(*args)`` is ``kernel(*args)``, minus the typing."""
+    """``direct(kernel)(*args)`` is ``kernel(*args)``, minus the typing.
+    ``rebind``, if set, is called with the entry point once it is known (see
+    ``rebind_module``)."""
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self.entry = None
+        self.rebind: Callable[[Any], None] | None = None
         self.__doc__ = kernel.__doc__
 
     def __call__(self, *args: Any) -> Any:
@@ -30,4 +35,16 @@ class direct:  # noqa: N801 - used like a function
         overloads = getattr(self.kernel, "overloads", None)
         if overloads is not None and len(overloads) == 1:
             self.entry = next(iter(overloads.values())).entry_point
+            if self.rebind is not None:
+                self.rebind(self.entry)
         return result
+
+
+def rebind_module(namespace: dict[str, Any]) -> None:
+    """Let every ``direct`` of a module's namespace replace itself there by
+    its entry point once known: a caller that looks the kernel up as
+    ``module.name`` then calls compiled code with no Python frame between
+    (about 0.15 us a call)."""
+    for name, value in list(namespace.items()):
+        if isinstance(value, direct):
+            value.rebind = functools.partial(namespace.__setitem__, name)

@@ -19,7 +19,7 @@ from blockspace.fast import pool as P
 from blockspace.fast import rows_check, rules
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
-from blockspace.fast.dispatch import direct
+from blockspace.fast.dispatch import direct, rebind_module
 
 # block tables (fast/table.py)
 allocate = direct(T.allocate)
@@ -64,3 +64,5 @@ num_blocks_to_drop = direct(rules.num_blocks_to_drop)
 blocks_for_prompt = rules.blocks_for_prompt
 window_blocks = rules.window_blocks
 watermark_blocks = rules.watermark_blocks
+
+rebind_module(globals())  # once compiled, ``kernels.<name>`` is the compiled entry point itself
