@@ -185,6 +185,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
             raise NoFreeBlocksError(f"allocate needs {int(info[0])} GPU blocks, {store.num_free_gpu()} are free")
         for seq, row in zip(waiting, rows):
             self.rows.bind(seq.seq_id, row)
+            self.rows.block_ids(seq)  # the table's first answer, built now: the scheduler asks at once
         if encoder is not None:
             self.rows.of_cross[seq_group.request_id] = cross_row
 
@@ -226,6 +227,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
         pool = self.store.gpu_ref if self.store.tables.device[parent] == T.GPU else self.store.cpu_ref
         kernels.fork(pool, self.store.tables_ref, parent, child)
         self.rows.bind(child_seq.seq_id, child)
+        self.rows.block_ids(child_seq)
 
     # -- swapping (fast/swaps.py) ------------------------------------------------------
     def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:

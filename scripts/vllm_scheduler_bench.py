@@ -83,7 +83,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -118,10 +118,11 @@ def import_vllm() -> SimpleNamespace:
         import vllm
         import vllm.core.scheduler as scheduler_module
         from vllm.config import CacheConfig, SchedulerConfig
+        from vllm.core.block_manager import SelfAttnBlockSpaceManager
         from vllm.engine.output_processor.stop_checker import StopChecker
         from vllm.inputs import token_inputs
         from vllm.sampling_params import SamplingParams
-        from vllm.sequence import Logprob, Sequence, SequenceGroup
+        from vllm.sequence import Logprob, Sequence, SequenceGroup, SequenceStatus
         from vllm.utils import Device
     except Exception as error:  # ImportError, or anything a half-installed vLLM raises while importing
         raise UsageError(f"cannot import vLLM's v0 scheduler ({type(error).__name__}: {error}); {hint}") from None
@@ -140,6 +141,8 @@ def import_vllm() -> SimpleNamespace:
         Sequence=Sequence,
         SequenceGroup=SequenceGroup,
         gpu=Device.GPU,
+        running=SequenceStatus.RUNNING,
+        own_manager=SelfAttnBlockSpaceManager,
     )
 
 
@@ -691,6 +694,114 @@ def environment() -> dict[str, Any]:
     }
 
 
+# -- the per-step calls, timed by phase ------------------------------------------------------
+
+STEP_METHODS = (
+    "can_append_slots",
+    "append_slots",
+    "get_block_table",
+    "access_all_blocks_in_seq",
+    "get_common_computed_block_ids",
+    "mark_blocks_as_computed",
+)
+STEP_PROMPT_TOKENS = 2048  # each sequence's prompt: one chunked-prefill budget of the trace's tokens
+STEP_DECODES = 48  # three block boundaries at block size 16
+STEP_ROUNDS = 3
+
+
+def step_calls(
+    v: SimpleNamespace, settings: Settings, classes: dict[str, type | None], requests: list[Request], caching: bool
+) -> dict[str, dict[str, float]]:
+    """The calls vLLM's scheduler makes for every running sequence at every
+    decode step, in its order (``can_append_slots`` for every group, then
+    ``append_slots``, then per sequence ``get_block_table``,
+    ``access_all_blocks_in_seq`` and with caching
+    ``get_common_computed_block_ids``, then ``mark_blocks_as_computed``), each
+    timed over the whole batch at once: one clock reading per phase, so the
+    timer's own cost (as large as the smallest calls) does not enter. A batch
+    of ``max_num_seqs`` sequences whose prompts are the trace's first
+    requests cut to ``STEP_PROMPT_TOKENS``; rounds in turns, the best kept.
+    Microseconds per call, per implementation."""
+    best: dict[str, dict[str, float]] = {impl: dict.fromkeys(STEP_METHODS, float("inf")) for impl in classes}
+    for _ in range(STEP_ROUNDS):
+        for impl, cls in classes.items():
+            for method, seconds in _step_phases(v, settings, cls, requests, caching).items():
+                best[impl][method] = min(best[impl][method], seconds)
+    return {
+        impl: {m: t * 1e6 for m, t in times.items() if caching or m != "get_common_computed_block_ids"}
+        for impl, times in best.items()
+    }
+
+
+def _step_phases(
+    v: SimpleNamespace, settings: Settings, cls: type | None, requests: list[Request], caching: bool
+) -> dict[str, float]:
+    per_seq = -(-(STEP_PROMPT_TOKENS + STEP_DECODES) // settings.block_size) + 1
+    roomy = replace(settings, num_gpu_blocks=max(settings.num_gpu_blocks, settings.max_num_seqs * per_seq))
+    manager = make_manager(v.own_manager if cls is None else cls, roomy, caching)
+    groups = []
+    for index in range(settings.max_num_seqs):
+        request = requests[index % len(requests)]
+        prompt = Request(index, 0.0, request.prompt[:STEP_PROMPT_TOKENS], STEP_DECODES + 1)
+        group = make_group(v, prompt, settings.block_size)
+        seq = group.first_seq
+        manager.get_num_cached_tokens(seq)
+        manager.allocate(group)
+        seq.status = v.running
+        seq.data.update_num_computed_tokens(seq.get_len())
+        manager.mark_blocks_as_computed(group, seq.get_len())
+        groups.append(group)
+    seqs = [group.first_seq for group in groups]
+    seconds = dict.fromkeys(STEP_METHODS, 0.0)
+    clock = time.perf_counter
+    gc.disable()
+    try:
+        for step in range(STEP_DECODES):
+            for seq in seqs:
+                token = output_token_id(seq.seq_id, 0, step)
+                seq.append_token_id(token, {token: v.Logprob(0.0)})
+            start = clock()
+            for group in groups:
+                manager.can_append_slots(group, 0)
+            phases = [clock()]
+            for seq in seqs:
+                manager.append_slots(seq, 0)
+            phases.append(clock())
+            for seq in seqs:
+                manager.get_block_table(seq)
+            phases.append(clock())
+            for seq in seqs:
+                manager.access_all_blocks_in_seq(seq, float(step))
+            phases.append(clock())
+            if caching:
+                for seq in seqs:
+                    manager.get_common_computed_block_ids([seq])
+            phases.append(clock())
+            for group in groups:
+                manager.mark_blocks_as_computed(group, 1)
+            phases.append(clock())
+            for method, begin, end in zip(STEP_METHODS, [start, *phases], phases):
+                seconds[method] += end - begin
+            for seq in seqs:
+                seq.data.update_num_computed_tokens(1)
+    finally:
+        gc.enable()
+    return {method: total / (STEP_DECODES * len(seqs)) for method, total in seconds.items()}
+
+
+def print_step_calls(title: str, per_call: dict[str, dict[str, float]]) -> None:
+    impls = tuple(per_call)
+    baseline, others = impls[0], impls[1:]
+    print(f"\n{title}, the per-step calls timed by phase (us per call, {STEP_DECODES} decode steps):")
+    header = f"{'method':<40}" + "".join(f" {name[:16]:>16}" for name in impls)
+    header += "".join(f" {(baseline + '/' + name)[:16]:>16}" for name in others)
+    print(header)
+    for method, us in per_call[baseline].items():
+        line = f"{method:<40}" + "".join(f" {per_call[name][method]:>16.3f}" for name in impls)
+        line += "".join(f" {_x(ratio(us, per_call[name][method])):>16}" for name in others)
+        print(line)
+
+
 # -- the benchmark ---------------------------------------------------------------------------
 
 
@@ -768,6 +879,8 @@ def run_scenario(
     }
     if mismatch is None and baseline is not None:
         print_table(title, impls, best, baseline.stats)
+        record["step_calls_us"] = step_calls(v, settings, classes, requests, caching)
+        print_step_calls(title, record["step_calls_us"])
     return record, mismatch
 
 
