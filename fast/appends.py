@@ -108,17 +108,14 @@ class Appends:
                 return []
         array, num_drops, extra = self.args(seq, num_filled, tokens)
         cow = self.scratch(2 * (num_new // self.block_size + 2))
-        while True:
-            result = kernels.append(
+        result = with_room(
+            lambda: kernels.append(
                 store.gpu_ref, store.keys_ref, store.tables_ref, row, array, num_new, num_lookahead_slots,
                 num_drops, extra, self.windowed, store.null_block, cow, 0,
-            )  # fmt: skip
-            if result == T.NO_ROOM:
-                store.grow_columns()
-            elif result == T.NO_KEY_ROOM:
-                self.key_space.make_room()
-            else:
-                break
+            ),
+            store,
+            self.key_space,
+        )  # fmt: skip
         self.rows.refresh(seq.seq_id, row)
         if result in T.SHORTAGE:
             raise NoFreeBlocksError(f"append_slots needs a free GPU block for {T.SHORTAGE[result]}; none is left")
@@ -169,6 +166,19 @@ class Appends:
         assert status[0] == 0, "append_slots_batch ran out of array room"
         self.rows.refresh_rows(rows)
         return cow, int(count)
+
+
+def with_room(call: Callable[[], int], store: Store, key_space: KeySpace) -> int:
+    """``call()``, a kernel call, again after growing the table columns or the
+    key space it asked for (it asks before changing anything), until it has room."""
+    while True:
+        result = call()
+        if result == T.NO_ROOM:
+            store.grow_columns()
+        elif result == T.NO_KEY_ROOM:
+            key_space.make_room()
+        else:
+            return int(result)
 
 
 def pairs(values: np.ndarray, count: int) -> list[tuple[int, int]]:

@@ -48,7 +48,7 @@ from blockspace.errors import (
 from blockspace.fast import kernels
 from blockspace.fast import pool as P
 from blockspace.fast import table as T
-from blockspace.fast.appends import Appends
+from blockspace.fast.appends import Appends, with_room
 from blockspace.fast.batch import BatchSteps
 from blockspace.fast.checks import checked_token_array
 from blockspace.fast.device_sync import DeviceSync
@@ -169,17 +169,14 @@ class FastBlockSpaceManager(BlockSpaceManager):
         cross_row = rows.pop() if encoder is not None else -1
         fork_rows = np.array(rows[1:], np.int64)
         store, info = self.store, np.zeros(1, np.int64)
-        while True:
-            result = kernels.allocate(
+        result = with_room(
+            lambda: kernels.allocate(
                 store.gpu_ref, store.keys_ref, store.tables_ref, rows[0], tokens, extra, root, keyed,
                 fork_rows, cross_row, encoder_tokens, encoder_extra, info,
-            )  # fmt: skip
-            if result == T.NO_ROOM:
-                store.grow_columns()
-            elif result == T.NO_KEY_ROOM:
-                self.key_space.make_room()
-            else:
-                break
+            ),
+            store,
+            self.key_space,
+        )  # fmt: skip
         if result == T.NO_BLOCKS:
             self.rows.give_back(rows + ([cross_row] if cross_row >= 0 else []))
             raise NoFreeBlocksError(f"allocate needs {int(info[0])} GPU blocks, {store.num_free_gpu()} are free")
