@@ -545,7 +545,7 @@ def machine() -> dict[str, Any]:
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [
-        "# Performance: reference against fast",
+        "# `blockspace bench`: reference against fast",
         "",
         "Measured by `blockspace bench"
         + (" --quick" if results["quick"] else "")
@@ -571,7 +571,7 @@ def markdown(results: dict[str, Any]) -> str:
         "call timed on its own: the scheduler's own work left out, and the timing's own cost per call",
         f"({r['clock_overhead_us']:.2f} us, measured on a method that does nothing) taken off.",
         "Floor: the same calls answered from a recording, doing only the work every implementation must",
-        "do (a method call, a fresh list per table answer, each prompt's tokens converted once and compared",
+        "do (a method call, a new list per new version of a table answer, each prompt's tokens converted once and compared",
         "in full when queried again; blockspace/replay_floor.py): its ratio bounds what any implementation",
         "can reach on this machine.",
         "",
@@ -647,11 +647,11 @@ READING = """## Reading the figures
 - A decode step's calls are tiny. The reference spends a few microseconds on each, mostly on Python
   argument checks and attribute lookups that the fast manager has to repeat to raise the same error for
   the same bad input (lookahead, token ids, sequence lookup, adapter and salt ids), plus about 0.5 us to
-  enter a kernel. Per call the gain is small, and some of the smallest calls are slower than the
-  reference's few dict lookups.
+  enter a kernel. Per call the gain is small; the calls a scheduler makes at every step are measured
+  against vLLM's own manager inside vLLM's Scheduler at the top of docs/performance.md.
 - The replay gains {replay:.1f}x on the wall clock and {inside:.1f}x inside the manager, short of the 30x
-  target. The floor shows why: the work the interface itself forces on this replay (a fresh list per
-  table answer; each prompt's tokens read once and compared in full when a dropped request is queried
+  target. The floor shows why: the work the interface itself forces on this replay (a new list per
+  new version of a table answer; each prompt's tokens read once and compared in full when a dropped request is queried
   again) reaches {ceiling:.1f}x on its own. At 30x a manager would have {slack}, over the whole
   replay, for everything the floor leaves out (keying the blocks of every new prompt, the tracker's
   binary searches, choosing blocks for every allocate and append); the fast manager spends
@@ -690,8 +690,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if args.markdown:
-        Path(args.markdown).write_text(report)
+        Path(args.markdown).write_text(_kept_preamble(Path(args.markdown)) + report)
     return 0
+
+
+REPORT_MARKER = "<!-- blockspace bench writes the rest of this file -->"
+
+
+def _kept_preamble(path: Path) -> str:
+    """What the file holds up to and including ``REPORT_MARKER`` (hand-written
+    sections above the report), or nothing."""
+    text = path.read_text() if path.exists() else ""
+    head, found, _ = text.partition(REPORT_MARKER)
+    return head + found + "\n\n" if found else ""
 
 
 if __name__ == "__main__":

@@ -60,8 +60,8 @@ swap_status = direct(rules.swap_status)
 # Python, the rule's own Python form costs less than any kernel call.
 blocks_touched = getattr(rules.blocks_touched, "py_func", rules.blocks_touched)
 num_blocks_to_drop = direct(rules.num_blocks_to_drop)
-# the window may be None: these go through the dispatcher (a call at construction, or per admission)
-blocks_for_prompt = rules.blocks_for_prompt
+blocks_for_prompt = direct(rules.blocks_for_prompt)  # the manager passes a huge cap for no window: ints only
+# the window may be None, or the watermark a float: through the dispatcher (once, at construction)
 window_blocks = rules.window_blocks
 watermark_blocks = rules.watermark_blocks
 

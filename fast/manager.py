@@ -65,6 +65,7 @@ from blockspace.validation import check_config, check_encoder_decoder, check_loo
 
 _ALLOC_STATUS = {status.value: status for status in AllocStatus}
 RUNNING = SequenceStatus.RUNNING
+NO_WINDOW_CAP = 2**62  # blocks_for_prompt's cap without a sliding window: larger than any prompt
 
 
 def _part_method(part: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,6 +100,8 @@ class FastBlockSpaceManager(BlockSpaceManager):
         self.num_total_cpu_blocks = num_cpu_blocks
         self.sliding_window = sliding_window
         self.max_block_sliding_window = kernels.window_blocks(sliding_window, block_size)
+        # no window caps no prompt: an int either way, so the rule is one compiled overload
+        self._window_cap = NO_WINDOW_CAP if self.max_block_sliding_window is None else self.max_block_sliding_window
         self.watermark = watermark
         self.watermark_blocks = kernels.watermark_blocks(watermark, num_gpu_blocks)
         self.enable_caching = bool(enable_caching)
@@ -124,7 +127,8 @@ class FastBlockSpaceManager(BlockSpaceManager):
 
     # -- admission ---------------------------------------------------------------
     def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
-        check_lookahead(num_lookahead_slots)
+        if type(num_lookahead_slots) is not int or num_lookahead_slots < 0:
+            check_lookahead(num_lookahead_slots)
         check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
         seq = waiting_seqs(seq_group)[0]
         encoder = seq_group.get_encoder_seq() if seq_group.is_encoder_decoder() else None
@@ -133,7 +137,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
             num_lookahead_slots,
             len(encoder.get_token_ids()) if encoder is not None else 0,
             self.block_size,
-            self.max_block_sliding_window,
+            self._window_cap,
         )
         status = kernels.alloc_status(self.num_total_gpu_blocks, self.store.num_free_gpu(), need, self.watermark_blocks)
         return _ALLOC_STATUS[status]
