@@ -198,7 +198,7 @@ def parse_args(argv: list[str] | None) -> Settings:
         help="comma-separated: vllm, fast, reference, "
         "or package.module:Class (the first is the baseline of the ratios)",
     )
-    parser.add_argument("--rounds", type=int, default=1, help="turns over all implementations (best kept)")
+    parser.add_argument("--rounds", type=int, default=2, help="turns over all implementations (best kept; default 2)")
     parser.add_argument("--warmup-requests", type=int, default=8, help="requests of the untimed warm-up run")
     parser.add_argument("--json", dest="json_path", default=None, help="write the results here")
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ from blockspace.reference import ReferenceBlockSpaceManager  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "vllm_scheduler_bench.py"
 # A smaller GPU than the default: vLLM's manager makes a Python object per block at every run.
-SMALL = ["--requests", "20", "--warmup-requests", "2", "--num-gpu-blocks", "8192"]
+SMALL = ["--requests", "20", "--warmup-requests", "2", "--num-gpu-blocks", "8192", "--rounds", "1"]
 
 
 def _load_script():
