@@ -1,17 +1,9 @@
 """The pytest base class on our own managers: reference against itself
-and, once it exists, the fast manager against the reference."""
+and the fast manager against the reference."""
 
 import pytest
 
 from blockspace.conformance.suite import ManagerConformance
-from blockspace.interfaces import load_manager_class
-
-
-def _fast_or_none():
-    try:
-        return load_manager_class("fast")
-    except (ImportError, AttributeError):
-        return None
 
 
 class TestReferenceAgainstItself(ManagerConformance):
@@ -21,7 +13,6 @@ class TestReferenceAgainstItself(ManagerConformance):
     max_examples = 30
 
 
-@pytest.mark.skipif(_fast_or_none() is None, reason="blockspace.fast is not available")
 class TestFast(ManagerConformance):
     impl = "fast"
 
@@ -44,7 +35,6 @@ def test_base_class_is_not_collected():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_fast_or_none() is None, reason="blockspace.fast is not available")
 def test_full_profile_fast_against_reference(tmp_path):
     """``blockspace conformance --impl fast --profile full`` (tens of minutes)."""
     from blockspace.conformance.cli import main
