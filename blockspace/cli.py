@@ -9,6 +9,7 @@ blockspace gpu-bench    benchmark the CUDA kernels against vLLM v0's way
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 SUBCOMMANDS = {
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, summary) in SUBCOMMANDS.items():
             print(f"  {name:<12} {summary}")
         return 0 if args and args[0] in ("-h", "--help") else 2
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # --impl / --manager mypackage.module:Class from the current folder, as python -m
     module = importlib.import_module(SUBCOMMANDS[args[0]][0])
     return int(module.main(args[1:]) or 0)
 

@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, AttributeError, ValueError) as error:
         print(f"blockspace conformance: cannot load an implementation: {error}", file=sys.stderr)
         return 2
+    if args.examples is not None and args.examples < 1:
+        print(f"error: --examples must be >= 1, got {args.examples}", file=sys.stderr)
+        return 2
     profile = PROFILES[args.profile]
     if args.examples:
         profile = type(profile)(**{**profile.__dict__, "max_examples": args.examples})
@@ -55,7 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     if names[0] == names[1]:
         names[1] += " (2)"
     impls = {names[0]: against_cls, names[1]: impl_cls}
-    checks = [c for c in checks_for(impls, profile, capabilities) if not args.only or any(t in c.name for t in args.only)]
+    every_check = checks_for(impls, profile, capabilities)
+    unmatched = [text for text in args.only or () if not any(text in check.name for check in every_check)]
+    if unmatched:
+        names = ", ".join(check.name for check in every_check)
+        print(f"error: --only {unmatched[0]!r} names no check of the {args.profile} profile ({names})", file=sys.stderr)
+        return 2
+    checks = [c for c in every_check if not args.only or any(t in c.name for t in args.only)]
     results = run_with_progress(checks)
     report = {
         "impl": args.impl,

@@ -2,6 +2,7 @@
 invariants, the call log and the command line."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -231,6 +232,35 @@ def test_cli_reports_a_failure_with_exit_status_1(tmp_path):
 
 def test_cli_rejects_an_unknown_implementation(capsys):
     assert main(["--impl", "no.such.module:Manager"]) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--only", "nosuchcheck"], "error: --only 'nosuchcheck' names no check of the quick profile (machine[plain]"),
+        (["--only", "plain", "--only", "nosuchcheck"], "error: --only 'nosuchcheck' names no check"),
+        (["--examples", "-3"], "error: --examples must be >= 1, got -3"),
+        (["--examples", "0"], "error: --examples must be >= 1, got 0"),
+    ],
+)
+def test_cli_rejects_bad_arguments_before_running_anything(capsys, argv, message):
+    assert main(["--impl", "reference", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""  # one line, no check run
+
+
+def test_blockspace_command_finds_a_manager_module_in_the_current_folder(tmp_path, monkeypatch, capsys):
+    """``--impl mymodule:Class`` as the README documents it, run from the module's folder."""
+    (tmp_path / "my_manager_module.py").write_text(
+        "from blockspace.reference import ReferenceBlockSpaceManager as MyManager\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    from blockspace.cli import main as blockspace_main
+
+    code = blockspace_main(["conformance", "--impl", "my_manager_module:MyManager", "--only", "machine[plain]",
+                            "--examples", "3"])  # fmt: skip
+    assert code == 0 and "machine[plain]" in capsys.readouterr().out
 
 
 def test_sliding_window_null_entries_are_not_shared_content():

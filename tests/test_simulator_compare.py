@@ -154,8 +154,28 @@ def test_cli_reports_a_bad_trace_with_its_line(tmp_path, capsys):
 
 
 def test_manager_names_resolve():
-    assert resolve_manager("reference", fallback=False).__name__ == "ReferenceBlockSpaceManager"
-    assert resolve_manager("fast", fallback=True).__name__ in ("FastBlockSpaceManager", "ReferenceBlockSpaceManager")
-    assert resolve_manager("blockspace.reference:ReferenceBlockSpaceManager", fallback=False).__name__ == (
-        "ReferenceBlockSpaceManager"
-    )
+    assert resolve_manager("reference").__name__ == "ReferenceBlockSpaceManager"
+    assert resolve_manager("fast").__name__ == "FastBlockSpaceManager"
+    assert resolve_manager("blockspace.reference:ReferenceBlockSpaceManager").__name__ == "ReferenceBlockSpaceManager"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--block-size", "0"], "--block-size must be >= 1, got 0"),
+        (["--dtype-bytes", "0"], "--dtype-bytes must be >= 1, got 0"),
+        (["--num-gpu-blocks", "-4"], "--num-gpu-blocks must be >= 1, got -4"),
+        (["--max-requests", "0"], "--max-requests must be >= 1, got 0"),
+        (["--n", "0"], "--n must be >= 1, got 0"),
+        (["--time-scale", "0"], "--time-scale must be > 0, got 0.0"),
+        (["--kv-memory-gib", "nan"], "--kv-memory-gib must be > 0, got nan"),
+        (["--watermark", "-0.5"], "--watermark must be >= 0, got -0.5"),
+        (["--manager", "fastt"], "--manager: Unknown version 'fastt'"),
+        (["--compare", "fast,nosuch.module:Manager"], "cannot load manager 'nosuch.module:Manager'"),
+    ],
+)
+def test_bad_arguments_are_one_error_line_before_any_work(tmp_path, capsys, argv, message):
+    assert main([*argv, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and message in captured.err and captured.err.count("\n") == 1
+    assert "replaying" not in captured.out and not (tmp_path / "out").exists()  # nothing ran, nothing written

@@ -2,7 +2,7 @@
 with one manager (or two, compared) and report what happened.
 
 With no arguments it replays the bundled Mooncake sample with the fast
-manager (the reference one while ``blockspace.fast`` provides none), prints
+manager, prints
 the summary, and writes ``simulation.png`` and ``simulation.json`` into
 ``out/``. Every option is described in docs/simulator.md.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from blockspace.errors import BlockSpaceError
+from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.report import first_difference, format_comparison, format_summary, summarize, write_json
@@ -83,6 +83,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Every numeric option and the least value it takes: checked before anything runs, so a bad
+# value is one ``error:`` line (exit 2), never a traceback or a failure at the end of a long run.
+AT_LEAST = {
+    "max_requests": 1,
+    "block_size": 1,
+    "num_gpu_blocks": 1,
+    "num_cpu_blocks": 0,
+    "num_layers": 1,
+    "num_kv_heads": 1,
+    "head_dim": 1,
+    "dtype_bytes": 1,
+    "max_num_seqs": 1,
+    "max_num_batched_tokens": 1,
+    "n": 1,
+    "max_output_len": 1,
+}
+POSITIVE = ("time_scale", "kv_memory_gib")  # real numbers that must be > 0
+NOT_NEGATIVE = ("watermark", "swap_space_gib", "step_overhead_ms", "prefill_token_us", "decode_seq_us",
+                "kv_token_read_ns", "swap_block_us")  # fmt: skip
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every option in its range (``InvalidArgumentError`` naming the first that is not)."""
+    for name, least in AT_LEAST.items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            raise InvalidArgumentError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
+    for names, holds, words in ((POSITIVE, lambda v: v > 0, "> 0"), (NOT_NEGATIVE, lambda v: v >= 0, ">= 0")):
+        for name in names:
+            value = getattr(args, name)
+            if value is not None and not holds(value):  # NaN fails both
+                raise InvalidArgumentError(f"--{name.replace('_', '-')} must be {words}, got {value}")
+
+
 def simulation_config(args: argparse.Namespace, record_tables: bool) -> SimulationConfig:
     kv = KVCacheModel(args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes)
     num_gpu_blocks = args.num_gpu_blocks
@@ -113,15 +147,14 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
     )
 
 
-def resolve_manager(name: str, fallback: bool) -> type:
-    """The manager class for a name; ``fast`` falls back to the reference
-    (with a one-line notice) while ``blockspace.fast`` provides no class."""
+def resolve_manager(name: str) -> type:
+    """The manager class for a name (``InvalidArgumentError`` for an unknown
+    name, ``BlockSpaceError`` for a module or class that does not load)."""
     try:
         return load_manager_class(name)
+    except ValueError as error:  # not a known version name, nor a module:Class
+        raise InvalidArgumentError(f"--manager: {error}") from None
     except (ImportError, AttributeError) as error:
-        if fallback and name.lower() == "fast":
-            print(f"note: the fast manager is not available yet ({error}); using the reference manager")
-            return load_manager_class("reference")
         raise BlockSpaceError(f"cannot load manager {name!r}: {error}") from None
 
 
@@ -149,13 +182,14 @@ def _run(trace: list[TraceRequest], manager_class: type, config: SimulationConfi
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_arguments(args)
         if args.compare:
             names = [name.strip() for name in args.compare.split(",") if name.strip()]
             if len(names) != 2:
                 raise BlockSpaceError(f"--compare takes two managers, A,B; got {args.compare!r}")
-            classes = [resolve_manager(name, fallback=False) for name in names]
+            classes = [resolve_manager(name) for name in names]
         else:
-            classes = [resolve_manager(args.manager, fallback=True)]
+            classes = [resolve_manager(args.manager)]
         config = simulation_config(args, record_tables=len(classes) > 1)
         trace = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
         source = str(args.trace) if args.trace else "the bundled Mooncake sample"
