@@ -43,11 +43,9 @@ TOKEN_MODULUS = 2**31 - 1
 
 # -- the Mooncake trace as token ids -----------------------------------------------
 def trace_path() -> Path:
-    """The packaged sample of the trace, else the full trace beside the checkout."""
-    sample = Path(__file__).parent / "data" / "mooncake_sample.jsonl"
-    if sample.exists():
-        return sample
-    return Path(os.environ.get("BLOCKSPACE_TRACE", "/work/shared/traces/mooncake_conversation.jsonl"))
+    """The trace file named by ``BLOCKSPACE_TRACE``, else the sample bundled with the package."""
+    named = os.environ.get("BLOCKSPACE_TRACE")
+    return Path(named) if named else Path(__file__).parent / "data" / "mooncake_sample.jsonl"
 
 
 def chunk_tokens(chunk_id: int) -> list[int]:

@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,7 @@ from blockspace.enums import AllocStatus, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
 
 CHUNK_TOKENS = 512
-DEFAULT_TRACE = Path(os.environ.get("BLOCKSPACE_TRACE", "/work/shared/traces/mooncake_conversation.jsonl"))
-BUNDLED = Path(__file__).resolve().parent.parent / "blockspace" / "data" / "mooncake_sample.jsonl"
+BUNDLED = resources.files("blockspace").joinpath("data", "mooncake_sample.jsonl")  # the head of the trace
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,12 @@ class TraceRequest:
 
 
 def trace_path() -> Path | None:
-    for path in (DEFAULT_TRACE, BUNDLED):
-        if path.is_file():
-            return path
-    return None
+    """The trace file named by ``BLOCKSPACE_TRACE``, else the sample bundled
+    with the package (found through ``importlib.resources``, installed or not)."""
+    named = os.environ.get("BLOCKSPACE_TRACE")
+    if named and Path(named).is_file():
+        return Path(named)
+    return Path(str(BUNDLED)) if BUNDLED.is_file() else None
 
 
 def load_requests(path: Path, num_requests: int) -> list[TraceRequest]:

@@ -1,6 +1,7 @@
 """Loading a request trace in the Mooncake format, every line validated.
 
-One JSON object a line (spec: ``/work/shared/traces/README.md``)::
+One JSON object a line, the format of the Mooncake traces (kvcache-ai/Mooncake,
+``FAST25-release/traces/``; the package bundles the head of the conversation trace)::
 
     {"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, ...]}
 
