@@ -14,10 +14,10 @@ import sys
 
 SUBCOMMANDS = {
     "simulate": ("blockspace.simulator.cli", "replay a request trace through a continuous-batching scheduler"),
-    "bench": ("blockspace.bench", "benchmark the implementations side by side"),
+    "bench": ("blockspace.bench.cli", "benchmark the implementations side by side"),
     "conformance": ("blockspace.conformance.cli", "prove two implementations agree"),
-    "soak": ("blockspace.soak", "long random run looking for leaks, drift and disagreement"),
-    "gpu-bench": ("blockspace.fast.gpu_bench", "benchmark the CUDA kernels (table sync, slot mapping, KV copies)"),
+    "soak": ("blockspace.soak.cli", "long random run looking for leaks, drift and disagreement"),
+    "gpu-bench": ("blockspace.bench.gpu", "benchmark the CUDA kernels (table sync, slot mapping, KV copies)"),
 }
 
 

@@ -12,7 +12,7 @@ these classes exist for users and tests that do not want vLLM.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from blockspace.enums import SequenceStatus
 
@@ -24,27 +24,45 @@ class SequenceData:
     its stage. As in vLLM, the stage turns to decode once every token has been
     computed and stays there when sampled tokens are appended (they are not
     computed yet, but the sequence is not prefilling); only recompute
-    preemption sends it back to prefill."""
+    preemption sends it back to prefill.
 
-    def __init__(self, token_ids: Iterable[int] = ()) -> None:
-        self._token_ids: list[int] = list(token_ids)
+    The prompt may be given as a function that makes it: a simulator queues
+    thousands of requests with prompts of ~12k tokens, so a prompt is built
+    only when first read, and dropped (``release``) once the request is done.
+    """
+
+    def __init__(self, token_ids: Iterable[int] | Callable[[], list[int]] = ()) -> None:
+        self._make_tokens = token_ids if callable(token_ids) else None
+        self._token_ids: list[int] | None = None if callable(token_ids) else list(token_ids)
+        self._num_output_tokens = 0
         self._num_computed_tokens = 0
         self._is_decoding = False
 
     def get_token_ids(self) -> list[int]:
+        if self._token_ids is None:
+            self._token_ids, self._make_tokens = self._make_tokens(), None
         return self._token_ids
 
     def get_len(self) -> int:
-        return len(self._token_ids)
+        return len(self.get_token_ids())
+
+    def get_output_len(self) -> int:
+        """Tokens appended after the prompt (generated ones)."""
+        return self._num_output_tokens
 
     def append_token_id(self, token_id: int) -> None:
-        self._token_ids.append(token_id)
+        self.get_token_ids().append(token_id)
+        self._num_output_tokens += 1
+
+    def release(self) -> None:
+        """Forget the token ids (the sequence is done; its counts stay)."""
+        self._token_ids, self._make_tokens = [], None
 
     def get_num_computed_tokens(self) -> int:
         return self._num_computed_tokens
 
     def get_num_uncomputed_tokens(self) -> int:
-        return len(self._token_ids) - self._num_computed_tokens
+        return len(self.get_token_ids()) - self._num_computed_tokens
 
     def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
         self._num_computed_tokens += num_new_computed_tokens
@@ -66,7 +84,7 @@ class Sequence:
     def __init__(
         self,
         seq_id: int,
-        token_ids: Iterable[int] = (),
+        token_ids: Iterable[int] | Callable[[], list[int]] = (),
         *,
         lora_int_id: int = 0,
         prompt_adapter_id: int = 0,
@@ -85,6 +103,9 @@ class Sequence:
 
     def get_len(self) -> int:
         return self.data.get_len()
+
+    def get_output_len(self) -> int:
+        return self.data.get_output_len()
 
     def append_token_id(self, token_id: int) -> None:
         self.data.append_token_id(token_id)
@@ -112,6 +133,7 @@ class Sequence:
             status=self.status,
             cache_salt=self.cache_salt,
         )
+        child.data._num_output_tokens = self.data._num_output_tokens
         child.data._num_computed_tokens = self.data._num_computed_tokens
         child.data._is_decoding = self.data._is_decoding
         return child
@@ -186,6 +208,19 @@ class SequenceGroup:
 
     def is_finished(self) -> bool:
         return all(seq.is_finished() for seq in self.seqs)
+
+    # -- what a scheduler reads (as vLLM's SequenceGroup) ------------------------------
+    def is_prefill(self) -> bool:
+        return self.seqs[0].is_prefill()
+
+    def get_num_uncomputed_tokens(self) -> int:
+        return sum(seq.data.get_num_uncomputed_tokens() for seq in self.seqs if not seq.is_finished())
+
+    def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
+        """The model computed this many more tokens of every unfinished sequence."""
+        for seq in self.seqs:
+            if not seq.is_finished():
+                seq.data.update_num_computed_tokens(num_new_computed_tokens)
 
     def __repr__(self) -> str:
         return f"SequenceGroup(request_id={self.request_id!r}, seqs={self.seqs!r})"

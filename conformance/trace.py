@@ -6,22 +6,15 @@ A small FCFS scheduler (admission, decode steps that accept
 recompute preemption when ``can_append_slots`` says no, swap-in when room
 comes back) drives every manager through a ``Lockstep``; return values and
 snapshots are compared after every call. Token ids come from the chunk ids
-(equal chunk id -> equal 512 tokens, the last chunk cut to the prompt
-length), so requests that share chunk ids share real prefixes.
-
-The trace: Mooncake (FAST'25), kvcache-ai/Mooncake,
-FAST25-release/traces/conversation_trace.jsonl, Apache License 2.0.
+(``blockspace.workloads``), so requests that share chunk ids share real
+prefixes. The trace is the one ``blockspace.workloads.load_trace`` finds:
+``BLOCKSPACE_TRACE`` if set, else the sample the package ships.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from blockspace.conformance.lockstep import Divergence, Lockstep
@@ -29,43 +22,7 @@ from blockspace.conformance.runner import Check, CheckResult
 from blockspace.conformance.script import Script
 from blockspace.enums import AllocStatus, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
-
-CHUNK_TOKENS = 512
-BUNDLED = resources.files("blockspace").joinpath("data", "mooncake_sample.jsonl")  # the head of the trace
-
-
-@dataclass(frozen=True)
-class TraceRequest:
-    input_length: int
-    output_length: int
-    hash_ids: tuple[int, ...]
-
-
-def trace_path() -> Path | None:
-    """The trace file named by ``BLOCKSPACE_TRACE``, else the sample bundled
-    with the package (found through ``importlib.resources``, installed or not)."""
-    named = os.environ.get("BLOCKSPACE_TRACE")
-    if named and Path(named).is_file():
-        return Path(named)
-    return Path(str(BUNDLED)) if BUNDLED.is_file() else None
-
-
-def load_requests(path: Path, num_requests: int) -> list[TraceRequest]:
-    """The first ``num_requests`` requests of a Mooncake JSONL file."""
-    requests = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if len(requests) >= num_requests:
-                break
-            if line.strip():
-                row = json.loads(line)
-                requests.append(TraceRequest(row["input_length"], row["output_length"], tuple(row["hash_ids"])))
-    return requests
-
-
-def prompt_tokens(hash_ids: tuple[int, ...], input_length: int) -> list[int]:
-    """512 distinct token ids per chunk id (``chunk * 512 + offset``)."""
-    return [h * CHUNK_TOKENS + k for h in hash_ids for k in range(CHUNK_TOKENS)][:input_length]
+from blockspace.workloads import TraceError, TraceRequest, load_trace, trace_source
 
 
 def replay(
@@ -89,11 +46,11 @@ def replay(
         enable_caching=enable_caching,
     )
     script = Script(impls, config)
-    script.do("from blockspace.conformance.trace import prompt_tokens")
+    script.do("from blockspace.workloads import prompt_token_ids")
     lock = Lockstep.build(impls, script, every_call=False, **config)
     waiting: list[SequenceGroup] = []
     for index, request in enumerate(requests):
-        script.do(f"s{index} = Sequence({index}, prompt_tokens({request.hash_ids!r}, {request.input_length}))")
+        script.do(f"s{index} = Sequence({index}, prompt_token_ids({list(request.hash_ids)!r}, {request.input_length}))")
         script.do(f"g{index} = SequenceGroup('g{index}', [s{index}])")
         waiting.append(script.get(f"g{index}"))
     budget = {g.request_id: min(r.output_length, max_output) for g, r in zip(waiting, requests)}
@@ -182,10 +139,10 @@ def replay(
 
 def trace_check(impls: Mapping[str, Any], num_requests: int, capabilities: Mapping[str, bool]) -> Check:
     def run() -> CheckResult:
-        path = trace_path()
-        if path is None:
-            return CheckResult("trace[mooncake]", "skipped", detail="no Mooncake trace file found")
-        requests = load_requests(path, num_requests)
+        try:
+            requests = load_trace(max_requests=num_requests)
+        except TraceError as error:  # only a BLOCKSPACE_TRACE naming a bad file: the sample always ships
+            return CheckResult("trace[mooncake]", "failed", detail=str(error))
         caching = capabilities.get("supports_caching", True)
         started = time.perf_counter()
         try:
@@ -195,11 +152,11 @@ def trace_check(impls: Mapping[str, Any], num_requests: int, capabilities: Mappi
             if len(detail) > 20_000:  # a trace repro is long: keep the head and the diverging tail
                 detail = detail[:4_000] + "\n...\n" + detail[-8_000:]
             return CheckResult("trace[mooncake]", "failed", len(requests), time.perf_counter() - started, detail)
-        return CheckResult(
-            "trace[mooncake]", "passed", len(requests), time.perf_counter() - started, extra={"calls": num_calls}
-        )
+        seconds = time.perf_counter() - started
+        extra = {"calls": num_calls, "trace": trace_source()}
+        return CheckResult("trace[mooncake]", "passed", len(requests), seconds, extra=extra)
 
     return Check("trace[mooncake]", run)
 
 
-__all__ = ["SequenceStatus", "TraceRequest", "load_requests", "prompt_tokens", "replay", "trace_check"]
+__all__ = ["SequenceStatus", "TraceRequest", "replay", "trace_check"]

@@ -90,8 +90,7 @@ from typing import Any
 from blockspace.errors import InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.timed import TIMED_METHODS
-from blockspace.simulator.tokens import output_token_id, prompt_token_ids
-from blockspace.simulator.trace import TraceRequest, load_trace
+from blockspace.workloads import TraceRequest, load_trace, output_token_id, prompt_token_ids
 
 VLLM_VERSION = "0.9.2"
 VLLM = "vllm"  # the name of vLLM's own manager among the implementations

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 from test_fast_lockstep import Twins
 
-from blockspace.bench import load_requests, replay, trace_path
-
-pytestmark = pytest.mark.skipif(not trace_path().exists(), reason="the Mooncake trace sample is not available")
+from blockspace.bench.replay import load_requests, replay
 
 
 class AsManager:
@@ -50,12 +48,12 @@ def test_mooncake_replay_lockstep_long():
 
 
 def test_floor_serves_the_recorded_replay():
-    """The bench's floor (blockspace/replay_floor.py) sees the very calls the
+    """The bench's floor (blockspace/bench/floor.py) sees the very calls the
     fast manager saw, answers each as recorded (table answers as they were
     kept, copy-on-write pairs in fresh lists), and uses up the recording exactly."""
+    from blockspace.bench.floor import Floor, Recorder
     from blockspace.block_ids import BlockIds
     from blockspace.fast import FastBlockSpaceManager
-    from blockspace.replay_floor import Floor, Recorder
 
     requests = load_requests(12)
     recorder = Recorder(FastBlockSpaceManager(16, 700, 64, enable_caching=True))
@@ -72,7 +70,7 @@ def test_floor_serves_the_recorded_replay():
 
 @pytest.mark.bench
 def test_bench_quick_writes_its_report(tmp_path):
-    from blockspace.bench import main
+    from blockspace.bench.cli import main
 
     report = tmp_path / "performance.md"
     assert main(["--quick", "--markdown", str(report), "--json", str(tmp_path / "bench.json")]) == 0

@@ -86,7 +86,7 @@ def assert_every_request_accounted(result) -> None:
     assert sorted(finished + ignored + aborted, key=int) == [str(i) for i in range(NUM_REQUESTS)]
     for request in result.requests:
         if request.finish_s is not None:
-            assert all(seq.num_generated == request.output_length for seq in request.seqs)
+            assert all(seq.get_output_len() == request.output_length for seq in request.seqs)
 
 
 @pytest.mark.parametrize("enable_prefix_caching", [True, False], ids=["caching", "no-caching"])

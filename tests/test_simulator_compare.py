@@ -12,7 +12,7 @@ from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, load_trace, run_simulation
 from blockspace.simulator.cli import main, resolve_manager
 from blockspace.simulator.report import first_difference, summarize
-from blockspace.simulator.trace import parse_lines
+from blockspace.workloads import parse_lines
 
 
 def fast_class():
@@ -96,7 +96,7 @@ def test_n_samples_fork_share_copy_on_write_and_swap(enable_prefix_caching):
         scheduler.manager.manager.check_invariants()
         for request in scheduler.running:  # forked samples share the prompt, then diverge
             tokens = [seq.get_token_ids() for seq in request.seqs]
-            if len(tokens) == 3 and request.seqs[0].num_generated > 1:
+            if len(tokens) == 3 and request.seqs[0].get_output_len() > 1:
                 assert tokens[0][: request.num_prompt_tokens] == tokens[2][: request.num_prompt_tokens]
                 assert tokens[0][request.num_prompt_tokens :] != tokens[2][request.num_prompt_tokens :]
                 num_diverged += 1
@@ -106,7 +106,7 @@ def test_n_samples_fork_share_copy_on_write_and_swap(enable_prefix_caching):
     scheduler = result.scheduler
     finished = [r for r in result.requests if r.finish_s is not None]
     assert len(finished) >= 18 and all(len(r.seqs) == 3 for r in finished)
-    assert all(seq.num_generated == r.output_length for r in finished for seq in r.seqs)
+    assert all(seq.get_output_len() == r.output_length for r in finished for seq in r.seqs)
     assert num_diverged > 0
     assert scheduler.num_copy_on_writes > 0
     assert scheduler.num_swap_outs > 0 and scheduler.num_swap_ins > 0  # groups of samples are swapped, as in vLLM

@@ -33,7 +33,7 @@ from blockspace.enums import SequenceStatus
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, StepRecord, run_simulation
 from blockspace.simulator.gpu import StepTimeModel
-from blockspace.simulator.trace import parse_lines
+from blockspace.workloads import parse_lines
 
 LINES = [
     {"timestamp": 0, "input_length": 40, "output_length": 3, "hash_ids": [1]},

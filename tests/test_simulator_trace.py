@@ -8,8 +8,15 @@ import json
 import pytest
 
 from blockspace.errors import InvalidArgumentError
-from blockspace.simulator.tokens import MAX_TOKEN_ID, output_token_id, prompt_token_ids
-from blockspace.simulator.trace import TraceError, load_trace, parse_lines, scale_arrivals
+from blockspace.workloads import (
+    MAX_TOKEN_ID,
+    TraceError,
+    load_trace,
+    output_token_id,
+    parse_lines,
+    prompt_token_ids,
+    scale_arrivals,
+)
 
 GOOD = {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [7, 8]}
 

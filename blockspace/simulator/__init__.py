@@ -1,13 +1,12 @@
 """``blockspace simulate``: a continuous-batching scheduler simulator.
 
-It replays a request trace (the Mooncake format; a sample is bundled)
+It replays a request trace (the Mooncake format, read by
+``blockspace.workloads``; a sample is bundled)
 through a scheduler that follows vLLM v0's policy and embeds any block
 manager, on a simulated GPU clock, and reports latency, throughput, cache
 and preemption figures plus the real CPU time spent in the manager.
 
-    trace.py       load and validate a trace
-    tokens.py      deterministic token ids from chunk ids
-    request.py     sequences and groups with vLLM's prefill/decode stage
+    request.py     a trace request as a SequenceGroup, with its timing
     scheduler.py   the scheduling policy and the decision record
     timed.py       the manager's real CPU time, call by call
     gpu.py         the step-time model and bytes per KV block
@@ -19,7 +18,7 @@ and preemption figures plus the real CPU time spent in the manager.
 
 from blockspace.simulator.scheduler import Scheduler, SchedulerConfig, StepRecord
 from blockspace.simulator.simulation import Simulation, SimulationConfig, SimulationResult, run_simulation
-from blockspace.simulator.trace import TraceError, TraceRequest, load_trace
+from blockspace.workloads import TraceError, TraceRequest, load_trace
 
 __all__ = [
     "Scheduler",

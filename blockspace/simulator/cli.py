@@ -21,7 +21,7 @@ from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.report import first_difference, format_comparison, format_summary, summarize, write_json
 from blockspace.simulator.scheduler import PREEMPTION_MODES, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
-from blockspace.simulator.trace import TraceRequest, load_trace, scale_arrivals
+from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace, scale_arrivals, trace_source
 
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
 DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay a Mooncake-format trace through a vLLM-v0-style continuous-batching scheduler.",
     )
     source = parser.add_argument_group("trace and managers")
-    source.add_argument("--trace", type=Path, help="Mooncake-format JSONL (default: the bundled sample)")
+    source.add_argument("--trace", type=Path, help=f"Mooncake-format JSONL (default: ${TRACE_ENV}, else the bundled sample)")
     source.add_argument("--max-requests", type=int, help="replay only the first N requests")
     source.add_argument(
         "--time-scale", type=float, default=1.0, help="multiply arrival times (2 = half the request rate; default 1)"
@@ -192,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             classes = [resolve_manager(args.manager)]
         config = simulation_config(args, record_tables=len(classes) > 1)
         trace = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
-        source = str(args.trace) if args.trace else "the bundled Mooncake sample"
-        print(f"replaying {len(trace):,} requests from {source} ({config.num_gpu_blocks:,} GPU blocks, "
+        print(f"replaying {len(trace):,} requests from {trace_source(args.trace)} ({config.num_gpu_blocks:,} GPU blocks, "
               f"{config.num_cpu_blocks:,} CPU blocks, block size {config.scheduler.block_size})")
         results = [_run(trace, cls, config, args.quiet) for cls in classes]
     except BlockSpaceError as error:
@@ -201,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     summaries = [summarize(result) for result in results]
-    extra: dict[str, Any] = {"trace": str(args.trace) if args.trace else "bundled:mooncake_sample.jsonl"}
+    extra: dict[str, Any] = {"trace": trace_source(args.trace)}
     status = 0
     if len(results) == 1:
         print(format_summary(summaries[0]))

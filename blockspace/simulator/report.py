@@ -38,7 +38,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     scheduler = result.scheduler
     timeline = result.timeline
     finished = [r for r in result.requests if r.finish_s is not None]
-    num_output_tokens = sum(seq.num_generated for r in finished for seq in r.seqs)
+    num_output_tokens = sum(seq.get_output_len() for r in finished for seq in r.seqs)
     num_prompt_tokens = sum(r.num_prompt_tokens for r in finished)
     start = min((r.arrival_s for r in result.requests), default=0.0)
     end = max((r.finish_s for r in finished), default=start)

@@ -41,7 +41,8 @@ from typing import Any
 
 from blockspace.enums import AllocStatus, SequenceStatus
 from blockspace.errors import InvalidConfigError, NoFreeBlocksError
-from blockspace.simulator.request import SimRequest, SimSequence
+from blockspace.sequence import Sequence
+from blockspace.simulator.request import SimRequest
 from blockspace.simulator.timed import TimedManager
 
 PREEMPTION_MODES = ("recompute", "swap")
@@ -162,7 +163,7 @@ class StepOutput:
         return sum(group.num_uncached_tokens for group in self.scheduled if group.is_prefill)
 
     @property
-    def decode_seqs(self) -> list[SimSequence]:
+    def decode_seqs(self) -> list[Sequence]:
         return [
             seq
             for group in self.scheduled
@@ -202,7 +203,7 @@ class Scheduler:
         return bool(self.waiting or self.running or self.swapped)
 
     # -- tracker bookkeeping: remove only what the tracker holds ----------------------------
-    def _num_cached_tokens(self, seq: SimSequence) -> int:
+    def _num_cached_tokens(self, seq: Sequence) -> int:
         self._tracked.add(seq.seq_id)
         return self.manager.get_num_cached_tokens(seq)
 
@@ -212,7 +213,7 @@ class Scheduler:
                 self._tracked.discard(seq.seq_id)
                 self.manager.remove_seq_from_computed_blocks_tracker(seq)
 
-    def _free(self, seq: SimSequence) -> None:
+    def _free(self, seq: Sequence) -> None:
         self._tracked.discard(seq.seq_id)
         self.manager.free(seq)
 
@@ -482,14 +483,14 @@ class Scheduler:
                     self._free(seq)
 
     # -- after the model step ---------------------------------------------------------------------------
-    def fork_seq(self, parent: SimSequence, child: SimSequence) -> None:
+    def fork_seq(self, parent: Sequence, child: Sequence) -> None:
         """A new sample shares the parent's blocks; the tracker learns it at once
         (spec §16: query every sequence before it can be freed)."""
         self.manager.fork(parent, child)
         if self.config.enable_prefix_caching:
             self._num_cached_tokens(child)
 
-    def free_finished(self, finished_seqs: Iterable[SimSequence]) -> list[SimRequest]:
+    def free_finished(self, finished_seqs: Iterable[Sequence]) -> list[SimRequest]:
         """Free the sequences that finished this step (in running-queue
         order, as vLLM does) and drop the groups that are done."""
         pending = {seq.seq_id for seq in finished_seqs}

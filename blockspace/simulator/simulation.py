@@ -22,11 +22,11 @@ from typing import Any
 
 from blockspace.enums import Device, SequenceStatus
 from blockspace.errors import BlockSpaceError, InvalidConfigError
+from blockspace.sequence import Sequence
 from blockspace.simulator.gpu import StepTimeModel
-from blockspace.simulator.request import SimRequest, SimSequence
+from blockspace.simulator.request import SimRequest
 from blockspace.simulator.scheduler import Scheduler, SchedulerConfig, StepOutput
-from blockspace.simulator.tokens import prompt_token_ids
-from blockspace.simulator.trace import TraceRequest
+from blockspace.workloads import TraceRequest, prompt_token_ids
 
 
 class SimulationStalledError(BlockSpaceError, RuntimeError):
@@ -175,7 +175,7 @@ class Simulation:
             len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out),
         )
         self.clock += step_s
-        finished: list[SimSequence] = []
+        finished: list[Sequence] = []
         for group in output.scheduled:
             request = group.request
             request.update_num_computed_tokens(group.token_chunk_size)
@@ -197,21 +197,20 @@ class Simulation:
             if self.on_progress is not None:
                 self.on_progress(self.num_done)
 
-    def _sample(self, request: SimRequest, finished: list[SimSequence]) -> None:
+    def _sample(self, request: SimRequest, finished: list[Sequence]) -> None:
         """One new token per running sample; the first token of an n>1
         request forks the other samples (as vLLM's output processor did)."""
         if request.first_token_s is None:
             request.first_token_s = self.clock
         running = request.get_seqs(SequenceStatus.RUNNING)
-        children: list[SimSequence] = []
+        children: list[Sequence] = []
         if len(request.seqs) < request.num_samples:
             parent = running[0]
             for sample in range(len(request.seqs), request.num_samples):
-                children.append(request.add_sample(parent, parent.seq_id + sample, sample))
+                children.append(request.add_sample(parent, sample))
         for seq in children + running:
-            seq.data.append_token_id(request.next_token(seq))
-            seq.num_generated += 1
-            if seq.num_generated >= request.output_length:
+            seq.append_token_id(request.next_token(seq))
+            if seq.get_output_len() >= request.output_length:
                 seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
                 finished.append(seq)
         for child in children:

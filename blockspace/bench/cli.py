@@ -1,0 +1,60 @@
+"""``blockspace bench``: the reference and the fast manager side by side.
+
+One run measures, for both implementations, with the ratio:
+
+- per-method latency (one call, best of several rounds);
+- a decode-heavy replay of the Mooncake trace through a small v0-style
+  scheduler (manager calls per second);
+- one batched decode step for 256, 1,024 and 4,096 running sequences: the
+  fast manager's batched API against the per-sequence calls a v0 scheduler
+  and model runner make on the reference (with and without building the
+  block-table and slot-mapping tensors);
+- start-up in fresh processes: import plus the first calls, with a cold and a
+  warm Numba cache.
+
+``--json PATH`` writes the figures, ``--markdown PATH`` a report with the
+machine described (docs/performance.md), ``--quick`` a smaller run.
+A benchmark, not a test: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from blockspace.bench.batched import batched_step
+from blockspace.bench.methods import method_latency
+from blockspace.bench.replay import replay_throughput
+from blockspace.bench.report import kept_preamble, markdown
+from blockspace.bench.startup import machine, startup
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="blockspace bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests, sizes and rounds")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    parser.add_argument("--markdown", metavar="PATH", help="write the report (e.g. docs/performance.md)")
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {"quick": args.quick, "machine": machine()}
+    for name, run in (
+        ("startup", startup),
+        ("methods", method_latency),
+        ("replay", replay_throughput),
+        ("batched", batched_step),
+    ):
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        results[name] = run(args.quick)
+    report = markdown(results)
+    print(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.markdown:
+        Path(args.markdown).write_text(kept_preamble(Path(args.markdown)) + report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
