@@ -75,6 +75,11 @@ class UnsupportedError(BlockSpaceError, NotImplementedError):
     or sliding window, fork or swap of a table after sliding-window drops."""
 
 
+class MissingExtraError(BlockSpaceError, ImportError):
+    """A part of the package whose optional dependencies are not installed;
+    the message names the extra that installs them (``blockspace/extras.py``)."""
+
+
 class ReadOnlyTableError(BlockSpaceError, TypeError):
     """A caller tried to change a block table answer (``BlockIds``) in place."""
 
@@ -88,6 +93,7 @@ __all__ = [
     "InvalidConfigError",
     "NoCrossTableError",
     "NoFreeBlocksError",
+    "MissingExtraError",
     "NoWaitingSequenceError",
     "ReadOnlyTableError",
     "TrackerError",

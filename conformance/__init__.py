@@ -9,9 +9,17 @@
 * ``ManagerConformance``: a pytest base class for your own manager.
 * ``replay_trace``: a Mooncake trace replayed in lockstep.
 * ``blockspace conformance``: the command line (``cli.py``).
+
+It needs the ``[conformance]`` extra (Hypothesis, CrossHair, pytest, rich);
+without it, importing the kit raises ``MissingExtraError`` naming the extra.
 """
 
 from blockspace.conformance.lockstep import Divergence, Lockstep, Outcome
 from blockspace.conformance.script import Script
+from blockspace.extras import require
+
+# Every module of the kit is imported through this package, so this runs
+# before any of them needs Hypothesis (the two above do not).
+require("conformance", "the conformance kit (blockspace.conformance)")
 
 __all__ = ["Divergence", "Lockstep", "Outcome", "Script"]

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         impl_cls = load_manager_class(args.impl)
         against_cls = load_manager_class(args.against)
     except (ImportError, AttributeError, ValueError) as error:
-        print(f"blockspace conformance: cannot load an implementation: {error}", file=sys.stderr)
+        print(f"error: cannot load an implementation: {error}", file=sys.stderr)
         return 2
     if args.examples is not None and args.examples < 1:
         print(f"error: --examples must be >= 1, got {args.examples}", file=sys.stderr)

@@ -8,8 +8,10 @@
 
 ``ManagerConformance`` itself is never collected (``__test__ = False``);
 every subclass is. Each test is one check of ``runner.py`` with the
-class's ``profile`` (default ``quick``); a failure shows the shrunk call
-sequence as a runnable snippet.
+class's ``profile`` (default ``quick``; pytest's ``--blockspace-profile NAME``
+overrides it for every class); a failure shows the shrunk call sequence as a
+runnable snippet. Every test carries the ``blockspace_conformance`` marker
+(registered by ``blockspace.pytest_plugin``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
 from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
 from blockspace.interfaces import BlockSpaceManager, load_manager_class
+from blockspace.pytest_plugin import profile_override
 from blockspace.snapshot import SNAPSHOT_KEYS
 
 
@@ -29,6 +32,7 @@ class ManagerConformance:
     """Subclass it and set ``impl``; flip a ``supports_*`` flag to skip a feature."""
 
     __test__ = False
+    pytestmark: ClassVar[list[Any]] = [pytest.mark.blockspace_conformance]
 
     impl: ClassVar[Any] = None
     against: ClassVar[Any] = "reference"
@@ -53,6 +57,14 @@ class ManagerConformance:
         if cls.supports_snapshot is False and callable(getattr(impl, "snapshot", None)):
             impl = type(f"{impl.__name__}WithoutSnapshot", (impl,), {"snapshot": None})
         return impl
+
+    @classmethod
+    def profile_settings(cls) -> Any:
+        """The profile to run: ``--blockspace-profile``, else the class's."""
+        name = profile_override() or cls.profile
+        if name not in PROFILES:
+            pytest.fail(f"unknown conformance profile {name!r} (known: {', '.join(sorted(PROFILES))})", pytrace=False)
+        return PROFILES[name]
 
     @classmethod
     def impls(cls) -> dict[str, Any]:
@@ -91,11 +103,11 @@ class ManagerConformance:
         needed = FAMILY_CAPABILITY[family]
         if needed is not None and not getattr(self, needed):
             pytest.skip(f"{needed} is False")
-        profile = PROFILES[self.profile]
+        profile = self.profile_settings()
         changes = {"max_examples": self.max_examples} if self.max_examples else {}
         self.require(run_machine(self.impls(), family, profile, **changes))
 
     def test_trace_replay(self) -> None:
         from blockspace.conformance.trace import trace_check
 
-        self.require(trace_check(self.impls(), PROFILES[self.profile].trace_requests, self.capabilities()).run())
+        self.require(trace_check(self.impls(), self.profile_settings().trace_requests, self.capabilities()).run())

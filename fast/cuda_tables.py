@@ -40,10 +40,14 @@ from collections import namedtuple
 from typing import NamedTuple
 
 import numpy as np
-import torch
-from numba import cuda, int64, njit
+from numba import int64, njit
 
 from blockspace.errors import InvalidArgumentError
+from blockspace.extras import require
+
+require("gpu", "blockspace.fast's device block tables (CUDA kernels on torch tensors)")
+import torch  # noqa: E402  (after the check: without the extra, one error naming it)
+from numba import cuda  # noqa: E402
 
 # numba-cuda 0.30.4 registers ``overload(np.row_stack)`` when its CUDA target
 # first loads (at the first kernel compile) for any NumPy >= 2.0, but NumPy 2.5

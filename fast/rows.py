@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from blockspace.errors import EmptyTableError, InvalidArgumentError, UnknownSequenceError, WrongDeviceError
+from blockspace.extras import require
 from blockspace.fast import kernels
 from blockspace.fast import table as T
 from blockspace.fast.appends import Appends
@@ -49,6 +50,14 @@ def _int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
     if size is not None and len(array) != size:
         raise InvalidArgumentError(f"{name} has {len(array)} entries for {size} rows")
     return np.ascontiguousarray(array, dtype=np.int64)  # one layout: the kernels are called without typing
+
+
+def _torch(method: str) -> Any:
+    """torch, for the tensor answers (``MissingExtraError`` naming the extra without it)."""
+    require("gpu", f"{method} (its answer is a torch tensor)", "torch")
+    import torch
+
+    return torch
 
 
 class RowSteps:
@@ -160,9 +169,8 @@ class RowSteps:
         """The sequences' block tables as one ``int32`` torch tensor of shape
         ``(len(seqs), longest table)``, rows padded at the end with ``pad``
         (default 0, as vLLM's model runner). ``seqs`` may also be an array
-        of table rows (``rows_of``)."""
-        import torch
-
+        of table rows (``rows_of``). Needs torch (the ``[gpu]`` extra)."""
+        torch = _torch("block_tables")
         if type(pad) is not int:
             raise InvalidArgumentError(f"pad must be an int block id, got {pad!r}")
         rows, width = self._rows_and_width(seqs)
@@ -175,9 +183,8 @@ class RowSteps:
         the last ``num_step_tokens`` (one number, or one per sequence) written
         tokens of each table, slot = ``block_id * block_size + offset`` (as
         vLLM), as an ``int64`` torch tensor. Decode: 1 token; prefill: the chunk.
-        ``seqs`` may also be an array of table rows (``rows_of``)."""
-        import torch
-
+        ``seqs`` may also be an array of table rows (``rows_of``). Needs torch."""
+        torch = _torch("slot_mapping")
         rows, _ = self._rows_and_width(seqs)
         if isinstance(num_step_tokens, int):
             counts = np.full(len(rows), num_step_tokens, np.int64)

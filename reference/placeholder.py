@@ -1,12 +1,17 @@
 """The placeholder manager: for models without a KV cache (pooling,
 attention-free). It keeps no state and answers every call with the same
-value (spec §12), so the scheduler's bookkeeping runs unchanged."""
+value (spec §12), so the scheduler's bookkeeping runs unchanged.
+
+Like every manager here it offers ``snapshot()`` and ``check_invariants()``:
+its snapshot is the state of a manager that holds nothing, and its one
+invariant is that it holds nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from blockspace.enums import AllocStatus, Device
+from blockspace.errors import InvariantError
 from blockspace.interfaces import BlockSpaceManager
 
 
@@ -73,3 +78,24 @@ class PlaceholderBlockSpaceManager(BlockSpaceManager):
 
     def remove_seq_from_computed_blocks_tracker(self, seq: Any) -> None:
         pass
+
+    # -- what every blockspace manager offers besides the interface ------------------
+    def snapshot(self) -> dict[str, Any]:
+        """No tables, no blocks, no statistics (``blockspace/snapshot.py``'s form)."""
+        return {
+            "tables": {},
+            "cross_tables": {},
+            "blocks": [],
+            "free": {"GPU": [], "CPU": []},
+            "evictable": {"GPU": [], "CPU": []},
+            "touched": [],
+            "hit_stats": {"GPU": (0, 0.0, 0, 0), "CPU": (0, 0.0, 0, 0)},
+            "tracker": {},
+            "null_block": None,
+        }
+
+    def check_invariants(self) -> None:
+        """The placeholder holds no state: anything stored on it is a bug
+        (``InvariantError``), since no answer of it may depend on a call."""
+        if vars(self):
+            raise InvariantError(f"the placeholder manager holds state: {sorted(vars(self))}")

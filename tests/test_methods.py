@@ -386,6 +386,24 @@ def test_placeholder_answers_the_same_regardless_of_input():
     assert p.get_block_space_manager_class("placeholder") is PlaceholderBlockSpaceManager
 
 
+def test_placeholder_offers_snapshot_and_check_invariants():
+    """Its snapshot has the common form (a manager holding nothing) and stays
+    so whatever is called; its invariant fails once state is put on it."""
+    from blockspace.errors import InvariantError
+    from blockspace.snapshot import SNAPSHOT_KEYS
+
+    p = PlaceholderBlockSpaceManager(block_size=16, num_gpu_blocks=8, num_cpu_blocks=4)
+    empty = p.snapshot()
+    assert tuple(empty) == SNAPSHOT_KEYS and empty["tables"] == {} and empty["blocks"] == []
+    p.allocate(None)
+    p.append_slots(None, 1)
+    assert p.snapshot() == empty and p.snapshot() is not empty
+    p.check_invariants()
+    p.stray = 1
+    with pytest.raises(InvariantError, match="stray"):
+        p.check_invariants()
+
+
 def test_hit_rate_averages_completed_buckets_of_a_thousand(make):
     m = make(1, 1300, 0, watermark=0, enable_caching=True)
     for t in range(750):

@@ -10,22 +10,19 @@ every scheduler step, and at the end every block is free again.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, load_trace, run_simulation
 from blockspace.simulator.gpu import StepTimeModel
 
-FULL_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation.jsonl"
 NUM_REQUESTS = 200
 
 
 def first_requests(num_requests: int = NUM_REQUESTS):
-    """The first requests of the full trace, or of the bundled sample (the
-    same lines) where the full trace is not checked out."""
-    return load_trace(FULL_TRACE if FULL_TRACE.exists() else None, num_requests)
+    """The first requests of the trace ``BLOCKSPACE_TRACE`` names, else of
+    the bundled sample (the same first lines of the conversation trace)."""
+    return load_trace(None, num_requests)
 
 
 class EvictionWatch:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
+from blockspace.extras import require
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.report import first_difference, format_comparison, format_summary, summarize, write_json
@@ -117,6 +118,15 @@ def check_arguments(args: argparse.Namespace) -> None:
                 raise InvalidArgumentError(f"--{name.replace('_', '-')} must be {words}, got {value}")
 
 
+def check_extras(args: argparse.Namespace) -> None:
+    """The plot needs matplotlib and the progress bar rich (the ``[sim]``
+    extra): checked before the run, not found missing at its end."""
+    if not args.no_plot:
+        require("sim", "the plot of blockspace simulate (or pass --no-plot)", "matplotlib")
+    if not args.quiet and sys.stdout.isatty():
+        require("sim", "the progress bar of blockspace simulate (or pass --quiet)", "rich")
+
+
 def simulation_config(args: argparse.Namespace, record_tables: bool) -> SimulationConfig:
     kv = KVCacheModel(args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes)
     num_gpu_blocks = args.num_gpu_blocks
@@ -183,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_arguments(args)
+        check_extras(args)
         if args.compare:
             names = [name.strip() for name in args.compare.split(",") if name.strip()]
             if len(names) != 2:
