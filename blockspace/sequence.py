@@ -1,4 +1,4 @@
-"""Minimal sequence types: exactly the members a block manager reads.
+"""The sequence types: the members a block manager reads, and the few a scheduler reads.
 
 A block manager sees a request only through a handful of members (spec §2):
 ``Sequence.seq_id``, ``get_token_ids()``, ``extra_hash()``,
@@ -6,7 +6,10 @@ A block manager sees a request only through a handful of members (spec §2):
 ``SequenceGroup.get_seqs(status=)``, ``is_encoder_decoder()``,
 ``get_encoder_seq()``, ``request_id``. The managers read nothing else, so
 vLLM's own ``Sequence``/``SequenceGroup`` objects work with them unchanged;
-these classes exist for users and tests that do not want vLLM.
+these classes exist for users, tests and tools that do not want vLLM. The
+simulator's requests are ``SequenceGroup``s of them too, so they also carry
+what vLLM's scheduler reads (``is_prefill()``, ``get_num_uncomputed_tokens()``,
+``update_num_computed_tokens()``, ``get_output_len()``).
 """
 
 from __future__ import annotations
