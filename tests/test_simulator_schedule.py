@@ -63,10 +63,27 @@ def hand_config() -> SimulationConfig:
 
 @pytest.fixture(params=["reference", "fast"])
 def manager_class(request):
-    try:
-        return load_manager_class(request.param)
-    except (ImportError, AttributeError):
-        pytest.skip(f"the {request.param} manager is not available")
+    return load_manager_class(request.param)
+
+
+def trace_of(*lines: dict) -> list:
+    return parse_lines([json.dumps(line) for line in lines], "test trace")
+
+
+def logging(manager_class: type, calls: list) -> type:
+    """The manager, logging ``(method, request or seq id)`` of allocate, free and swap_in."""
+
+    def logged(name: str, key):
+        def call(self, arg, *rest):
+            calls.append((name, key(arg)))
+            return getattr(manager_class, name)(self, arg, *rest)
+
+        return call
+
+    by_group, by_seq = (lambda g: g.request_id), (lambda s: s.seq_id)
+    methods = {"allocate": logged("allocate", by_group), "free": logged("free", by_seq)}
+    methods["swap_in"] = logged("swap_in", by_group)
+    return type(f"Logging{manager_class.__name__}", (manager_class,), methods)
 
 
 def test_hand_computed_schedule(manager_class):
@@ -98,3 +115,53 @@ def test_idle_gpu_jumps_to_the_next_arrival():
         (1, 60.0, [("1", 16)]),
     ]
     assert [r.finish_s for r in result.requests] == [1.0, 61.0]
+
+
+def test_finished_sequences_are_freed_in_batch_order(manager_class):
+    """vLLM frees a finished sequence while it processes the model's output,
+    in the order of the scheduled batch (new prefills before decodes), not
+    in running-queue order. At t=1, request 1 (a new prefill with one output
+    token) is scheduled before request 0 (decoding its last token) and both
+    finish: 1 is freed first, so 0's blocks lead the free list and request
+    2, admitted next, gets them."""
+    trace = trace_of(
+        {"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [1]},
+        {"timestamp": 500, "input_length": 20, "output_length": 1, "hash_ids": [2]},
+        {"timestamp": 2500, "input_length": 20, "output_length": 1, "hash_ids": [3]},
+    )
+    calls: list = []
+    result = run_simulation(trace, logging(manager_class, calls), hand_config())
+    assert result.scheduler.records[1].scheduled == [("1", 20), ("0", 1)]
+    seq_of = {r.request_id: r.seqs[0].seq_id for r in result.requests}
+    frees = [seq_id for name, seq_id in calls if name == "free"]
+    assert frees[:2] == [seq_of["1"], seq_of["0"]]
+    # Request 0 holds blocks [0, 1], request 1 [2, 3]. Freed 1 then 0, the free list starts
+    # 1, 0, 3, 2; request 2 takes [1, 0] and, freed, puts them back: 0, 1, 3, 2. (Freed in
+    # running-queue order, 0 then 1, request 2 would have taken [3, 2]: 2, 3, 1, 0.)
+    allocated = [key for name, key in calls if name == "allocate"]
+    assert allocated == ["0", "1", "2"] and result.scheduler.records[2].admitted == ["2"]
+    manager = result.scheduler.manager.manager
+    assert manager.snapshot()["free"]["GPU"][:4] == [0, 1, 3, 2]
+
+
+def test_a_swapped_decode_comes_back_with_less_than_a_block_of_budget(manager_class):
+    """vLLM does not chunk swapped groups (``_schedule_swapped`` runs without
+    chunking): a swapped decode needs one token of budget, even when prefix
+    caching would round a running prefill's share down to whole blocks.
+    Here request 2's prefill takes 28 of the 40 tokens, and request 1, a
+    swapped decode, comes back in the same step with 12 (< 16) left."""
+    trace = trace_of(
+        {"timestamp": 0, "input_length": 45, "output_length": 13, "hash_ids": [0]},
+        {"timestamp": 500, "input_length": 32, "output_length": 9, "hash_ids": [100]},
+        {"timestamp": 1500, "input_length": 60, "output_length": 5, "hash_ids": [200]},
+    )
+    config = SimulationConfig(
+        num_gpu_blocks=7,
+        num_cpu_blocks=32,
+        watermark=0.0,
+        scheduler=SchedulerConfig(16, max_num_seqs=4, max_num_batched_tokens=40, preemption_mode="swap"),
+        step_time=hand_config().step_time,
+    )
+    records = run_simulation(trace, manager_class, config).scheduler.records
+    back = [r for r in records if "1" in r.swapped_in]
+    assert back and back[-1].swapped_in == ["2", "1"] and back[-1].scheduled == [("2", 28), ("1", 1)]

@@ -28,8 +28,9 @@ says so here: a group that must be swapped out without CPU space is
 recomputed if it has one sequence and aborted otherwise (vLLM raises
 RuntimeError); a prefill that cannot go on even alone on the GPU (its
 partial last block needs a free block, watermark 0) is aborted instead of
-recomputed forever; swapped-in prefills are chunked like running ones (vLLM
-would wait forever for a budget larger than ``max_num_batched_tokens``).
+recomputed forever; a swapped-in prefill longer than ``max_num_batched_tokens``
+is chunked like a running one (vLLM, which does not chunk swapped groups,
+would wait for it forever).
 """
 
 from __future__ import annotations
@@ -218,9 +219,12 @@ class Scheduler:
         self.manager.free(seq)
 
     # -- token counts (vLLM's _get_num_new_uncached_and_cached_tokens) --------------------
-    def _new_tokens(self, request: SimRequest, status: SequenceStatus, budget: SchedulingBudget) -> tuple[int, int]:
+    def _new_tokens(
+        self, request: SimRequest, status: SequenceStatus, budget: SchedulingBudget, enable_chunking: bool = True
+    ) -> tuple[int, int]:
         """(uncached, cached) new tokens of the group's ``status`` sequences;
-        a single sequence is chunked to the remaining budget."""
+        with ``enable_chunking`` a single sequence is cut to the remaining
+        budget (to whole blocks with prefix caching)."""
         num_uncached = num_cached = 0
         seqs = request.get_seqs(status)
         for seq in seqs:
@@ -237,14 +241,19 @@ class Scheduler:
             num_cached += num_cached_new
         if num_uncached == 0 and num_cached > 0:
             num_uncached, num_cached = 1, num_cached - 1  # a full hit still computes its last token
-        if len(seqs) == 1:
-            remaining = budget.remaining_token_budget()
-            if self.config.enable_prefix_caching:  # partial prefills stay block-aligned
-                remaining = remaining // self.config.block_size * self.config.block_size
-            num_uncached = min(num_uncached, remaining)
-        elif num_uncached > budget.remaining_token_budget():
+        if len(seqs) == 1 and enable_chunking:
+            num_uncached = self._chunk(num_uncached, budget)
+        elif len(seqs) > 1 and num_uncached > budget.remaining_token_budget():
             num_uncached = 0  # several decoding samples do not fit: wait (vLLM would overrun the budget)
         return num_uncached, num_cached
+
+    def _chunk(self, num_tokens: int, budget: SchedulingBudget) -> int:
+        """``num_tokens`` cut to the remaining budget; with prefix caching to
+        whole blocks, so a partial prefill never ends inside a block."""
+        remaining = budget.remaining_token_budget()
+        if self.config.enable_prefix_caching:
+            remaining = remaining // self.config.block_size * self.config.block_size
+        return min(num_tokens, remaining)
 
     # -- one step -----------------------------------------------------------------------------
     def schedule(self, now: float) -> StepOutput:
@@ -370,7 +379,12 @@ class Scheduler:
                 self.num_ignored += 1
                 continue
             num_new_seqs = request.get_max_num_running_seqs()
-            num_uncached, num_cached = self._new_tokens(request, SequenceStatus.SWAPPED, budget)
+            # vLLM does not chunk swapped groups: a decode comes back with its one token even
+            # when less than a block of budget is left. A prefill longer than a whole step's
+            # budget would wait for ever there; it is chunked like a running one instead.
+            num_uncached, num_cached = self._new_tokens(request, SequenceStatus.SWAPPED, budget, enable_chunking=False)
+            if is_prefill and num_uncached > self.config.max_num_batched_tokens:
+                num_uncached = self._chunk(num_uncached, budget)
             if num_uncached == 0 or not budget.can_schedule(num_uncached, num_new_seqs):
                 self._untrack(request, SequenceStatus.SWAPPED)
                 break
@@ -491,19 +505,21 @@ class Scheduler:
             self._num_cached_tokens(child)
 
     def free_finished(self, finished_seqs: Iterable[Sequence]) -> list[SimRequest]:
-        """Free the sequences that finished this step (in running-queue
-        order, as vLLM does) and drop the groups that are done."""
-        pending = {seq.seq_id for seq in finished_seqs}
+        """Free the sequences that finished this step, in the order given, and
+        drop the groups that are done (in running-queue order).
+
+        vLLM's engine frees each finished sequence while it processes the
+        model's output, group by group in the order of the scheduled batch
+        (new prefills, running prefills, swapped-in prefills, running
+        decodes, swapped-in decodes); its ``free_finished_seq_groups`` later
+        finds nothing left to free. The order matters: freed blocks go to the
+        front of the free list, so it decides the ids handed out next."""
+        for seq in finished_seqs:
+            self._free(seq)
         done: list[SimRequest] = []
         remaining: deque[SimRequest] = deque()
         for request in self.running:
-            for seq in request.seqs:
-                if seq.seq_id in pending:
-                    self._free(seq)
-            if request.is_finished():
-                done.append(request)
-            else:
-                remaining.append(request)
+            (done if request.is_finished() else remaining).append(request)
         self.running = remaining
         self.records[-1].finished.extend(r.request_id for r in done)
         return done
