@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from blockspace.interfaces import load_manager_class
@@ -16,10 +17,7 @@ from blockspace.workloads import parse_lines
 
 
 def fast_class():
-    try:
-        return load_manager_class("fast")
-    except (ImportError, AttributeError):
-        pytest.skip("blockspace.fast provides no FastBlockSpaceManager yet")
+    return load_manager_class("fast")
 
 
 def sample_trace():
@@ -122,7 +120,7 @@ def test_cli_writes_summary_json_and_plot(tmp_path, capsys):
     status = main(["--manager", "reference", "--max-requests", "25", "--max-output-len", "20", "--out", str(out), "--quiet"])
     printed = capsys.readouterr().out
     assert status == 0
-    assert "requests finished" in printed and "TTFT p50/p90/p99" in printed and "manager CPU per step" in printed
+    assert "requests finished" in printed and "TTFT p50/p90/p99" in printed and "wall time in the manager / step" in printed
     assert str(out / "simulation.png") in printed and str(out / "simulation.json") in printed
     assert (out / "simulation.png").stat().st_size > 10_000
     document = json.loads((out / "simulation.json").read_text())
@@ -141,7 +139,7 @@ def test_cli_compare_asserts_identical_decisions(tmp_path, capsys):
     )
     printed = capsys.readouterr().out
     assert status == 0
-    assert "identical" in printed and "manager CPU time" in printed
+    assert "identical" in printed and "wall time inside the manager" in printed
     assert json.loads((tmp_path / "simulation.json").read_text())["identical_decisions"] is True
 
 
@@ -179,3 +177,38 @@ def test_bad_arguments_are_one_error_line_before_any_work(tmp_path, capsys, argv
     captured = capsys.readouterr()
     assert captured.err.startswith("error: ") and message in captured.err and captured.err.count("\n") == 1
     assert "replaying" not in captured.out and not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+@pytest.mark.parametrize(
+    ("lines", "warning"),
+    [
+        ("", "the trace holds no requests"),
+        ('{"timestamp": 0, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]}\n', "no request finished (1 ignored"),
+    ],
+)
+def test_an_empty_or_degenerate_run_warns(tmp_path, capsys, lines, warning):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(lines)
+    argv = ["--trace", str(trace), "--num-gpu-blocks", "8", "--out", str(tmp_path), "--quiet", "--no-plot"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("warning: FastBlockSpaceManager: " + warning), err
+
+
+def test_the_plot_states_what_ran_and_bins_latency_by_finish_time():
+    from blockspace.simulator.plot import latency_over_time, title_of
+
+    config = SimulationConfig(num_gpu_blocks=1200, num_cpu_blocks=0, scheduler=SchedulerConfig(enable_prefix_caching=False))
+    result = run_simulation(load_trace(None, 30), fast_class(), config)
+    title = title_of(result, "the bundled sample")
+    assert "FastBlockSpaceManager" in title and "block size 16" in title and "1,200 GPU blocks" in title
+    assert "prefix caching off" in title and "30 requests of the bundled sample" in title
+    curves = latency_over_time(result, num_bins=4)
+    done = [r for r in result.requests if r.finish_s is not None]  # a few prompts exceed 1,200 blocks
+    finish = [r.finish_s for r in done]
+    quarter = (max(finish) - min(finish)) / 4
+    first_bin = [r.finish_s - r.arrival_s for r in done if r.finish_s < min(finish) + quarter]
+    assert len(curves["time_s"]) == 4 and curves["time_s"][0] == pytest.approx(min(finish) + quarter / 2)
+    assert curves["e2e_p50"][0] == pytest.approx(float(np.percentile(first_bin, 50)))
+    assert all(np.isnan(a) or a <= b for a, b in zip(curves["ttft_p50"], curves["ttft_p99"]))
+    assert result.startup_s > 0 and summarize(result)["manager_startup_s"] == result.startup_s

@@ -19,7 +19,14 @@ from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.extras import require
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
-from blockspace.simulator.report import first_difference, format_comparison, format_summary, summarize, write_json
+from blockspace.simulator.report import (
+    first_difference,
+    format_comparison,
+    format_summary,
+    summarize,
+    warnings_for,
+    write_json,
+)
 from blockspace.simulator.scheduler import PREEMPTION_MODES, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
 from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace, scale_arrivals, trace_source
@@ -81,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--out", type=Path, default=Path("out"), help="folder for the plot and JSON (default: out)")
     output.add_argument("--no-plot", action="store_true", help="skip the PNG")
     output.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    sweeping = parser.add_argument_group("sweeps (blockspace/simulator/sweep.py)")
+    sweeping.add_argument(
+        "--sweep", metavar="KEY=V1,V2", action="append", default=[],
+        help="run every combination of these values of simulate options (repeatable), e.g. num_gpu_blocks=8192,16384",
+    )  # fmt: skip
+    sweeping.add_argument("--workers", type=int, help="parallel runs of a sweep (default: one per core)")
+    sweeping.add_argument("--executor", choices=("process", "ray"), default="process",
+                          help="where a sweep's runs go: worker processes (default) or a Ray cluster")  # fmt: skip
     return parser
 
 
@@ -99,6 +115,7 @@ AT_LEAST = {
     "max_num_batched_tokens": 1,
     "n": 1,
     "max_output_len": 1,
+    "workers": 1,
 }
 POSITIVE = ("time_scale", "kv_memory_gib")  # real numbers that must be > 0
 NOT_NEGATIVE = ("watermark", "swap_space_gib", "step_overhead_ms", "prefill_token_us", "decode_seq_us",
@@ -168,6 +185,23 @@ def resolve_manager(name: str) -> type:
         raise BlockSpaceError(f"cannot load manager {name!r}: {error}") from None
 
 
+def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--sweep``: every configuration checked, then the runs (sweep.py)."""
+    from blockspace.simulator.sweep import parse_sweeps, sweep
+
+    if args.compare:
+        raise InvalidArgumentError("--sweep runs one manager: use --manager, not --compare")
+    sweeps = parse_sweeps(args.sweep, parser)
+    resolve_manager(args.manager)
+
+    def make_config(run_args: argparse.Namespace) -> SimulationConfig:
+        check_arguments(run_args)
+        return simulation_config(run_args, record_tables=False)
+
+    trace = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
+    return sweep(args, sweeps, make_config, trace, trace_source(args.trace))
+
+
 def _progress_bar(total: int, label: str, enabled: bool) -> tuple[Any, Callable[[int], None] | None]:
     """A rich progress bar over requests done, when stdout is a terminal."""
     if not enabled or not sys.stdout.isatty():
@@ -190,10 +224,13 @@ def _run(trace: list[TraceRequest], manager_class: type, config: SimulationConfi
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         check_arguments(args)
         check_extras(args)
+        if args.sweep:
+            return _sweep(parser, args)
         if args.compare:
             names = [name.strip() for name in args.compare.split(",") if name.strip()]
             if len(names) != 2:
@@ -213,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     summaries = [summarize(result) for result in results]
     extra: dict[str, Any] = {"trace": trace_source(args.trace)}
     status = 0
+    for summary in summaries:
+        for warning in warnings_for(summary):
+            print(f"warning: {summary['manager'].rsplit('.', 1)[-1]}: {warning}", file=sys.stderr)
     if len(results) == 1:
         print(format_summary(summaries[0]))
     else:
@@ -235,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         from blockspace.simulator.plot import plot_runs
 
         png_path = args.out / "simulation.png"
-        plot_runs(png_path, results)
+        plot_runs(png_path, results, trace_source(args.trace))
         print(f"plot:    {png_path}")
     return status
 

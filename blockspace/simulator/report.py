@@ -6,7 +6,9 @@ the GPU) and aborted requests are counted apart. Throughput is over the
 simulated time from the first arrival to the last finish. KV usage is the
 GPU blocks held by sequences (``num_gpu_blocks - get_num_free_gpu_blocks()``,
 so idle cached blocks count as free, as in vLLM); its mean is weighted by
-step time. Manager time is real CPU time on this machine (``TimedManager``).
+step time. Manager time is the wall time spent inside the manager's calls
+on this machine (``TimedManager``), after the warm-up; the warm-up itself is
+the start-up line.
 """
 
 from __future__ import annotations
@@ -87,14 +89,30 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "peak_usage": float(used.max() / config.num_gpu_blocks) if used.size else 0.0,
             "mean_usage": float((used * step_s).sum() / busy / config.num_gpu_blocks) if busy > 0 else 0.0,
         },
-        "manager_cpu": {
+        "manager_time": {  # wall time inside the manager's calls
             "total_s": float(manager_us.sum() / 1e6),
             "per_step_mean_us": float(manager_us.mean()) if manager_us.size else 0.0,
             "per_step_p99_us": float(np.percentile(manager_us, 99)) if manager_us.size else 0.0,
             "calls": scheduler.manager.num_calls,
         },
+        "manager_startup_s": result.startup_s,
         "wall_s": result.wall_s,
     }
+
+
+def warnings_for(summary: dict[str, Any]) -> list[str]:
+    """What makes a run's figures empty or misleading, in words."""
+    requests = summary["requests"]
+    if requests["arrived"] == 0:
+        return ["the trace holds no requests: every figure is empty"]
+    if requests["finished"] == 0:
+        return [
+            f"no request finished ({requests['ignored']} ignored as too large for the GPU, "
+            f"{requests['aborted']} aborted): latency and throughput are empty"
+        ]
+    if requests["ignored"] + requests["aborted"] > requests["finished"]:
+        return [f"most requests did not run ({requests['ignored']} ignored, {requests['aborted']} aborted)"]
+    return []
 
 
 def _fmt(value: Any, unit: str = "") -> str:
@@ -111,7 +129,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     cache = summary["prefix_cache"]
     pre = summary["preemption"]
     kv = summary["kv_cache"]
-    cpu = summary["manager_cpu"]
+    cpu = summary["manager_time"]
     rows = [
         ("requests finished", f"{requests['finished']:,} of {requests['arrived']:,} "
          f"({requests['ignored']} ignored, {requests['aborted']} aborted)"),
@@ -133,8 +151,9 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("swap volume", f"{pre['blocks_swapped_out']:,} blocks out, {pre['blocks_swapped_in']:,} blocks in"),
         ("KV usage peak / mean", f"{kv['peak_usage']:.1%} / {kv['mean_usage']:.1%} of {kv['num_gpu_blocks']:,} "
          f"GPU blocks ({kv['peak_used_blocks']:,} peak)"),
-        ("manager CPU per step", f"mean {cpu['per_step_mean_us']:,.1f} us, p99 {cpu['per_step_p99_us']:,.1f} us "
-         f"(total {cpu['total_s']:.2f} s, {cpu['calls']:,} calls)"),
+        ("wall time in the manager / step", f"mean {cpu['per_step_mean_us']:,.1f} us, "
+         f"p99 {cpu['per_step_p99_us']:,.1f} us (total {cpu['total_s']:.2f} s, {cpu['calls']:,} calls)"),
+        ("manager start-up", _fmt(summary["manager_startup_s"], " s") + " (warm-up, not in the figures above)"),
         ("wall time", _fmt(summary["wall_s"], " s")),
     ]
     return rows
@@ -149,7 +168,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def format_comparison(summaries: list[dict[str, Any]]) -> str:
-    """The runs side by side, with the ratio of manager CPU time."""
+    """The runs side by side, with the ratio of the wall time inside the managers."""
     names = [s["manager"].rsplit(".", 1)[-1] for s in summaries]
     table = [summary_rows(s) for s in summaries]
     width = max(len(label) for label, _ in table[0])
@@ -159,11 +178,11 @@ def format_comparison(summaries: list[dict[str, Any]]) -> str:
     for index, (label, _) in enumerate(table[0]):
         values = [rows[index][1] for rows in table]
         lines.append(f"  {label:<{width}}  " + "  ".join(f"{value:<{column}}" for value in values))
-    base = summaries[0]["manager_cpu"]["total_s"]
+    base = summaries[0]["manager_time"]["total_s"]
     for name, summary in zip(names[1:], summaries[1:]):
-        other = summary["manager_cpu"]["total_s"]
+        other = summary["manager_time"]["total_s"]
         ratio = base / other if other > 0 else float("inf")
-        lines.append(f"  manager CPU time {names[0]} / {name}: {ratio:.2f}x")
+        lines.append(f"  wall time inside the manager {names[0]} / {name}: {ratio:.2f}x")
     return "\n".join(lines)
 
 
@@ -199,4 +218,12 @@ def write_json(path: Path, results: list[SimulationResult], summaries: list[dict
     path.write_text(json.dumps(document, indent=1))
 
 
-__all__ = ["first_difference", "format_comparison", "format_summary", "summarize", "summary_rows", "write_json"]
+__all__ = [
+    "first_difference",
+    "format_comparison",
+    "format_summary",
+    "summarize",
+    "summary_rows",
+    "warnings_for",
+    "write_json",
+]

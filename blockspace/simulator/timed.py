@@ -1,4 +1,4 @@
-"""Measuring the real CPU time a manager spends, call by call.
+"""Measuring the wall time a manager spends inside its calls, call by call.
 
 The simulated clock says how long the GPU would take; this says how long
 the block manager itself took on this machine, which is what the ``fast``

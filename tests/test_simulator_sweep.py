@@ -1,0 +1,128 @@
+"""``blockspace simulate --sweep``: values parsed and every configuration
+checked before any run, runs in worker processes (or Ray's pool) with the
+same figures as single runs, and the summary, CSV, per-run JSON and plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import types
+from multiprocessing.pool import ThreadPool
+
+import pytest
+
+from blockspace.cli import main as blockspace
+from blockspace.errors import InvalidArgumentError
+from blockspace.interfaces import load_manager_class
+from blockspace.simulator.cli import build_parser, simulation_config
+from blockspace.simulator.report import summarize
+from blockspace.simulator.simulation import run_simulation
+from blockspace.simulator.sweep import configurations, parse_sweeps
+from blockspace.workloads import load_trace
+
+SMALL = ["--max-requests", "12", "--max-output-len", "16"]
+
+
+def test_values_are_parsed_as_the_option_parses_them():
+    parser = build_parser()
+    sweeps = parse_sweeps(
+        ["num-gpu-blocks=512,1024", "enable_prefix_caching=on,off", "preemption_mode=swap", "watermark=0,0.05"], parser
+    )
+    assert sweeps == [
+        ("num_gpu_blocks", [512, 1024]),
+        ("enable_prefix_caching", [True, False]),
+        ("preemption_mode", ["swap"]),
+        ("watermark", [0.0, 0.05]),
+    ]
+    assert len(configurations(sweeps)) == 8 and configurations(sweeps)[1] == {
+        "num_gpu_blocks": 512, "enable_prefix_caching": True, "preemption_mode": "swap", "watermark": 0.05,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("num_gpu_blockz=1,2", "no option 'num_gpu_blockz'"),
+        ("num_gpu_blocks=1,x", "'x' is not a valid value"),
+        ("num_gpu_blocks=", "expected KEY=V1,V2"),
+        ("preemption_mode=swap,later", "'later' is not a valid value"),
+        ("enable_prefix_caching=maybe", "'maybe' is not a valid value"),
+        ("block_size=16,16", "appears twice"),
+        ("trace=a.jsonl,b.jsonl", "no option 'trace'"),
+    ],
+)
+def test_a_bad_sweep_is_refused_naming_it(spec, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        parse_sweeps([spec], build_parser())
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--sweep", "num_gpu_blocks=64,0"],  # the second configuration is out of range
+        ["--sweep", "max_num_batched_tokens=2048,8", "--max-num-seqs", "16"],  # fewer tokens than sequences
+        ["--sweep", "block_size=16,32", "--compare", "reference,fast"],
+        ["--sweep", "block_size=16", "--workers", "0"],
+        ["--sweep", "block_size=16", "--manager", "fastt"],
+    ],
+)
+def test_a_bad_configuration_stops_the_sweep_before_any_run(argv, tmp_path, capsys):
+    assert blockspace(["simulate", *SMALL, "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert not (tmp_path / "sweep").exists()
+
+
+def single_run(num_gpu_blocks: int, caching: bool) -> dict:
+    args = build_parser().parse_args([*SMALL, "--num-gpu-blocks", str(num_gpu_blocks)] + ([] if caching else ["--no-enable-prefix-caching"]))
+    config = simulation_config(args, record_tables=False)
+    return summarize(run_simulation(load_trace(None, 12), load_manager_class("fast"), config))
+
+
+def test_a_sweep_in_worker_processes_gives_the_figures_of_single_runs(tmp_path, capsys):
+    argv = ["simulate", *SMALL, "--out", str(tmp_path), "--workers", "2"]
+    argv += ["--sweep", "num_gpu_blocks=600,4000", "--sweep", "enable_prefix_caching=on,off"]
+    assert blockspace(argv) == 0
+    document = json.loads((tmp_path / "sweep.json").read_text())
+    assert [run["values"] for run in document["runs"]] == [
+        {"num_gpu_blocks": 600, "enable_prefix_caching": True},
+        {"num_gpu_blocks": 600, "enable_prefix_caching": False},
+        {"num_gpu_blocks": 4000, "enable_prefix_caching": True},
+        {"num_gpu_blocks": 4000, "enable_prefix_caching": False},
+    ]
+    volatile = ("manager_time", "manager_startup_s", "wall_s")
+    for run in document["runs"]:
+        alone = single_run(run["values"]["num_gpu_blocks"], run["values"]["enable_prefix_caching"])
+        assert {k: v for k, v in run["summary"].items() if k not in volatile} == {
+            k: v for k, v in alone.items() if k not in volatile
+        }
+    rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
+    assert len(rows) == 4 and {"ttft_p99_s", "e2e_p50_s", "hit_rate", "preemptions", "peak_kv_usage"} <= set(rows[0])
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == [f"run-{k}.json" for k in range(4)]
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
+    printed = capsys.readouterr().out
+    assert "4 runs" in printed and "2 worker(s)" in printed and printed.count("/4]") == 4
+
+
+def test_the_ray_executor_uses_rays_pool(tmp_path, monkeypatch, capsys):
+    """With Ray installed, its ``Pool`` runs the sweep (here a stand-in with
+    Ray's interface: a thread pool); without it, one error line."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+    argv = ["simulate", *SMALL, "--no-plot", "--out", str(tmp_path), "--executor", "ray", "--sweep", "block_size=16,32"]
+    assert blockspace(argv) == 2 and "pip install ray" in capsys.readouterr().err
+    used = []
+
+    class Pool(ThreadPool):
+        def __init__(self, processes: int) -> None:
+            used.append(processes)
+            super().__init__(processes)
+
+    ray = types.ModuleType("ray")
+    ray.util = types.ModuleType("ray.util")
+    ray.util.multiprocessing = types.ModuleType("ray.util.multiprocessing")
+    ray.util.multiprocessing.Pool = Pool
+    for name, module in (("ray", ray), ("ray.util", ray.util), ("ray.util.multiprocessing", ray.util.multiprocessing)):
+        monkeypatch.setitem(sys.modules, name, module)
+    assert blockspace([*argv, "--workers", "2"]) == 0
+    assert used == [2] and len(json.loads((tmp_path / "sweep.json").read_text())["runs"]) == 2
