@@ -358,6 +358,8 @@ class FastBlockSpaceManager(BlockSpaceManager):
     can_append_slots_rows = _part_method("arrays", RowSteps.can_append_slots_rows)
     append_slots_rows = _part_method("arrays", RowSteps.append_slots_rows)
     block_tables = _part_method("arrays", RowSteps.block_tables)
+    block_table_array = _part_method("arrays", RowSteps.block_table_array)
+    access_all_blocks_rows = _part_method("arrays", RowSteps.access_all_blocks_rows)
     slot_mapping = _part_method("arrays", RowSteps.slot_mapping)
 
     def row_of(self, seq: Any) -> int:

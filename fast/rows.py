@@ -18,6 +18,7 @@ the sequences.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -153,16 +154,25 @@ class RowSteps:
         if token_ids is None or len(token_ids) != len(rows):
             raise InvalidArgumentError("with prefix caching, append_slots_rows needs token_ids for every row")
         block_size = self.appends.block_size
+        lengths = np.fromiter(map(len, token_ids), np.int64, len(rows))
+        wrong = np.flatnonzero(lengths != seq_lens)
+        if wrong.size:
+            i = int(wrong[0])
+            raise InvalidArgumentError(f"token_ids[{i}] has {lengths[i]} tokens, seq_lens[{i}] says {seq_lens[i]}")
+        block_starts = num_filled - num_filled % block_size
+        starts = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(seq_lens - block_starts, out=starts[1:])
+        tails = [ids[start:] for ids, start in zip(token_ids, block_starts.tolist())]
+        if all(type(tail) is list for tail in tails):  # the usual case: one conversion and one check for the batch
+            flat = token_array_or_none(list(chain.from_iterable(tails)))
+            if flat is not None:
+                return flat, starts
         parts = []
-        for i, (ids, length, filled) in enumerate(zip(token_ids, seq_lens.tolist(), num_filled.tolist())):
-            if len(ids) != length:
-                raise InvalidArgumentError(f"token_ids[{i}] has {len(ids)} tokens, seq_lens[{i}] says {length}")
-            part = token_array_or_none(ids[filled - filled % block_size :])
+        for i, tail in enumerate(tails):
+            part = token_array_or_none(tail)
             if part is None:
                 raise InvalidArgumentError(f"token_ids[{i}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
             parts.append(part)
-        starts = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum([len(part) for part in parts], out=starts[1:])
         return (np.concatenate(parts) if parts else T.NO_TOKENS), starts
 
     def block_tables(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> Any:
@@ -171,12 +181,28 @@ class RowSteps:
         (default 0, as vLLM's model runner). ``seqs`` may also be an array
         of table rows (``rows_of``). Needs torch (the ``[gpu]`` extra)."""
         torch = _torch("block_tables")
+        return torch.from_numpy(self.block_table_array(seqs, pad))
+
+    def block_table_array(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> np.ndarray:
+        """``block_tables`` as a NumPy ``int32`` array (no torch needed): for a
+        scheduler that keeps its batch in NumPy, or a model runner of its own.
+        With ``pad=-1`` a row's block ids are its entries up to the first -1."""
         if type(pad) is not int:
             raise InvalidArgumentError(f"pad must be an int block id, got {pad!r}")
         rows, width = self._rows_and_width(seqs)
         out = np.empty((len(rows), width), np.int32)
         kernels.gather_tables(self.store.tables_ref, rows, pad, out)
-        return torch.from_numpy(out)
+        return out
+
+    def access_all_blocks_rows(self, rows: Any, access_time: float) -> None:
+        """``access_all_blocks_in_seq(seq, access_time)`` for the sequence of
+        every row (the rows are checked first: nothing changes on bad input)."""
+        if not self.appends.caching:
+            return
+        rows, _, _ = self._checked_rows(rows)
+        times, seq_of_row = self.rows.access_times, self.rows.seq_of_row
+        for row in rows.tolist():
+            times[seq_of_row[row]] = access_time
 
     def slot_mapping(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> Any:
         """The KV-cache slot of every token of the step, sequence by sequence:

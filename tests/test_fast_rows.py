@@ -79,7 +79,13 @@ def test_row_steps_equal_the_per_sequence_calls(name, seed):
             extra["num_computed_tokens"] = [seq.data.get_num_computed_tokens() for seq in fast_seqs]
         pairs = fast.append_slots_rows(rows, lengths, lookahead, **extra)
         tables = fast.block_tables(rows)
+        array = fast.block_table_array(rows, pad=-1)
+        for seq in ref_seqs:
+            reference.access_all_blocks_in_seq(seq, float(step))
+        fast.access_all_blocks_rows(rows, float(step))
 
+        assert array.dtype == np.int32 and array.shape == tuple(tables.shape)
+        assert [[b for b in row if b != -1] for row in array.tolist()] == expected_tables
         for manager in (reference, fast):
             manager.mark_blocks_as_computed(None, 0)
         assert fits.tolist() == expected_fits, step
@@ -147,6 +153,8 @@ def test_bad_batches_raise_and_change_nothing():
     caching.allocate(group)
     row = caching.rows_of(group.seqs)
     unchanged(caching, lambda: caching.append_slots_rows(row, [4], 0), InvalidArgumentError, "token_ids")
+    unchanged(caching, lambda: caching.access_all_blocks_rows([row[0], 77], 1.0), UnknownSequenceError, "77")
+    unchanged(caching, lambda: caching.block_table_array(row, pad=None), InvalidArgumentError, "pad")
     unchanged(
         caching, lambda: caching.append_slots_rows(row, [4], 0, token_ids=[[1, 2, 3]]), InvalidArgumentError, "has 3"
     )

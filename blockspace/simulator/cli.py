@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from blockspace.simulator.report import (
     warnings_for,
     write_json,
 )
-from blockspace.simulator.scheduler import PREEMPTION_MODES, SchedulerConfig
+from blockspace.simulator.row_step import offers_rows
+from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
 from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace, scale_arrivals, trace_source
 
@@ -47,7 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-scale", type=float, default=1.0, help="multiply arrival times (2 = half the request rate; default 1)"
     )
     source.add_argument("--manager", default="fast", help="reference | fast | package.module:Class (default: fast)")
-    source.add_argument("--compare", metavar="A,B", help="run two managers and require identical decisions")
+    source.add_argument(
+        "--compare", metavar="A,B",
+        help="run two managers and require identical decisions; NAME@calls or NAME@rows picks the step path",
+    )  # fmt: skip
+    source.add_argument(
+        "--step", choices=STEP_PATHS, default="auto",
+        help="decodes through the manager's row API (rows), per call (calls), or rows where offered (auto)",
+    )  # fmt: skip
 
     memory = parser.add_argument_group("KV cache")
     memory.add_argument("--block-size", type=int, default=16, help="tokens per block (default: 16)")
@@ -165,6 +174,7 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
             enable_prefix_caching=args.enable_prefix_caching,
             preemption_mode=args.preemption_mode,
             record_tables=record_tables,
+            step=args.step,
         ),
         step_time=StepTimeModel(
             args.step_overhead_ms, args.prefill_token_us, args.decode_seq_us, args.kv_token_read_ns, args.swap_block_us
@@ -183,6 +193,14 @@ def resolve_manager(name: str) -> type:
         raise InvalidArgumentError(f"--manager: {error}") from None
     except (ImportError, AttributeError) as error:
         raise BlockSpaceError(f"cannot load manager {name!r}: {error}") from None
+
+
+def resolve_run(name: str, default_step: str) -> tuple[type, str]:
+    """``NAME`` or ``NAME@STEP``: the manager class and the step path."""
+    manager, at, step = name.partition("@")
+    if at and step not in STEP_PATHS:
+        raise InvalidArgumentError(f"--compare: {name!r}: the step path after @ must be one of {', '.join(STEP_PATHS)}")
+    return resolve_manager(manager), step if at else default_step
 
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -235,14 +253,18 @@ def main(argv: list[str] | None = None) -> int:
             names = [name.strip() for name in args.compare.split(",") if name.strip()]
             if len(names) != 2:
                 raise BlockSpaceError(f"--compare takes two managers, A,B; got {args.compare!r}")
-            classes = [resolve_manager(name) for name in names]
+            runs = [resolve_run(name, args.step) for name in names]
         else:
-            classes = [resolve_manager(args.manager)]
-        config = simulation_config(args, record_tables=len(classes) > 1)
+            runs = [(resolve_manager(args.manager), args.step)]
+        config = simulation_config(args, record_tables=len(runs) > 1)
+        configs = [replace(config, scheduler=replace(config.scheduler, step=step)) for _, step in runs]
+        for cls, step in runs:
+            if step == "rows" and not offers_rows(cls):
+                raise InvalidArgumentError(f"--step rows: {cls.__name__} offers no row API (fast/rows.py)")
         trace = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
         print(f"replaying {len(trace):,} requests from {trace_source(args.trace)} ({config.num_gpu_blocks:,} GPU blocks, "
               f"{config.num_cpu_blocks:,} CPU blocks, block size {config.scheduler.block_size})")
-        results = [_run(trace, cls, config, args.quiet) for cls in classes]
+        results = [_run(trace, cls, run_config, args.quiet) for (cls, _), run_config in zip(runs, configs)]
     except BlockSpaceError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -44,9 +44,11 @@ from blockspace.enums import AllocStatus, SequenceStatus
 from blockspace.errors import InvalidConfigError, NoFreeBlocksError
 from blockspace.sequence import Sequence
 from blockspace.simulator.request import SimRequest
+from blockspace.simulator.row_step import RowStep, is_single_decode, offers_rows
 from blockspace.simulator.timed import TimedManager
 
 PREEMPTION_MODES = ("recompute", "swap")
+STEP_PATHS = ("auto", "calls", "rows")  # auto: the row API where the manager offers it (row_step.py)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class SchedulerConfig:
     enable_prefix_caching: bool = True
     preemption_mode: str = "recompute"
     record_tables: bool = False  # hash block tables, CoW pairs and swap mappings into each StepRecord
+    step: str = "auto"  # how decodes reach the manager: STEP_PATHS
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -74,6 +77,8 @@ class SchedulerConfig:
             raise InvalidConfigError("with prefix caching, max_num_batched_tokens must hold at least one block")
         if self.preemption_mode not in PREEMPTION_MODES:
             raise InvalidConfigError(f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
+        if self.step not in STEP_PATHS:
+            raise InvalidConfigError(f"step must be one of {STEP_PATHS}, got {self.step!r}")
 
 
 class SchedulingBudget:
@@ -113,6 +118,12 @@ class SchedulingBudget:
         if request_id not in self._seq_requests:
             self._seq_requests.add(request_id)
             self.num_curr_seqs += num_seqs
+
+    def add_decodes(self, request_ids: list[str]) -> None:
+        """One token and one sequence for each request (a run of single decodes)."""
+        for request_id in request_ids:
+            self.add_num_batched_tokens(request_id, 1)
+            self.add_num_seqs(request_id, 1)
 
     def subtract_num_seqs(self, request_id: str, num_seqs: int) -> None:
         if request_id in self._seq_requests:
@@ -179,6 +190,10 @@ class Scheduler:
     def __init__(self, manager: Any, config: SchedulerConfig) -> None:
         self.config = config
         self.manager = manager if isinstance(manager, TimedManager) else TimedManager(manager)
+        rows = config.step != "calls" and offers_rows(self.manager.manager)
+        if config.step == "rows" and not rows:
+            raise InvalidConfigError(f"step='rows': {type(self.manager.manager).__name__} offers no row API")
+        self.row_step = RowStep(self.manager, config.block_size, config.enable_prefix_caching) if rows else None
         self.waiting: deque[SimRequest] = deque()
         self.running: deque[SimRequest] = deque()
         self.swapped: deque[SimRequest] = deque()
@@ -261,6 +276,8 @@ class Scheduler:
         record = StepRecord(step=len(self.records), time_s=now)
         self.records.append(record)
         budget = SchedulingBudget(self.config.max_num_batched_tokens, self.config.max_num_seqs)
+        if self.row_step is not None:
+            self.row_step.start_step()
         copies: list[tuple[int, int]] = []
         swap_out: list[tuple[int, int]] = []
         swap_in: list[tuple[int, int]] = []
@@ -289,22 +306,37 @@ class Scheduler:
         record.scheduled = [(g.request.request_id, g.token_chunk_size) for g in scheduled]
         self.num_copy_on_writes += len(copies)
         tables = self._touch_scheduled(scheduled, now)
-        for group in scheduled:
-            self.manager.mark_blocks_as_computed(group.request, group.token_chunk_size)
+        if self.row_step is not None:  # the calls would follow one another: one does it all
+            if scheduled:
+                self.manager.mark_blocks_as_computed(scheduled[0].request, scheduled[0].token_chunk_size)
+        else:
+            for group in scheduled:
+                self.manager.mark_blocks_as_computed(group.request, group.token_chunk_size)
         if self.config.record_tables:
             record.digest = hash((tuple(tables), tuple(copies), tuple(swap_in), tuple(swap_out)))
         return StepOutput(scheduled, record, swap_in, swap_out, copies)
 
     def _touch_scheduled(self, scheduled: list[ScheduledGroup], now: float) -> list[tuple[int, tuple[int, ...]]]:
-        """vLLM's per-sequence metadata pass: tables, access time, computed ids."""
+        """vLLM's per-sequence metadata pass: tables, access time, computed ids
+        (for the groups of row runs, tables and access times in one call each)."""
+        record = self.config.record_tables
+        batched: set[str] = set()
+        run_tables: dict[int, tuple[int, ...]] = {}
+        if self.row_step is not None:
+            batched = self.row_step.requests
+            run_tables = self.row_step.touch(now, record)
         tables = []
         for group in scheduled:
             seqs = group.request.get_seqs(SequenceStatus.RUNNING)
-            for seq in seqs:
-                table = self.manager.get_block_table(seq)
-                if self.config.record_tables:
-                    tables.append((seq.seq_id, tuple(table or ())))  # the placeholder manager has none
-                self.manager.access_all_blocks_in_seq(seq, now)
+            if group.request.request_id in batched:
+                if record:
+                    tables.append((seqs[0].seq_id, run_tables[seqs[0].seq_id]))
+            else:
+                for seq in seqs:
+                    table = self.manager.get_block_table(seq)
+                    if record:
+                        tables.append((seq.seq_id, tuple(table or ())))  # the placeholder manager has none
+                    self.manager.access_all_blocks_in_seq(seq, now)
             if self.config.enable_prefix_caching:
                 self._tracked.update(seq.seq_id for seq in seqs)
                 self.manager.get_common_computed_block_ids(seqs)
@@ -322,8 +354,17 @@ class Scheduler:
         preempted: list[SimRequest] = []
         swapped_out: list[SimRequest] = []
         queue = self.running
+        row_step = self.row_step
         while queue:
             request = queue[0]
+            if row_step is not None and row_step.usable and is_single_decode(request):
+                run = row_step.schedule_run(queue, budget, copies)
+                if run is None:
+                    break  # the budget is spent
+                if run:
+                    decodes += [ScheduledGroup(r, 1, 1, False) for r in run]
+                    budget.add_decodes([r.request_id for r in run])
+                    continue
             num_tokens, _ = self._new_tokens(request, SequenceStatus.RUNNING, budget)
             if num_tokens == 0:
                 break  # the budget is spent
@@ -527,6 +568,7 @@ class Scheduler:
 
 __all__ = [
     "PREEMPTION_MODES",
+    "STEP_PATHS",
     "ScheduledGroup",
     "Scheduler",
     "SchedulerConfig",

@@ -36,6 +36,15 @@ TIMED_METHODS = (
 )
 
 
+ROW_METHODS = (  # the row API (fast/rows.py), timed where the manager offers it
+    "rows_of",
+    "can_append_slots_rows",
+    "append_slots_rows",
+    "block_table_array",
+    "access_all_blocks_rows",
+)
+
+
 class TimedManager:
     """The manager's methods, each timed into ``seconds``."""
 
@@ -45,6 +54,9 @@ class TimedManager:
         self.num_calls = 0
         for name in TIMED_METHODS:
             setattr(self, name, self._timed(getattr(manager, name)))
+        for name in ROW_METHODS:
+            if callable(getattr(manager, name, None)):
+                setattr(self, name, self._timed(getattr(manager, name)))
 
     def _timed(self, method: Any) -> Any:
         clock = time.perf_counter
@@ -65,4 +77,4 @@ class TimedManager:
         return seconds
 
 
-__all__ = ["TIMED_METHODS", "TimedManager"]
+__all__ = ["ROW_METHODS", "TIMED_METHODS", "TimedManager"]

@@ -1,0 +1,100 @@
+"""The simulator's manager time per step, manager against manager and step
+path against step path, measured in turns.
+
+    python -m blockspace.bench.simulator --max-requests 200 --rounds 3
+    python -m blockspace.bench.simulator --trace conversation.jsonl --max-requests 2000 --no-enable-prefix-caching
+
+Each way (``reference``, ``fast@calls``, ``fast@rows`` by default: a manager
+and the scheduler's step path, ``blockspace/simulator/row_step.py``) replays
+the same trace with the same settings; the rounds take the ways in turn, so
+a slow spell of a shared machine slows them alike, and the best round of
+each is kept. Every way must make the same decisions (the per-step records
+are compared), or the run fails. Printed: the wall time inside the manager
+per step and in all, its ratio to the first way, and the run's wall time. A
+benchmark, not a test: nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from blockspace.interfaces import load_manager_class
+from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
+from blockspace.simulator.report import first_difference
+from blockspace.workloads import load_trace, trace_source
+
+
+def measure(trace: list, config: SimulationConfig, ways: list[str], rounds: int) -> dict[str, dict[str, Any]]:
+    """Per way: the best round's manager seconds, steps and wall seconds."""
+    best: dict[str, dict[str, Any]] = {}
+    records: dict[str, list] = {}
+    for _ in range(rounds):
+        for way in ways:
+            name, _, step = way.partition("@")
+            run_config = replace(config, scheduler=replace(config.scheduler, step=step or "auto"))
+            result = run_simulation(trace, load_manager_class(name), run_config)
+            manager_s = sum(result.timeline.manager_s)
+            records.setdefault(way, result.scheduler.records)
+            if way not in best or manager_s < best[way]["manager_s"]:
+                best[way] = {"manager_s": manager_s, "steps": len(result.timeline.manager_s), "wall_s": result.wall_s,
+                             "calls": result.scheduler.manager.num_calls}  # fmt: skip
+    first = ways[0]
+    for way in ways[1:]:
+        difference = first_difference(records[first], records[way])
+        if difference is not None:
+            raise SystemExit(f"error: {way} decided differently from {first}: {difference}")
+    return best
+
+
+def table(best: dict[str, dict[str, Any]]) -> str:
+    ways = list(best)
+    base = best[ways[0]]["manager_s"]
+    lines = [
+        f"| way | manager us / step | manager s | {ways[0]} / way | calls | wall s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for way, figures in best.items():
+        per_step = figures["manager_s"] / figures["steps"] * 1e6
+        ratio = base / figures["manager_s"] if figures["manager_s"] else float("inf")
+        lines.append(
+            f"| {way} | {per_step:,.1f} | {figures['manager_s']:.2f} | {ratio:.2f}x | {figures['calls']:,} | "
+            f"{figures['wall_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m blockspace.bench.simulator", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace", type=Path, help="Mooncake-format JSONL (default: $BLOCKSPACE_TRACE, else the sample)")
+    parser.add_argument("--max-requests", type=int, default=200)
+    parser.add_argument("--ways", default="reference,fast@calls,fast@rows", help="MANAGER[@calls|@rows],...")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--num-gpu-blocks", type=int, default=49_152)
+    parser.add_argument("--num-cpu-blocks", type=int, default=2_048)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.max_requests < 1:
+        print("error: --rounds and --max-requests must be >= 1", file=sys.stderr)
+        return 2
+    trace = load_trace(args.trace, args.max_requests)
+    config = SimulationConfig(
+        args.num_gpu_blocks, args.num_cpu_blocks, scheduler=SchedulerConfig(enable_prefix_caching=args.enable_prefix_caching)
+    )
+    ways = [way.strip() for way in args.ways.split(",") if way.strip()]
+    caching = "on" if args.enable_prefix_caching else "off"
+    print(f"{len(trace):,} requests of {trace_source(args.trace)}, prefix caching {caching}, {args.rounds} round(s) in turns")
+    best = measure(trace, config, ways, args.rounds)
+    print(table(best))
+    if args.json:
+        args.json.write_text(json.dumps({"requests": len(trace), "caching": caching, "ways": best}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The decode part of a step through the manager's row API, when it offers one.
+
+Why: a decoding sequence costs the per-call path four manager calls a step
+(``can_append_slots``, ``append_slots``, ``get_block_table``,
+``access_all_blocks_in_seq``), each a microsecond or more of Python. The fast
+manager's row API (``fast/rows.py``) does each of them for a whole batch in
+one call on table rows and lengths. This is the worked example of driving
+it from a scheduler, and the simulator's default where the manager offers
+it (detected by its methods, ``offers_rows``, not by its class).
+
+What is batched: a *run*, the longest stretch at the head of the running
+queue of groups with one sequence that is decoding (the common case; groups
+of several samples, prefills and everything else take the per-call path, in
+queue order, so block ids are handed out in the same order).
+
+Why the decisions are those of the per-call path, exactly:
+
+* Budget: a decode takes one token; the per-call loop stops at the first
+  group whose (block-aligned, with prefix caching) remaining budget is 0, so
+  the run is cut where that would happen, and the loop stops there too.
+* Room: ``can_append_slots_rows`` with the whole run as one group asks
+  whether the run's appends, together, fit the free blocks. If they do,
+  every group's own check would pass in turn (an append never takes more
+  blocks than ``can_append_slots`` counts for it), so no one is preempted and
+  ``append_slots_rows`` does the appends in queue order, giving the same
+  blocks and copy-on-write pairs. If they do not fit (``fits`` is False),
+  someone will be preempted: the rest of this step's running queue goes
+  through the per-call path, which preempts exactly as vLLM would.
+* Access times: ``access_all_blocks_rows`` for every row of the step's
+  runs at once (the order of these writes does not matter). Block tables:
+  vLLM's scheduler hands the model runner references to the tables, and
+  here the rows are those references; ``block_table_array`` builds them
+  only when the run records tables (``--compare``), which checks its
+  answers against the per-call path's at every step.
+  ``mark_blocks_as_computed`` takes no arguments that matter, so the step
+  calls it once instead of once per group.
+* ``get_common_computed_block_ids`` (prefix caching) has no batched form yet:
+  it is called per group, in the per-call order.
+
+The sequence objects stay the source of truth: the rows come from
+``rows_of`` at each step (a row stays the same while its sequence lives) and
+the lengths and token ids from the sequences, so nothing has to be kept in
+step by hand.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from blockspace.enums import SequenceStatus
+from blockspace.simulator.request import SimRequest
+from blockspace.simulator.timed import ROW_METHODS
+
+TABLE_END = -1  # pads the rows of block_table_array: a row's ids are its entries before it
+
+
+def offers_rows(manager: Any) -> bool:
+    """Does the manager offer the row API (every method of ``ROW_METHODS``)?"""
+    return all(callable(getattr(manager, name, None)) for name in ROW_METHODS)
+
+
+def is_single_decode(request: SimRequest) -> bool:
+    """One sequence, decoding, and no samples still to fork."""
+    seqs = request.seqs
+    return len(seqs) == 1 and request.num_samples == 1 and seqs[0].status == SequenceStatus.RUNNING and not seqs[0].is_prefill()
+
+
+class RowStep:
+    """One step's runs of single decodes, scheduled and touched through rows."""
+
+    def __init__(self, manager: Any, block_size: int, enable_caching: bool) -> None:
+        self.manager = manager
+        self.caching = enable_caching
+        self.threshold = block_size if enable_caching else 1  # the least budget that still gives a decode its token
+        self.runs: list[tuple[np.ndarray, list[Any]]] = []  # (rows, sequences) of this step's runs
+        self.requests: set[str] = set()
+        self.usable = True
+        self.num_batched = 0  # decodes scheduled through rows, over the whole run
+        self.num_fallbacks = 0  # runs that did not fit (the step went on per call)
+
+    def start_step(self) -> None:
+        self.runs, self.requests, self.usable = [], set(), True
+
+    def schedule_run(self, queue: deque[SimRequest], budget: Any, copies: list[tuple[int, int]]) -> list[SimRequest] | None:
+        """Schedule the run at the head of ``queue``: the requests taken off
+        it ([] if the run did not fit: then the per-call path takes over for
+        the rest of the step), or None when the budget is spent."""
+        room = budget.remaining_token_budget() - self.threshold + 1
+        if room <= 0:
+            return None
+        run: list[SimRequest] = []
+        for request in queue:
+            if len(run) == room or not is_single_decode(request):
+                break
+            run.append(request)
+        seqs = [request.seqs[0] for request in run]
+        manager = self.manager
+        rows = manager.rows_of(seqs)
+        lengths = np.fromiter((seq.get_len() for seq in seqs), np.int64, len(seqs))
+        if not manager.can_append_slots_rows(rows, lengths, 0, np.array([len(rows)]))[0]:
+            self.usable = False
+            self.num_fallbacks += 1
+            return []
+        tokens = [seq.get_token_ids() for seq in seqs] if self.caching else None
+        pairs = manager.append_slots_rows(rows, lengths, 0, token_ids=tokens)
+        copies += [tuple(pair) for pair in pairs.tolist()]
+        for _ in run:
+            queue.popleft()
+        self.runs.append((rows, seqs))
+        self.requests.update(request.request_id for request in run)
+        self.num_batched += len(run)
+        return run
+
+    def touch(self, now: float, record_tables: bool) -> dict[int, tuple[int, ...]]:
+        """Access times of every row of the step's runs (one call); with
+        ``record_tables`` also their block tables (one call), as each
+        sequence's block ids. Without it no table is built: vLLM's scheduler
+        only hands the model runner references to the tables, and the rows
+        are those references here (a model runner would take
+        ``block_tables(rows)`` or a device table kept by deltas)."""
+        if not self.runs:
+            return {}
+        rows = np.concatenate([rows for rows, _ in self.runs]) if len(self.runs) > 1 else self.runs[0][0]
+        self.manager.access_all_blocks_rows(rows, now)
+        if not record_tables:
+            return {}
+        tables = self.manager.block_table_array(rows, TABLE_END)
+        seqs = [seq for _, run in self.runs for seq in run]
+        return {seq.seq_id: tuple(b for b in row if b != TABLE_END) for seq, row in zip(seqs, tables.tolist())}
+
+
+__all__ = ["ROW_METHODS", "RowStep", "is_single_decode", "offers_rows"]
