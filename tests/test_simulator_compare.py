@@ -122,6 +122,7 @@ def test_cli_writes_summary_json_and_plot(tmp_path, capsys):
     assert status == 0
     assert "requests finished" in printed and "TTFT p50/p90/p99" in printed and "wall time in the manager / step" in printed
     assert str(out / "simulation.png") in printed and str(out / "simulation.json") in printed
+    assert "time split: scheduler and model " in printed and ", reporting " in printed
     assert (out / "simulation.png").stat().st_size > 10_000
     document = json.loads((out / "simulation.json").read_text())
     run = document["runs"][0]

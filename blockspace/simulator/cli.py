@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -269,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
+    reporting_started = time.perf_counter()
     summaries = [summarize(result) for result in results]
     extra: dict[str, Any] = {"trace": trace_source(args.trace)}
     status = 0
@@ -299,7 +301,20 @@ def main(argv: list[str] | None = None) -> int:
         png_path = args.out / "simulation.png"
         plot_runs(png_path, results, trace_source(args.trace))
         print(f"plot:    {png_path}")
+    print(time_split(results, time.perf_counter() - reporting_started))
     return status
+
+
+def time_split(results: list[SimulationResult], reporting_s: float) -> str:
+    """Where the wall time went: inside the manager, the rest of the run
+    (scheduler and model loop), the warm-up, and the reporting."""
+    manager_s = sum(sum(result.timeline.manager_s) for result in results)
+    run_s = sum(result.wall_s for result in results)
+    startup_s = sum(result.startup_s for result in results)
+    return (
+        f"time split: scheduler and model {run_s - manager_s:.1f} s, manager {manager_s:.1f} s, "
+        f"start-up {startup_s:.1f} s, reporting {reporting_s:.1f} s"
+    )
 
 
 if __name__ == "__main__":
