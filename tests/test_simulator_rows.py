@@ -5,6 +5,7 @@ step's block tables, copy-on-write pairs and swap mappings."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -73,3 +74,16 @@ def test_compare_runs_the_two_paths_of_one_manager(tmp_path, capsys):
     assert "offers no row API" in capsys.readouterr().err
     assert blockspace(["simulate", "--compare", "fast@fastest,fast", "--out", str(tmp_path)]) == 2
     assert "after @" in capsys.readouterr().err
+
+
+def test_the_way_against_way_bench_runs_and_writes_its_figures(tmp_path, capsys):
+    from blockspace.bench.simulator import main as bench
+
+    path = tmp_path / "ways.json"
+    assert bench(["--max-requests", "6", "--rounds", "1", "--ways", "reference,fast@calls,fast@rows", "--json", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "| reference |" in printed and "| fast@rows |" in printed and "1.00x" in printed
+    ways = json.loads(path.read_text())["ways"]
+    assert set(ways) == {"reference", "fast@calls", "fast@rows"}
+    assert ways["fast@rows"]["calls"] < ways["fast@calls"]["calls"] == ways["reference"]["calls"]
+    assert bench(["--rounds", "0"]) == 2
