@@ -1,0 +1,147 @@
+"""``blockspace simulate``'s scheduler against vLLM 0.9.2's real v0 Scheduler, step by step.
+
+The simulator claims to make vLLM's decisions. This script checks it: the
+same Mooncake requests go through vLLM's ``vllm.core.scheduler.Scheduler``
+(with vLLM's own block manager, driven by the engine loop of
+``scripts/vllm_scheduler_bench.py``: a virtual clock of ``--step-ms`` a
+step) and through the simulator with a step-time model of exactly
+``--step-ms`` a step (every other cost 0) and the fast manager. At every
+step it compares the scheduled groups with their chunk sizes (in batch
+order), the preempted and ignored requests, and every scheduled sequence's
+block table. It prints the first step that differs, or that none does
+(exit status 0).
+
+Usage (an environment with vLLM 0.9.2 and blockspace; see docs/performance.md)::
+
+    python scripts/simulator_vs_vllm.py --requests 500
+    python scripts/simulator_vs_vllm.py --trace TRACE.jsonl --requests 2000 --caching off
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from blockspace.interfaces import load_manager_class
+from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
+from blockspace.simulator.gpu import StepTimeModel
+from blockspace.simulator.scheduler import Scheduler
+from blockspace.workloads import load_trace
+
+BENCH = Path(__file__).resolve().parent / "vllm_scheduler_bench.py"
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("vllm_scheduler_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vllm_scheduler_bench"] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def vllm_steps(bench: Any, settings: Any, requests: list, caching: bool) -> list[tuple]:
+    """Per step of vLLM's scheduler: (scheduled, preempted, ignored, tables)."""
+    v = bench.import_vllm()
+    max_model_len = bench.default_max_model_len(requests)
+    scheduler = bench.build_scheduler(v, settings, caching, max_model_len)
+    stop_checker = v.StopChecker(max_model_len, lambda seq: None)
+    pending, steps = deque(requests), []
+    with bench.virtual_time(v.scheduler_module) as clock:
+        clock.now = 0.0
+        while pending or scheduler.has_unfinished_seqs():
+            if pending and not scheduler.has_unfinished_seqs():
+                clock.now = max(clock.now, pending[0].arrival_s)
+            while pending and pending[0].arrival_s <= clock.now:
+                scheduler.add_seq_group(bench.make_group(v, pending.popleft(), settings.block_size))
+            running_before = {g.request_id for g in scheduler.running}
+            metadata_list, outputs, _ = scheduler.schedule()
+            tables = [(seq_id, tuple(table)) for m in metadata_list for seq_id, table in m.block_tables.items()]
+            steps.append((
+                [(s.seq_group.request_id, s.token_chunk_size) for s in outputs.scheduled_seq_groups],
+                sorted(bench.preempted_ids(scheduler, running_before)),
+                [g.request_id for g in outputs.ignored_seq_groups],
+                tables,
+            ))  # fmt: skip
+            bench.apply_model_output(v, scheduler, stop_checker, metadata_list, outputs)
+            clock.now += settings.step_s
+    return steps
+
+
+def simulator_steps(settings: Any, trace: list, caching: bool) -> list[tuple]:
+    """The same per step of the simulator (fast manager, a step of ``step_s``)."""
+    config = SimulationConfig(
+        num_gpu_blocks=settings.num_gpu_blocks,
+        num_cpu_blocks=settings.num_cpu_blocks,
+        scheduler=SchedulerConfig(
+            block_size=settings.block_size,
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            enable_prefix_caching=caching,
+            preemption_mode=settings.preemption_mode or "recompute",
+            record_tables=True,
+        ),
+        step_time=StepTimeModel(settings.step_s * 1000.0, 0.0, 0.0, 0.0, 0.0),
+    )
+    tables: list[list] = []
+    touch = Scheduler._touch_scheduled
+
+    def recording(self: Scheduler, scheduled: list, now: float) -> list:
+        result = touch(self, scheduled, now)
+        tables.append(result)
+        return result
+
+    Scheduler._touch_scheduled = recording  # the tables of each step, as the digest takes them
+    try:
+        records = run_simulation(trace, load_manager_class("fast"), config).scheduler.records
+    finally:
+        Scheduler._touch_scheduled = touch
+    return [
+        (record.scheduled, sorted(record.preempted + record.swapped_out), record.ignored, table)
+        for record, table in zip(records, tables)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace", default=None, help="Mooncake trace (default: $BLOCKSPACE_TRACE, else the sample)")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--caching", choices=("on", "off"), default="on")
+    parser.add_argument("--num-gpu-blocks", type=int, default=49152)
+    parser.add_argument("--num-cpu-blocks", type=int, default=0)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--preemption-mode", choices=("recompute", "swap"), default=None)
+    parser.add_argument("--step-ms", type=float, default=50.0)
+    args = parser.parse_args(argv)
+    bench = _bench()
+    bench_argv = ["--requests", str(args.requests), "--num-gpu-blocks", str(args.num_gpu_blocks), "--step-ms",
+                  str(args.step_ms), "--num-cpu-blocks", str(args.num_cpu_blocks),
+                  "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+                  "--max-num-seqs", str(args.max_num_seqs)]  # fmt: skip
+    bench_argv += (["--trace", args.trace] if args.trace else []) + (
+        ["--preemption-mode", args.preemption_mode] if args.preemption_mode else []
+    )
+    settings = bench.parse_args(bench_argv)
+    trace = load_trace(args.trace, args.requests)
+    caching = args.caching == "on"
+    theirs = vllm_steps(bench, settings, bench.make_requests(trace), caching)
+    ours = simulator_steps(settings, trace, caching)
+    parts = ("scheduled (request, chunk)", "preempted", "ignored", "block tables")
+    for step, (a, b) in enumerate(zip(theirs, ours)):
+        for name, x, y in zip(parts, a, b):
+            if x != y:
+                print(f"step {step}: {name} differ\n  vLLM:      {str(x)[:600]}\n  simulator: {str(y)[:600]}")
+                return 1
+    if len(theirs) != len(ours):
+        print(f"vLLM took {len(theirs)} steps, the simulator {len(ours)}")
+        return 1
+    print(f"{len(trace)} requests, prefix caching {args.caching}: {len(ours):,} steps, every decision and block table identical")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
