@@ -53,13 +53,13 @@ from typing import Any
 import numpy as np
 
 from blockspace.errors import InvalidArgumentError
+from blockspace.validation import MAX_TOKEN_ID  # token ids are ints in 0..MAX_TOKEN_ID (2**31 - 1)
 
 TRACE_ENV = "BLOCKSPACE_TRACE"  # names a trace file to use when no path is given
 BUNDLED_SAMPLE = "mooncake_sample.jsonl"  # the first requests of the conversation trace
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 CHUNK_TOKENS = 512  # tokens per Mooncake chunk id
 NUM_CHUNK_IDS = 2**30 // CHUNK_TOKENS  # chunk ids must be below this (2**21)
-MAX_TOKEN_ID = 2**31 - 1
 
 _MASK = MAX_TOKEN_ID
 _MULTIPLIER = 0x5DEECE6D  # odd: multiplication is a bijection modulo 2**31
