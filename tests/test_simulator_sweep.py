@@ -126,3 +126,15 @@ def test_the_ray_executor_uses_rays_pool(tmp_path, monkeypatch, capsys):
         monkeypatch.setitem(sys.modules, name, module)
     assert blockspace([*argv, "--workers", "2"]) == 0
     assert used == [2] and len(json.loads((tmp_path / "sweep.json").read_text())["runs"]) == 2
+
+
+def test_the_trace_options_can_be_swept_too(tmp_path, capsys):
+    """``max_requests`` and ``time_scale`` change each run's requests (one
+    load per value), and each run has the figures of a single run."""
+    argv = ["simulate", "--max-output-len", "8", "--quiet", "--no-plot", "--out", str(tmp_path), "--workers", "1"]
+    assert blockspace([*argv, "--sweep", "max_requests=4,40", "--sweep", "time_scale=1,3"]) == 0
+    runs = json.loads((tmp_path / "sweep.json").read_text())["runs"]
+    assert [r["summary"]["requests"]["arrived"] for r in runs] == [4, 4, 40, 40]
+    ttft = [r["summary"]["ttft_s"]["mean"] for r in runs if r["values"]["max_requests"] == 40]
+    assert ttft[1] < ttft[0]  # arrivals three times as far apart: less time queueing
+    assert "runs of 4-40 requests" in capsys.readouterr().out

@@ -213,12 +213,17 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     sweeps = parse_sweeps(args.sweep, parser)
     resolve_manager(args.manager)
 
-    def make_config(run_args: argparse.Namespace) -> SimulationConfig:
-        check_arguments(run_args)
-        return simulation_config(run_args, record_tables=False)
+    traces: dict[tuple[Any, float], list[TraceRequest]] = {}  # one load per (max_requests, time_scale)
 
-    trace = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
-    return sweep(args, sweeps, make_config, trace, trace_source(args.trace))
+    def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
+        check_arguments(run_args)
+        config = simulation_config(run_args, record_tables=False)
+        key = (run_args.max_requests, run_args.time_scale)
+        if key not in traces:
+            traces[key] = scale_arrivals(load_trace(run_args.trace, run_args.max_requests), run_args.time_scale)
+        return config, traces[key]
+
+    return sweep(args, sweeps, prepare, trace_source(args.trace))
 
 
 def _progress_bar(total: int, label: str, enabled: bool) -> tuple[Any, Callable[[int], None] | None]:

@@ -265,21 +265,25 @@ def progress(total: int, enabled: bool) -> tuple[Callable[[str], None], Callable
 def sweep(
     args: argparse.Namespace,
     sweeps: list[tuple[str, list[Any]]],
-    make_config: Callable[[argparse.Namespace], Any],
-    trace: list[TraceRequest],
+    prepare: Callable[[argparse.Namespace], tuple[Any, list[TraceRequest]]],
     trace_label: str,
 ) -> int:
-    """Check every configuration, run them all, write and print the outputs."""
+    """Check every configuration, run them all, write and print the outputs.
+    ``prepare`` turns one run's options into its configuration and its
+    requests (``max_requests`` and ``time_scale`` may be swept too); it
+    raises for a bad one before anything runs."""
     chosen = configurations(sweeps)
-    configs = [make_config(argparse.Namespace(**{**vars(args), **values})) for values in chosen]  # raises first
+    prepared = [prepare(argparse.Namespace(**{**vars(args), **values})) for values in chosen]
     runs_dir = args.out / "sweep"
     runs_dir.mkdir(parents=True, exist_ok=True)
     jobs = [
         Job(k, values, config, args.manager, trace, trace_label, runs_dir / f"run-{k}.json")
-        for k, (values, config) in enumerate(zip(chosen, configs))
+        for k, (values, (config, trace)) in enumerate(zip(chosen, prepared))
     ]
+    sizes = sorted({len(job.trace) for job in jobs})
+    requests = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,}-{sizes[-1]:,}"
     workers = min(args.workers or os.cpu_count() or 1, len(jobs))
-    print(f"sweep: {len(jobs)} runs of {len(trace):,} requests from {trace_label}, {workers} worker(s), {args.executor}")
+    print(f"sweep: {len(jobs)} runs of {requests} requests from {trace_label}, {workers} worker(s), {args.executor}")
     advance, stop = progress(len(jobs), not args.quiet)
     summaries: list[Any] = [None] * len(jobs)
     started = time.perf_counter()
@@ -296,7 +300,7 @@ def sweep(
     print(f"summary: {args.out / 'sweep.json'}, {args.out / 'sweep.csv'}")
     if not args.no_plot:
         swept = " x ".join(f"{k} ({len(v)})" for k, v in sweeps)
-        plot_sweep(args.out / "sweep.png", sweeps, rows, f"sweep of {swept}: {len(trace):,} requests of {trace_label}")
+        plot_sweep(args.out / "sweep.png", sweeps, rows, f"sweep of {swept}: {requests} requests of {trace_label}")
         print(f"plot:    {args.out / 'sweep.png'}")
     return 0
 
