@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.errors import BlockSpaceError, InvalidConfigError
 from blockspace.sequence import Sequence, SequenceGroup
 from blockspace.simulator.gpu import StepTimeModel
 from blockspace.simulator.request import SimRequest
+from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import Scheduler, SchedulerConfig, StepOutput
 from blockspace.workloads import TraceRequest, prompt_token_ids
 
@@ -265,7 +268,13 @@ def warm_up(manager_class: type, manager_kwargs: dict[str, Any]) -> float:
             manager.mark_blocks_as_computed(group, 1)
             seq.data.update_num_computed_tokens(seq.data.get_num_uncomputed_tokens())
             seq.append_token_id(step)
-            if manager.can_append_slots(group, 0):
+            if offers_rows(manager) and step == 1:  # the row path's kernels too: the run may use them
+                rows, lengths = manager.rows_of([seq]), np.array([seq.get_len()])
+                if manager.can_append_slots_rows(rows, lengths, 0, np.array([1]))[0]:
+                    manager.append_slots_rows(rows, lengths, 0, token_ids=[seq.get_token_ids()] if caching else None)
+                manager.access_all_blocks_rows(rows, float(step))
+                manager.block_table_array(rows, -1)
+            elif manager.can_append_slots(group, 0):
                 manager.append_slots(seq, 0)
         child = seq.fork(1)
         manager.fork(seq, child)
