@@ -11,6 +11,7 @@ import numpy as np
 from blockspace.validation import MAX_TOKEN_ID, check_lookahead, check_token_ids
 
 _FEW_TOKENS = 32  # below this, the shared per-token check is as quick as the vectorised one
+_LOOP_TOKENS = 256  # below this, a check of plain ints in Python beats converting them
 
 
 def check_new_tokens(seq: Any, tokens: Any, start: int) -> None:
@@ -66,6 +67,16 @@ def token_array_or_none(values: Any, known: np.ndarray | None = None) -> np.ndar
     if array is None or (array.size and (array.min() < 0 or array.max() > MAX_TOKEN_ID)):
         return None
     return array.astype(np.int64, copy=False)
+
+
+def all_token_ids(values: list[Any]) -> bool:
+    """Is every value a token id (an int in ``0..MAX_TOKEN_ID``, not a bool)?
+    A Python loop for up to a few hundred values (a decode step's new
+    tokens), where NumPy's conversion and checks cost more; else one
+    conversion in C."""
+    if len(values) <= _LOOP_TOKENS:
+        return all(type(value) is int and 0 <= value <= MAX_TOKEN_ID for value in values)
+    return token_array_or_none(values) is not None
 
 
 def checked_token_array(seq: Any, tokens: Any, start: int = 0, known: np.ndarray | None = None) -> np.ndarray:

@@ -115,7 +115,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
         )
         self.swaps = Swaps(self.appends, num_gpu_blocks, num_cpu_blocks, self.watermark_blocks)
         self.batch = BatchSteps(self.appends)
-        self.arrays = RowSteps(self.appends)
+        self.arrays = RowSteps(self.appends, self.tracker)
         self.sync = DeviceSync(self.store, self.rows)
         # the per-step calls read these every time: bound once (the parts never replace them)
         self._of_seq, self._answers, self._access_times = self.rows.of_seq, self.rows.answers, self.rows.access_times
@@ -318,9 +318,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
             return EMPTY
         for seq in seqs:
             self.tracker.check_tokens(seq, seq.get_token_ids())
-        prefixes = [
-            self.rows.block_ids(seq)[: self.tracker.num_cached_tokens(seq) // self.block_size] for seq in seqs
-        ]
+        prefixes = [self.rows.block_ids(seq)[: self.tracker.num_cached_tokens(seq) // self.block_size] for seq in seqs]
         prefixes = [ids for ids in prefixes if ids]  # vLLM drops sequences without cached blocks
         if not prefixes:
             return EMPTY
@@ -360,6 +358,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
     block_tables = _part_method("arrays", RowSteps.block_tables)
     block_table_array = _part_method("arrays", RowSteps.block_table_array)
     access_all_blocks_rows = _part_method("arrays", RowSteps.access_all_blocks_rows)
+    num_computed_blocks_rows = _part_method("arrays", RowSteps.num_computed_blocks_rows)
     slot_mapping = _part_method("arrays", RowSteps.slot_mapping)
 
     def row_of(self, seq: Any) -> int:

@@ -28,8 +28,9 @@ from blockspace.extras import require
 from blockspace.fast import kernels
 from blockspace.fast import table as T
 from blockspace.fast.appends import Appends
-from blockspace.fast.checks import checked_lookahead, token_array_or_none
+from blockspace.fast.checks import all_token_ids, checked_lookahead, token_array_or_none
 from blockspace.fast.rows_check import DUPLICATE, EMPTY, NEGATIVE, NOT_LIVE, ROWS_OK, SHRUNK, SWAPPED
+from blockspace.fast.tracker_rows import TrackerRows
 from blockspace.validation import MAX_TOKEN_ID
 
 BLOCK_TABLE_PAD = 0  # what vLLM's model runner pads block tables with (never read: lengths bound the kernels)
@@ -64,8 +65,8 @@ def _torch(method: str) -> Any:
 class RowSteps:
     """The array-level step: rows and lengths in, arrays out."""
 
-    def __init__(self, appends: Appends) -> None:
-        self.appends = appends
+    def __init__(self, appends: Appends, tracker: TrackerRows) -> None:
+        self.appends, self.tracker = appends, tracker
         self.store, self.rows = appends.store, appends.rows
 
     def rows_of(self, seqs: list[Any]) -> np.ndarray:
@@ -101,7 +102,7 @@ class RowSteps:
             group_ends = np.arange(1, len(rows) + 1, dtype=np.int64)
         else:
             group_ends = _int_array("group_ends", group_ends)
-            if (np.diff(group_ends, prepend=0) < 0).any() or (len(group_ends) and group_ends[-1] != len(rows)):
+            if not kernels.ends_rise_to(group_ends, len(rows)):
                 raise InvalidArgumentError("group_ends must rise from 0 to the number of rows")
         result = np.zeros(len(group_ends), np.bool_)
         kernels.can_append_batch(
@@ -137,7 +138,7 @@ class RowSteps:
             num_drops = kernels.blocks_to_drop(computed, appends.block_size, appends.window_blocks)
         tokens, token_starts = T.NO_TOKENS, np.zeros(len(rows) + 1, np.int64)
         if appends.caching:
-            tokens, token_starts = self._tails(token_ids, rows, seq_lens, tables.num_filled[rows])
+            tokens, token_starts = self._tails(token_ids, rows, seq_lens)
             last = np.maximum(tables.num_blocks[rows] - 1, 0)
             extras = tables.extras[rows, last]  # the adapter ids recorded at allocate
         cow, count = appends.run(
@@ -146,34 +147,31 @@ class RowSteps:
         )  # fmt: skip
         return cow[: 2 * count].reshape(-1, 2).copy()
 
-    def _tails(
-        self, token_ids: Any, rows: np.ndarray, seq_lens: np.ndarray, num_filled: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Each sequence's token ids from the start of its last block (what
-        the append kernel keys), checked, in one flat array with offsets."""
+    def _tails(self, token_ids: Any, rows: np.ndarray, seq_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What the append kernel keys, in one flat array with offsets: for
+        each row whose append fills a block, its token ids from the start of
+        its last block; nothing for the others (a decode fills a block once
+        in ``block_size`` steps, and reading a token list costs more than the
+        kernel). Every row's new tokens are checked all the same."""
         if token_ids is None or len(token_ids) != len(rows):
             raise InvalidArgumentError("with prefix caching, append_slots_rows needs token_ids for every row")
-        block_size = self.appends.block_size
         lengths = np.fromiter(map(len, token_ids), np.int64, len(rows))
-        wrong = np.flatnonzero(lengths != seq_lens)
-        if wrong.size:
-            i = int(wrong[0])
+        firsts, starts = np.empty(len(rows), np.int64), np.empty(len(rows) + 1, np.int64)
+        i = kernels.plan_tails(self.store.tables_ref, rows, seq_lens, lengths, self.appends.block_size, firsts, starts)
+        if i >= 0:
             raise InvalidArgumentError(f"token_ids[{i}] has {lengths[i]} tokens, seq_lens[{i}] says {seq_lens[i]}")
-        block_starts = num_filled - num_filled % block_size
-        starts = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum(seq_lens - block_starts, out=starts[1:])
-        tails = [ids[start:] for ids, start in zip(token_ids, block_starts.tolist())]
-        if all(type(tail) is list for tail in tails):  # the usual case: one conversion and one check for the batch
-            flat = token_array_or_none(list(chain.from_iterable(tails)))
-            if flat is not None:
-                return flat, starts
+        tails = [ids[first:] for ids, first in zip(token_ids, firsts.tolist())]
+        keyed = np.flatnonzero(starts[1:] > starts[:-1]).tolist()
+        if all(type(tail) is list for tail in tails) and all_token_ids(list(chain.from_iterable(tails))):
+            flat = list(chain.from_iterable(tails[i] for i in keyed))  # the usual case: one check for the batch
+            return (np.array(flat, np.int64) if flat else T.NO_TOKENS), starts
         parts = []
         for i, tail in enumerate(tails):
             part = token_array_or_none(tail)
             if part is None:
                 raise InvalidArgumentError(f"token_ids[{i}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
             parts.append(part)
-        return (np.concatenate(parts) if parts else T.NO_TOKENS), starts
+        return (np.concatenate([parts[i] for i in keyed]) if keyed else T.NO_TOKENS), starts
 
     def block_tables(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> Any:
         """The sequences' block tables as one ``int32`` torch tensor of shape
@@ -203,6 +201,33 @@ class RowSteps:
         times, seq_of_row = self.rows.access_times, self.rows.seq_of_row
         for row in rows.tolist():
             times[seq_of_row[row]] = access_time
+
+    def num_computed_blocks_rows(self, rows: Any, token_ids: Any = None, prefill: Any = None) -> np.ndarray:
+        """``get_common_computed_block_ids([seq])`` for the sequence of each
+        row, as counts (int64): row ``i``'s answer is the first ``counts[i]``
+        ids of its table (``block_table_array(rows)[i, :counts[i]]``). With
+        prefix caching it keys each sequence's new full blocks in the
+        computed-blocks tracker, as that call does: ``token_ids[i]`` are the
+        token ids of row ``i``'s sequence, and ``prefill[i]`` (default all
+        False) says that sequence is still in prefill, when vLLM keeps its
+        last count. The salt and adapter ids are those the table was
+        allocated with. Without prefix caching every count is 0."""
+        rows, _, _ = self._checked_rows(rows)
+        if not self.appends.caching:
+            return np.zeros(len(rows), np.int64)
+        if token_ids is None or len(token_ids) != len(rows):
+            raise InvalidArgumentError("with prefix caching, num_computed_blocks_rows needs token_ids for every row")
+        if prefill is None:
+            prefill = np.zeros(len(rows), np.bool_)
+        else:
+            prefill = np.asarray(prefill)
+            if prefill.shape != rows.shape or prefill.dtype != np.bool_:
+                raise InvalidArgumentError(f"prefill must be {len(rows)} bools, one per row")
+        seq_of_row = self.rows.seq_of_row
+        seq_ids = [seq_of_row[row] for row in rows.tolist()]
+        if len(set(seq_ids)) != len(seq_ids):
+            raise InvalidArgumentError("a row appears twice in the batch")
+        return self.tracker.num_computed_rows(seq_ids, rows, token_ids, prefill)
 
     def slot_mapping(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> Any:
         """The KV-cache slot of every token of the step, sequence by sequence:

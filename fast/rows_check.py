@@ -44,6 +44,37 @@ def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
 
 
 @njit(cache=True)
+def ends_rise_to(group_ends, num_rows):
+    """Do the group ends rise (never fall) from 0 and end at ``num_rows``?"""
+    last = 0
+    for end in group_ends:
+        if end < last:
+            return False
+        last = end
+    return last == num_rows
+
+
+@njit(cache=True)
+def plan_tails(tables, rows, seq_lens, lengths, block_size, firsts, starts):
+    """Which token ids of a batch of appends to read (``lengths[i]``: row
+    ``i``'s token list's length): ``firsts[i]`` is the first to check, the
+    start of the last block for a row whose append fills a block (the
+    kernel keys all of it), else the first new one; ``starts`` the offsets
+    of the keyed tails in one flat array. Returns the first row whose list
+    is not ``seq_lens[i]`` long, or -1."""
+    starts[0] = 0
+    for i in range(rows.shape[0]):
+        if lengths[i] != seq_lens[i]:
+            return i
+        num_filled = tables.num_filled[rows[i]]
+        block_start = num_filled - num_filled % block_size
+        fills = seq_lens[i] - block_start >= block_size
+        firsts[i] = block_start if fills else num_filled
+        starts[i + 1] = starts[i] + (seq_lens[i] - block_start if fills else 0)
+    return -1
+
+
+@njit(cache=True)
 def blocks_to_drop(num_computed_tokens, block_size, max_window_blocks):
     """The sliding-window rule ``num_blocks_to_drop`` for each row."""
     drops = np.empty_like(num_computed_tokens)

@@ -35,7 +35,7 @@ class Store:
     gpu, cpu, keys, tables, tracker = State(), State(), State(), State(), State()
 
     def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, caching: bool) -> None:
-        self.keys = new_keys(block_size)
+        self.keys = new_keys(block_size, key_capacity(block_size, num_gpu_blocks + num_cpu_blocks) if caching else 256)
         self.gpu = P.new_pool(0, num_gpu_blocks, caching, len(self.keys.parent))
         self.cpu = P.new_pool(num_gpu_blocks, num_cpu_blocks, caching, len(self.keys.parent))
         self.tables = T.new_tables()
@@ -66,6 +66,21 @@ class Store:
     def commit(self, trial: Store) -> None:
         self.gpu, self.keys, self.tables = trial.gpu, trial.keys, trial.tables
         self.null_block[:] = trial.null_block
+
+
+MAX_KEY_TOKENS = 1 << 22  # the key table's token cells made at the start (32 MiB); past that it grows
+
+
+def key_capacity(block_size: int, num_blocks: int) -> int:
+    """The key table's first size with prefix caching: twice the blocks
+    (every cached block names a key, and tracker rows name more), a power
+    of two, at most ``MAX_KEY_TOKENS`` token cells. Why not start small: a
+    table that doubles its way up rehashes every key at each doubling, in
+    the middle of the first requests' keying."""
+    capacity = 256
+    while capacity < 2 * num_blocks and 2 * capacity * block_size <= MAX_KEY_TOKENS:
+        capacity *= 2
+    return capacity
 
 
 def _copy(state: Any) -> Any:

@@ -13,10 +13,12 @@ answer is a ``BlockIds`` (a read-only list, ``blockspace/block_ids.py``)
 built when the table changes and handed out as it is until the next change:
 ``block_ids`` is one dictionary look-up. Every kernel write of a block id
 lowers the row's ``changed_from`` to that entry; whoever ran such a kernel
-calls ``refresh`` (or ``refresh_rows``), which rebuilds the answers of the
-changed rows from their previous answers: the ids up to ``changed_from`` are
-copied (sharing their int objects) and only the entries after it converted,
-so a decode step that adds a block converts one id, not the whole table.
+calls ``refresh``, which rebuilds the answers of the changed rows from
+their previous answers: the ids up to ``changed_from`` are copied (sharing
+their int objects) and only the entries after it converted, so a decode
+step that adds a block converts one id, not the whole table. A batch
+(``refresh_rows``) only sets the old answers aside; the rebuild waits until
+an answer is asked for.
 
 Why access times here: ``access_all_blocks_in_seq`` runs for every
 sequence at every step, and only ``free`` reads the time (it stamps the
@@ -53,6 +55,7 @@ class TableRows:
         self.seen = np.zeros(num_rows, np.int64)  # row -> last batch stamp (the duplicate check)
         self.stamp = 0
         self.answers: dict[int, BlockIds] = {}  # seq_id -> its table, while unchanged
+        self.stale: dict[int, BlockIds] = {}  # seq_id -> its answer before a batch changed it (refresh_rows)
         self.prefixes: dict[int, tuple[BlockIds, BlockIds]] = {}  # seq_id -> (table answer, cached prefix)
         self.cross_answers: dict[str, BlockIds] = {}  # a cross table never changes until freed
         self.access_times: dict[int, float | None] = {}  # seq_id -> last access_all_blocks_in_seq time
@@ -93,6 +96,7 @@ class TableRows:
         if row is not None:
             self.live[row] = False
             self.answers.pop(seq_id, None)
+            self.stale.pop(seq_id, None)
             self.prefixes.pop(seq_id, None)
         return row
 
@@ -116,7 +120,8 @@ class TableRows:
         """``get_block_table``: the kept answer, or a new one."""
         ids = self.answers.get(seq.seq_id)
         if ids is None:
-            ids = self.answers[seq.seq_id] = self._rebuilt(self.row(seq), EMPTY)
+            old = self.stale.pop(seq.seq_id, EMPTY)
+            ids = self.answers[seq.seq_id] = self._rebuilt(self.row(seq), old)
         return ids
 
     def _rebuilt(self, row: int, old: BlockIds) -> BlockIds:
@@ -157,7 +162,13 @@ class TableRows:
                 self.answers[seq_id] = self._rebuilt(row, old)
 
     def refresh_rows(self, rows: np.ndarray) -> None:
-        """``refresh`` for every row of a batch (an int64 array)."""
+        """After a batch: the answers of its changed rows are set aside, to
+        be rebuilt from when next asked for. Why not now: the row API's
+        caller reads tables as arrays, and a long table's answer costs
+        microseconds to rebuild, at every block it gains."""
         if self.answers:
+            answers, stale, seq_of_row = self.answers, self.stale, self.seq_of_row
             for row in rows[self.store.tables.changed_from[rows] != T.UNCHANGED].tolist():
-                self.refresh(self.seq_of_row[row], row)
+                old = answers.pop(seq_of_row[row], None)
+                if old is not None:
+                    stale[seq_of_row[row]] = old

@@ -56,12 +56,63 @@ def num_cached_tokens(gpu, keys, tracker, row, tokens, num_full, extra, root, fr
     """Key the sequence's full blocks up to ``num_full`` (``tokens`` are its
     ids from the first unkeyed block on; ``root`` the first block's parent), then count its cached tokens, or
     return the last count when ``frozen`` (still in prefill)."""
-    block_size = keys.tokens.shape[1]
     known = tracker.num_keys[row]
     if num_full > tracker.keys.shape[1]:
         return NO_ROOM
     if not has_room(keys, max(0, num_full - known)):
         return NO_KEY_ROOM
+    return _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, frozen)
+
+
+@njit(cache=True)
+def plan_rows(tracker, rows, lengths, block_size, first_tokens, token_starts, num_full, growing):
+    """Before a batch's keying (``rows[i]``: the sequence's tracker row, or
+    -1 for a fresh one; ``lengths[i]``: its tokens): its full blocks
+    (``num_full``), the first token of the blocks still to key
+    (``first_tokens``), where each row's tokens to key begin in the batch's
+    flat array (``token_starts``), and the rows that key any (``growing``).
+    Returns (index of the first sequence shorter than what its row keyed,
+    or -1; number of growing rows; most full blocks; number of fresh rows)."""
+    token_starts[0] = 0
+    num_growing = widest = num_fresh = 0
+    for i in range(rows.shape[0]):
+        known = tracker.num_keys[rows[i]] if rows[i] >= 0 else 0
+        num_fresh += rows[i] < 0
+        first_tokens[i] = known * block_size
+        if lengths[i] < first_tokens[i]:
+            return i, 0, 0, 0
+        num_full[i] = lengths[i] // block_size
+        widest = max(widest, num_full[i])
+        token_starts[i + 1] = token_starts[i] + max(0, num_full[i] - known) * block_size
+        if num_full[i] > known:
+            growing[num_growing] = i
+            num_growing += 1
+    return -1, num_growing, widest, num_fresh
+
+
+@njit(cache=True)
+def num_computed_rows(gpu, keys, tracker, tables, table_rows, rows, tokens, token_starts, num_full, frozen, counts):
+    """``num_cached_tokens`` for each tracker row of a batch (row ``i``'s
+    tokens to key are ``tokens[token_starts[i]:token_starts[i + 1]]``, its
+    salt and adapter ids those of table row ``table_rows[i]``), as the number
+    of the table's blocks they cover, into ``counts``. The caller made room
+    for every key first, so nothing can fail halfway."""
+    block_size = keys.tokens.shape[1]
+    for i in range(rows.shape[0]):
+        table_row = table_rows[i]
+        num_blocks = tables.num_blocks[table_row]
+        extra = tables.extras[table_row, max(num_blocks - 1, 0)]  # the adapter ids recorded at allocate
+        cached = _key_and_count(
+            gpu, keys, tracker, rows[i], tokens[token_starts[i] : token_starts[i + 1]], num_full[i], extra,
+            tables.roots[table_row], frozen[i],
+        )  # fmt: skip
+        counts[i] = min(cached // block_size, num_blocks)
+
+
+@njit(cache=True)
+def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, frozen):
+    block_size = keys.tokens.shape[1]
+    known = tracker.num_keys[row]
     for index in range(known, num_full):
         parent = tracker.keys[row, index - 1] if index else root
         tracker.keys[row, index] = intern(keys, parent, tokens, (index - known) * block_size, extra)

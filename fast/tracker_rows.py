@@ -16,6 +16,7 @@ tokens and the block keys from it, after the same comparison.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -104,6 +105,51 @@ class TrackerRows:
         if num_full > known:
             self.memos[row] = memo
         return count
+
+    def num_computed_rows(self, seq_ids: list[int], table_rows: np.ndarray, token_ids: Any, prefill: np.ndarray) -> np.ndarray:
+        """How many blocks of each table ``get_common_computed_block_ids``
+        would give for the sequences ``seq_ids`` (of table rows
+        ``table_rows``), keyed and counted at once from their token lists, with
+        the salt and adapter ids their tables were allocated with: the row
+        API reads no sequence object. A sequence the tracker does not hold is
+        keyed from its first block (its parked row, if any, is dropped: a
+        fresh keying gives the same keys). Checks come first: nothing
+        changes on bad input."""
+        num_rows, block_size, tracked, store = len(seq_ids), self.block_size, self.tracked, self.store
+        lengths = np.fromiter(map(len, token_ids), np.int64, num_rows)
+        rows = np.array([tracked.get(seq_id, -1) for seq_id in seq_ids], np.int64)
+        first_tokens, num_full, growing = (np.empty(num_rows, np.int64) for _ in range(3))
+        starts = np.empty(num_rows + 1, np.int64)
+        shrunk, num_growing, widest, num_fresh = kernels.plan_tracker_rows(
+            store.tracker_ref, rows, lengths, block_size, first_tokens, starts, num_full, growing
+        )
+        if shrunk >= 0:
+            raise TrackerError(
+                f"sequence {seq_ids[shrunk]} has {lengths[shrunk]} tokens, fewer than the "
+                f"{first_tokens[shrunk]} the tracker already keyed"
+            )
+        growing = growing[:num_growing].tolist()
+        parts = [token_ids[i][first_tokens[i] : num_full[i] * block_size] for i in growing]
+        tokens = np.array(list(chain.from_iterable(parts)), np.int64) if parts else T.NO_TOKENS
+        if num_fresh:  # sequences the tracker does not hold: fresh rows, counted afresh
+            prefill = prefill.copy()
+            for i in np.flatnonzero(rows < 0).tolist():
+                self._drop_parked(seq_ids[i])
+                rows[i] = tracked[seq_ids[i]] = self._take_row()
+                prefill[i] = False
+        if widest > store.tracker.keys.shape[1]:
+            store.tracker = K.grow_tracker(store.tracker, num_cols=widest)
+        num_new_keys = int(starts[-1]) // block_size
+        while not kernels.has_room(store.keys_ref, num_new_keys):
+            self.key_space.make_room(num_new_keys)
+        counts = np.empty(num_rows, np.int64)
+        kernels.num_computed_rows(
+            store.gpu_ref, store.keys_ref, store.tracker_ref, store.tables_ref, table_rows, rows, tokens, starts,
+            num_full, prefill, counts,
+        )  # fmt: skip
+        for i in growing:
+            self.memos[int(rows[i])] = None  # keyed on past its memo's tokens: the memo no longer covers the row
+        return counts
 
     def _count(self, row: int, array: np.ndarray, num_full: int, extra: int, root: int, frozen: bool) -> int:
         store = self.store

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from blockspace import SequenceGroup, SequenceStatus
-from blockspace.errors import EmptyTableError, InvalidArgumentError, UnknownSequenceError, WrongDeviceError
+from blockspace.errors import (
+    EmptyTableError,
+    InvalidArgumentError,
+    TrackerError,
+    UnknownSequenceError,
+    WrongDeviceError,
+)
 from blockspace.fast import FastBlockSpaceManager
 from blockspace.reference import ReferenceBlockSpaceManager
 from blockspace.snapshot import diff
@@ -86,6 +92,10 @@ def test_row_steps_equal_the_per_sequence_calls(name, seed):
 
         assert array.dtype == np.int32 and array.shape == tuple(tables.shape)
         assert [[b for b in row if b != -1] for row in array.tolist()] == expected_tables
+        expected_computed = [reference.get_common_computed_block_ids([seq]) for seq in ref_seqs]
+        computed = fast.num_computed_blocks_rows(rows, [seq.get_token_ids() for seq in fast_seqs])
+        assert computed.dtype == np.int64
+        assert [row[:count] for row, count in zip(array.tolist(), computed.tolist())] == expected_computed, step
         for manager in (reference, fast):
             manager.mark_blocks_as_computed(None, 0)
         assert fits.tolist() == expected_fits, step
@@ -96,6 +106,14 @@ def test_row_steps_equal_the_per_sequence_calls(name, seed):
         assert fast.slot_mapping(rows, 1).tolist() == fast.slot_mapping(fast_seqs, 1).tolist()
         assert not diff(reference.snapshot(), fast.snapshot()), diff(reference.snapshot(), fast.snapshot())[:5]
         fast.check_invariants()
+        if step == 7:  # a few leave the tracker, one of them parked with its tokens: the batch keys them afresh
+            for index, pair in enumerate(groups[::4]):
+                for manager, group in zip((reference, fast), pair):
+                    for seq in group.get_seqs(status=SequenceStatus.RUNNING):
+                        manager.remove_seq_from_computed_blocks_tracker(seq)
+                        if index == 0:
+                            manager.get_num_cached_tokens(seq)
+                            manager.remove_seq_from_computed_blocks_tracker(seq)
         if step == 15:  # finish a few and start over on their rows
             for pair in groups[::3]:
                 for group in pair:
@@ -178,6 +196,54 @@ def test_bad_batches_raise_and_change_nothing():
     group = SequenceGroup.from_prompt("e", [], first_seq_id=0)
     empty.allocate(group)
     unchanged(empty, lambda: empty.append_slots_rows(empty.rows_of(group.seqs), [1], 0), EmptyTableError, "no blocks")
+
+
+def test_computed_blocks_of_rows_in_prefill_keep_their_count():
+    """vLLM keeps a prefilling sequence's last count of cached tokens; the
+    ``prefill`` flags say which rows those are."""
+    prompt = list(range(40))
+    managers = [
+        ReferenceBlockSpaceManager(4, 64, 0, enable_caching=True),
+        FastBlockSpaceManager(4, 64, 0, enable_caching=True),
+    ]
+    answers = []
+    for manager in managers:
+        first = SequenceGroup.from_prompt("a", prompt, first_seq_id=0)
+        manager.allocate(first)
+        second = SequenceGroup.from_prompt("b", prompt, first_seq_id=1)
+        assert manager.get_num_cached_tokens(second.seqs[0]) == 0  # counted before the first is computed
+        manager.mark_blocks_as_computed(first, 40)
+        manager.allocate(second)
+        seqs = [first.seqs[0], second.seqs[0]]
+        first.seqs[0].data.update_num_computed_tokens(40)  # decoding; the second is still in prefill
+        if isinstance(manager, FastBlockSpaceManager):
+            rows = manager.rows_of(seqs)
+            counts = manager.num_computed_blocks_rows(
+                rows, [seq.get_token_ids() for seq in seqs], prefill=[False, True]
+            )
+            answers.append(counts.tolist())
+        else:
+            answers.append([len(manager.get_common_computed_block_ids([seq])) for seq in seqs])
+    assert answers[0] == answers[1] and answers[0][0] > 0 == answers[0][1]
+
+
+def test_bad_computed_block_batches_raise_and_change_nothing():
+    fast = FastBlockSpaceManager(4, 64, 0, enable_caching=True)
+    groups = [SequenceGroup.from_prompt(f"g{i}", list(range(9)), first_seq_id=i) for i in range(2)]
+    for group in groups:
+        fast.allocate(group)
+    seqs = [group.seqs[0] for group in groups]
+    rows = fast.rows_of(seqs)
+    tokens = [seq.get_token_ids() for seq in seqs]
+    assert fast.num_computed_blocks_rows(rows, tokens).tolist() == [0, 0]
+    unchanged(fast, lambda: fast.num_computed_blocks_rows(rows), InvalidArgumentError, "token_ids")
+    unchanged(fast, lambda: fast.num_computed_blocks_rows(rows[[0, 0]], tokens), InvalidArgumentError, "twice")
+    unchanged(fast, lambda: fast.num_computed_blocks_rows(rows, tokens, prefill=[1, 0]), InvalidArgumentError, "bools")
+    unchanged(fast, lambda: fast.num_computed_blocks_rows(np.array([77]), tokens[:1]), UnknownSequenceError, "77")
+    unchanged(fast, lambda: fast.num_computed_blocks_rows(rows, [tokens[0], tokens[1][:3]]), TrackerError, "fewer")
+    plain = FastBlockSpaceManager(4, 64, 0)
+    plain.allocate(SequenceGroup.from_prompt("p", list(range(9)), first_seq_id=0))
+    assert plain.num_computed_blocks_rows(np.array([0])).tolist() == [0]
 
 
 def test_a_batch_that_runs_out_changes_nothing():

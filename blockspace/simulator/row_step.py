@@ -34,8 +34,12 @@ Why the decisions are those of the per-call path, exactly:
   answers against the per-call path's at every step.
   ``mark_blocks_as_computed`` takes no arguments that matter, so the step
   calls it once instead of once per group.
-* ``get_common_computed_block_ids`` (prefix caching) has no batched form yet:
-  it is called per group, in the per-call order.
+* ``get_common_computed_block_ids`` (prefix caching): its side effect, keying
+  each sequence's new full blocks in the computed-blocks tracker, is the
+  same in any order, and the per-call path ignores its answer, so
+  ``num_computed_blocks_rows`` does it for every row of the step's runs in
+  one call (the answer, how many leading blocks of each table are computed,
+  is what a model runner would take).
 
 The sequence objects stay the source of truth: the rows come from
 ``rows_of`` at each step (a row stays the same while its sequence lives) and
@@ -75,7 +79,7 @@ class RowStep:
         self.manager = manager
         self.caching = enable_caching
         self.threshold = block_size if enable_caching else 1  # the least budget that still gives a decode its token
-        self.runs: list[tuple[np.ndarray, list[Any]]] = []  # (rows, sequences) of this step's runs
+        self.runs: list[tuple[np.ndarray, list[Any], list[list[int]] | None]] = []  # (rows, sequences, token lists)
         self.requests: set[str] = set()
         self.usable = True
         self.num_batched = 0  # decodes scheduled through rows, over the whole run
@@ -109,26 +113,32 @@ class RowStep:
         copies += [tuple(pair) for pair in pairs.tolist()]
         for _ in run:
             queue.popleft()
-        self.runs.append((rows, seqs))
+        self.runs.append((rows, seqs, tokens))
         self.requests.update(request.request_id for request in run)
         self.num_batched += len(run)
         return run
 
     def touch(self, now: float, record_tables: bool) -> dict[int, tuple[int, ...]]:
-        """Access times of every row of the step's runs (one call); with
-        ``record_tables`` also their block tables (one call), as each
-        sequence's block ids. Without it no table is built: vLLM's scheduler
-        only hands the model runner references to the tables, and the rows
-        are those references here (a model runner would take
-        ``block_tables(rows)`` or a device table kept by deltas)."""
+        """Access times and computed blocks of every row of the step's runs
+        (one call each); with ``record_tables`` also their block tables (one
+        call), as each sequence's block ids. Without it no table is built:
+        vLLM's scheduler only hands the model runner references to the
+        tables, and the rows are those references here (a model runner would
+        take ``block_tables(rows)`` or a device table kept by deltas)."""
         if not self.runs:
             return {}
-        rows = np.concatenate([rows for rows, _ in self.runs]) if len(self.runs) > 1 else self.runs[0][0]
+        if len(self.runs) == 1:
+            rows, _, tokens = self.runs[0]
+        else:
+            rows = np.concatenate([rows for rows, _, _ in self.runs])
+            tokens = [ids for _, _, run_tokens in self.runs for ids in run_tokens] if self.caching else None
         self.manager.access_all_blocks_rows(rows, now)
+        if self.caching:
+            self.manager.num_computed_blocks_rows(rows, tokens)
         if not record_tables:
             return {}
         tables = self.manager.block_table_array(rows, TABLE_END)
-        seqs = [seq for _, run in self.runs for seq in run]
+        seqs = [seq for _, run, _ in self.runs for seq in run]
         return {seq.seq_id: tuple(b for b in row if b != TABLE_END) for seq, row in zip(seqs, tables.tolist())}
 
 

@@ -331,12 +331,14 @@ class Scheduler:
             if group.request.request_id in batched:
                 if record:
                     tables.append((seqs[0].seq_id, run_tables[seqs[0].seq_id]))
-            else:
-                for seq in seqs:
-                    table = self.manager.get_block_table(seq)
-                    if record:
-                        tables.append((seq.seq_id, tuple(table or ())))  # the placeholder manager has none
-                    self.manager.access_all_blocks_in_seq(seq, now)
+                if self.config.enable_prefix_caching:  # computed blocks: counted for the whole run
+                    self._tracked.add(seqs[0].seq_id)
+                continue
+            for seq in seqs:
+                table = self.manager.get_block_table(seq)
+                if record:
+                    tables.append((seq.seq_id, tuple(table or ())))  # the placeholder manager has none
+                self.manager.access_all_blocks_in_seq(seq, now)
             if self.config.enable_prefix_caching:
                 self._tracked.update(seq.seq_id for seq in seqs)
                 self.manager.get_common_computed_block_ids(seqs)

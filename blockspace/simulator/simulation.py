@@ -273,6 +273,7 @@ def warm_up(manager_class: type, manager_kwargs: dict[str, Any]) -> float:
                 if manager.can_append_slots_rows(rows, lengths, 0, np.array([1]))[0]:
                     manager.append_slots_rows(rows, lengths, 0, token_ids=[seq.get_token_ids()] if caching else None)
                 manager.access_all_blocks_rows(rows, float(step))
+                manager.num_computed_blocks_rows(rows, [seq.get_token_ids()] if caching else None)
                 manager.block_table_array(rows, -1)
             elif manager.can_append_slots(group, 0):
                 manager.append_slots(seq, 0)

@@ -42,6 +42,7 @@ ROW_METHODS = (  # the row API (fast/rows.py), timed where the manager offers it
     "append_slots_rows",
     "block_table_array",
     "access_all_blocks_rows",
+    "num_computed_blocks_rows",
 )
 
 
