@@ -66,6 +66,10 @@ class InvalidArgumentError(BlockSpaceError, ValueError):
     a token id that is not a non-negative int, ..."""
 
 
+class SaltMismatchError(InvalidArgumentError):
+    """A group whose sequences, or the group itself, carry different cache salts."""
+
+
 class InvalidConfigError(InvalidArgumentError, AssertionError):
     """A constructor argument out of range (vLLM asserts ``watermark >= 0``)."""
 
@@ -96,6 +100,7 @@ __all__ = [
     "MissingExtraError",
     "NoWaitingSequenceError",
     "ReadOnlyTableError",
+    "SaltMismatchError",
     "TrackerError",
     "UnknownDeviceError",
     "UnknownSequenceError",

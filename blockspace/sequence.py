@@ -100,6 +100,20 @@ class Sequence:
         self.prompt_adapter_id = prompt_adapter_id
         self.status = status
         self.cache_salt = cache_salt  # tenant isolation of the prefix cache (not in vLLM v0)
+        self.group: SequenceGroup | None = None  # set by the group that holds it
+
+    @property
+    def cache_salt(self) -> str | None:
+        """The request's prefix-cache salt: the sequence's own, else its
+        group's. Why both: a serving engine keeps the salt on the request
+        (the group), but ``get_num_cached_tokens`` sees only the sequence."""
+        if self._cache_salt is None and self.group is not None:
+            return self.group.cache_salt
+        return self._cache_salt
+
+    @cache_salt.setter
+    def cache_salt(self, salt: str | None) -> None:
+        self._cache_salt = salt
 
     def get_token_ids(self) -> list[int]:
         return self.data.get_token_ids()
@@ -160,7 +174,9 @@ class SequenceGroup:
         self.seqs: list[Sequence] = list(seqs)
         self.encoder_seq = encoder_seq
         self.arrival_time = arrival_time
-        self.cache_salt: str | None = None
+        self.cache_salt: str | None = None  # the request's salt; its sequences see it (Sequence.cache_salt)
+        for seq in self.seqs + ([encoder_seq] if encoder_seq is not None else []):
+            seq.group = self
 
     @classmethod
     def from_prompt(
@@ -202,6 +218,7 @@ class SequenceGroup:
 
     def add(self, seq: Sequence) -> None:
         self.seqs.append(seq)
+        seq.group = self
 
     def is_encoder_decoder(self) -> bool:
         return self.encoder_seq is not None

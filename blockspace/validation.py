@@ -4,10 +4,17 @@ same error with the same message for the same bad input."""
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 from blockspace.enums import SequenceStatus
-from blockspace.errors import InvalidArgumentError, InvalidConfigError, NoWaitingSequenceError, UnsupportedError
+from blockspace.errors import (
+    InvalidArgumentError,
+    InvalidConfigError,
+    NoWaitingSequenceError,
+    SaltMismatchError,
+    UnsupportedError,
+)
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32 by the fast manager
 
@@ -62,16 +69,45 @@ def token_ids(seq: Any, start: int = 0) -> list[int]:
     return tokens
 
 
+def _checked_salt(salt: Any, where: str) -> Any:
+    if salt is not None and not isinstance(salt, (str, bytes, int)):
+        raise InvalidArgumentError(f"{where}: cache_salt must be a str, bytes or int, got {salt!r}")
+    return salt
+
+
 def cache_salt(seq: Any) -> Any:
-    """The tenant's prefix-cache salt of a sequence (``None``: no salt).
+    """The tenant's prefix-cache salt of a sequence (``None``: no salt): its
+    ``cache_salt`` attribute (ours reads through to its group), else the
+    ``cache_salt`` of its ``inputs``, where vLLM keeps a request's prompt
+    and salt for every sequence of it.
 
     Requests with different salts never share a cached block; the same salt
     shares as usual. vLLM's v0 sequences have no salt, hence the default.
     """
     salt = getattr(seq, "cache_salt", None)
-    if salt is not None and not isinstance(salt, (str, bytes, int)):
-        raise InvalidArgumentError(f"sequence {seq.seq_id}: cache_salt must be a str, bytes or int, got {salt!r}")
-    return salt
+    if salt is None:
+        inputs = getattr(seq, "inputs", None)
+        if isinstance(inputs, Mapping):
+            salt = inputs.get("cache_salt")
+    return _checked_salt(salt, f"sequence {seq.seq_id}")
+
+
+def group_salt(seq_group: Any) -> Any:
+    """The salt of a whole request: the group's ``cache_salt`` attribute
+    and each sequence's (``cache_salt``) must agree; a sequence without one
+    takes the group's. Anything else (two salts, or a salted and an unsalted
+    sequence in an unsalted group) is refused with ``SaltMismatchError``:
+    the sequences share one block table, so one salt must key it, and
+    ``get_num_cached_tokens`` of each must count what that table will hit."""
+    group = _checked_salt(getattr(seq_group, "cache_salt", None), f"group {seq_group.request_id!r}")
+    salts = {group} if group is not None else set()
+    for seq in seq_group.get_seqs():
+        own = cache_salt(seq)
+        salts.add(group if own is None else own)
+    if len(salts) > 1:
+        found = ", ".join(sorted(repr(salt) for salt in salts))
+        raise SaltMismatchError(f"group {seq_group.request_id!r}: its sequences carry different cache salts ({found})")
+    return next(iter(salts), None)
 
 
 def waiting_seqs(seq_group: Any) -> list[Any]:

@@ -25,7 +25,6 @@ import numpy as np
 from blockspace.fast import pool as P
 from blockspace.fast.content import collect_keys, grow_keys, remap_keys
 from blockspace.fast.store import Store
-from blockspace.validation import cache_salt
 
 
 class KeySpace:
@@ -43,9 +42,8 @@ class KeySpace:
             extra_id = self.extra_ids[extra] = len(self.extra_ids)
         return extra_id
 
-    def root_id(self, seq: Any) -> int:
-        """The parent of the sequence's first block key: -1, or its cache salt's id."""
-        salt = cache_salt(seq)
+    def root_id(self, salt: Any) -> int:
+        """The parent of a first block key: -1 (no salt), or the cache salt's id."""
         root = self.root_ids.get(salt)
         if root is None:
             root = self.root_ids[salt] = -1 - len(self.root_ids)

@@ -61,7 +61,7 @@ from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
 from blockspace.guard import guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
-from blockspace.validation import check_config, check_encoder_decoder, check_lookahead, waiting_seqs
+from blockspace.validation import check_config, check_encoder_decoder, check_lookahead, group_salt, waiting_seqs
 
 _ALLOC_STATUS = {status.value: status for status in AllocStatus}
 RUNNING = SequenceStatus.RUNNING
@@ -162,7 +162,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
             check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
             encoder = seq_group.get_encoder_seq()
         extra = self.key_space.extra_id(first.extra_hash())
-        root = self.key_space.root_id(first)
+        root = self.key_space.root_id(group_salt(seq_group))
         keyed = T.NO_TOKENS  # the prompt's block keys, if the tracker made them from the same content
         if memo is not None and memo.root == root and memo.extra == extra:
             keyed = self.tracker.prompt_keys(first, len(tokens) // self.block_size)

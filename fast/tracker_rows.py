@@ -28,6 +28,7 @@ from blockspace.fast import tracker as K
 from blockspace.fast.checks import int64_or_none
 from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import Store
+from blockspace.validation import cache_salt
 
 
 class Memo:
@@ -80,7 +81,7 @@ class TrackerRows:
         tokens = seq.get_token_ids()
         row, known = self.check_tokens(seq, tokens)
         frozen = row is not None and seq.is_prefill()
-        root = self.key_space.root_id(seq)  # checks the salt on every call, as the reference
+        root = self.key_space.root_id(cache_salt(seq))  # checks the salt on every call, as the reference
         num_full = len(tokens) // self.block_size
         if row is not None and num_full == known:  # a known sequence, nothing new to key
             return self._count(row, T.NO_TOKENS, num_full, 0, root, frozen)

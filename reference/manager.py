@@ -33,11 +33,11 @@ from blockspace.reference.invariants import check_invariants, snapshot
 from blockspace.reference.table import BlockTable
 from blockspace.reference.tracker import ComputedBlocksTracker
 from blockspace.validation import (
-    cache_salt,
     check_config,
     check_encoder_decoder,
     check_lookahead,
     check_token_ids,
+    group_salt,
     token_ids,
     waiting_seqs,
 )
@@ -124,7 +124,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
             encoder = seq_group.get_encoder_seq()
         extra = first.extra_hash()
-        table = BlockTable(self.block_size, root=ContentKeys.root(cache_salt(first)))
+        table = BlockTable(self.block_size, root=ContentKeys.root(group_salt(seq_group)))
         chunk_keys = table.prompt_keys(tokens, extra, self.content_keys)
         need = table.cost_allocate(tokens, chunk_keys, self.gpu)
         if encoder is not None:
