@@ -41,4 +41,29 @@ class WatermarkOffByOne(ReferenceBlockSpaceManager):
         self.watermark_blocks += 1
 
 
-BROKEN_MANAGERS = (FifoFreeList, WatermarkOffByOne)
+class StaleBlockTable(ReferenceBlockSpaceManager):
+    """Keeps each sequence's first ``get_block_table`` answer and hands it
+    out again after the table changed (a cached answer never refreshed)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kept: dict[int, Any] = {}
+
+    def get_block_table(self, seq: Any) -> Any:
+        answer = super().get_block_table(seq)
+        return self.kept.setdefault(seq.seq_id, answer) if len(answer) > 1 else answer
+
+    def free(self, seq: Any) -> None:
+        super().free(seq)
+        self.kept.pop(seq.seq_id, None)
+
+
+class ReversedSwapIn(ReferenceBlockSpaceManager):
+    """Returns swap-in pairs as (destination, source) instead of (source,
+    destination): the copy would run backwards."""
+
+    def swap_in(self, seq_group: Any) -> list[tuple[int, int]]:
+        return [(gpu, cpu) for cpu, gpu in super().swap_in(seq_group)]
+
+
+BROKEN_MANAGERS = (FifoFreeList, WatermarkOffByOne, StaleBlockTable, ReversedSwapIn)

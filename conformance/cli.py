@@ -3,10 +3,13 @@
     blockspace conformance --impl fast --against reference --profile quick
     blockspace conformance --impl mypkg.manager:MyManager --json report.json
 
-Runs every check of the profile (``runner.py``) with a progress bar, prints
-a summary table (checks, examples run, failures) and each failure's repro,
-and optionally writes a JSON report for CI. Exit status: 0 when everything
-passed or was skipped, 1 when a check failed, 2 on bad arguments.
+Runs every check of the profile (``runner.py``) with a progress bar naming
+the check that runs, says so the moment a failure is found (it is then
+shrunk for at most ``--shrink-budget`` seconds) and prints its repro as soon
+as its check ends; ``--fail-fast`` stops there. Then a summary table
+(checks, examples run, failures) and each failure's repro, and optionally a
+JSON report for CI. Exit status: 0 when everything passed or was skipped, 1
+when a check failed, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from blockspace.conformance.runner import CAPABILITIES, PROFILES, capabilities_of, checks_for
+from blockspace.conformance.runner import CAPABILITIES, PROFILES, capabilities_of, checks_for, with_changes
 from blockspace.interfaces import load_manager_class
 
 FEATURES = {name.removeprefix("supports_"): name for name in CAPABILITIES}
@@ -30,6 +33,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", metavar="PATH", help="write a JSON report here")
     parser.add_argument("--only", metavar="TEXT", action="append", help="run only checks whose name contains TEXT")
     parser.add_argument("--examples", type=int, help="state-machine examples per family (overrides the profile)")
+    parser.add_argument("--shrink-budget", type=float, metavar="SECONDS",
+                        help="time to shrink a family's failure once found (default: the profile's, 20 s)")  # fmt: skip
+    parser.add_argument("--fail-fast", action="store_true", help="stop at the first failing check")
     parser.add_argument(
         "--without", choices=sorted(FEATURES), action="append", default=[], help="a feature the implementation lacks"
     )
@@ -50,22 +56,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.examples is not None and args.examples < 1:
         print(f"error: --examples must be >= 1, got {args.examples}", file=sys.stderr)
         return 2
+    if args.shrink_budget is not None and not args.shrink_budget > 0:
+        print(f"error: --shrink-budget must be > 0 seconds, got {args.shrink_budget}", file=sys.stderr)
+        return 2
     profile = PROFILES[args.profile]
     if args.examples:
-        profile = type(profile)(**{**profile.__dict__, "max_examples": args.examples})
+        profile = with_changes(profile, max_examples=args.examples)
+    if args.shrink_budget is not None:
+        profile = with_changes(profile, shrink_seconds=args.shrink_budget)
     capabilities = capabilities_of(impl_cls, {FEATURES[f]: False for f in args.without})
     names = [name.rpartition(":")[2] for name in (args.against, args.impl)]
     if names[0] == names[1]:
         names[1] += " (2)"
     impls = {names[0]: against_cls, names[1]: impl_cls}
-    every_check = checks_for(impls, profile, capabilities)
+    reporter = Reporter(profile.shrink_seconds)
+    every_check = checks_for(impls, profile, capabilities, reporter.found)
     unmatched = [text for text in args.only or () if not any(text in check.name for check in every_check)]
     if unmatched:
         names = ", ".join(check.name for check in every_check)
         print(f"error: --only {unmatched[0]!r} names no check of the {args.profile} profile ({names})", file=sys.stderr)
         return 2
     checks = [c for c in every_check if not args.only or any(t in c.name for t in args.only)]
-    results = run_with_progress(checks)
+    results = run_with_progress(checks, reporter, args.fail_fast)
     report = {
         "impl": args.impl,
         "against": args.against,
@@ -88,18 +100,45 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report["passed"] else 1
 
 
-def run_with_progress(checks: list[Any]) -> list[Any]:
+class Reporter:
+    """Says what happens while the checks run, above the progress bar."""
+
+    def __init__(self, shrink_seconds: float) -> None:
+        self.shrink_seconds = shrink_seconds
+        self.console: Any = None  # the progress bar's, once it runs
+
+    def say(self, text: str) -> None:
+        if self.console is not None:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def found(self, check: str, seconds: float, message: str) -> None:
+        """A check's first failure, the moment it is found (before shrinking)."""
+        self.say(f"{check}: a failure after {seconds:.1f} s, shrinking it for at most {self.shrink_seconds:g} s: "
+                 f"{message.splitlines()[0]}")  # fmt: skip
+
+    def failed(self, result: Any) -> None:
+        self.say(f"--- {result.name} failed ({result.seconds:.1f} s) ---\n{result.detail}")
+
+
+def run_with_progress(checks: list[Any], reporter: Reporter, fail_fast: bool = False) -> list[Any]:
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     results = []
     columns = (TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
     with Progress(*columns, transient=False) as progress:
+        reporter.console = progress.console
         task = progress.add_task("conformance", total=len(checks))
         for check in checks:
             progress.update(task, description=escape(check.name))
-            results.append(check.run())
+            result = check.run()
+            results.append(result)
             progress.advance(task)
+            if result.status == "failed":
+                reporter.failed(result)
+                if fail_fast:
+                    reporter.say(f"--fail-fast: stopping after {result.name}; {len(checks) - len(results)} check(s) not run")
+                    break
         progress.update(task, description="done")
     return results
 

@@ -86,6 +86,26 @@ def mismatch(a: Any, b: Any, where: str = "value") -> str | None:
     return None
 
 
+CONFIG_ATTRIBUTES = {  # constructor argument -> the attribute vLLM's manager (and ours) keeps it in
+    "block_size": "block_size",
+    "num_gpu_blocks": "num_total_gpu_blocks",
+    "num_cpu_blocks": "num_total_cpu_blocks",
+    "watermark": "watermark",
+    "sliding_window": "sliding_window",
+    "enable_caching": "enable_caching",
+}
+
+
+def built_from(managers: Mapping[str, Any]) -> tuple[dict[str, type], dict[str, Any]]:
+    """The classes and constructor arguments that rebuild ``managers``, for
+    the repro of a ``Lockstep`` made from instances: the arguments are read
+    back from the yardstick's attributes, those of vLLM's own manager."""
+    impls = {name: type(manager) for name, manager in managers.items()}
+    first = next(iter(managers.values()), None)
+    config = {arg: getattr(first, attr) for arg, attr in CONFIG_ATTRIBUTES.items() if hasattr(first, attr)}
+    return impls, config
+
+
 class Lockstep:
     """N managers that must agree on every call.
 
@@ -98,10 +118,11 @@ class Lockstep:
         if len(managers) < 1:
             raise ValueError("Lockstep needs at least one manager")
         self.managers = dict(managers)
-        self.script = script if script is not None else Script()
+        self.script = script if script is not None else Script(*built_from(self.managers))
         self.num_calls = 0
         self.failed = False
         self.every_call = every_call  # False: snapshots only at ``checkpoint`` (big pools)
+        self.on_failure: Callable[[str], None] | None = None  # hears of each failure before it is raised
         self.snapshots: dict[str, Any] = {}
         self._take_snapshots()
 
@@ -113,7 +134,7 @@ class Lockstep:
         for name, impl in impls.items():
             impl_cls = load_manager_class(impl) if isinstance(impl, str) else impl
             managers[name] = impl_cls(**config)
-        return cls(managers, script, every_call)
+        return cls(managers, script if script is not None else Script(impls, config), every_call)
 
     @property
     def reference(self) -> Any:
@@ -137,6 +158,8 @@ class Lockstep:
 
     def fail(self, message: str) -> None:
         self.failed = True
+        if self.on_failure is not None:
+            self.on_failure(message)
         raise Divergence(f"{message}\n\nRepro (runnable):\n{self.script.render()}")
 
     def call(self, method: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Outcome:

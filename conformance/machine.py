@@ -48,6 +48,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     impls: Mapping[str, Any] = {}
     runs: list[Config] = []  # configurations of the examples run (shared per subclass)
+    on_failure: Any = None  # called with the message of every failure found (runner.run_machine)
 
     def __init__(self) -> None:
         super().__init__()
@@ -69,6 +70,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         kwargs = config.manager_kwargs()
         self.script = Script(self.impls, kwargs)
         self.lock = Lockstep.build(self.impls, self.script, **kwargs)
+        self.lock.on_failure = type(self).on_failure
         self.world = invariants.World(
             config.block_size,
             config.num_gpu_blocks,

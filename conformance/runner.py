@@ -10,16 +10,22 @@ on what each profile means.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+try:  # where Hypothesis keeps its shrink time limit (see shrink_budget)
+    import hypothesis.internal.conjecture.engine as hypothesis_engine
+except ImportError:  # pragma: no cover - a Hypothesis that moved it: no budget
+    hypothesis_engine = None
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
 from blockspace.conformance.lockstep import Divergence
 from blockspace.conformance.machine import machine_for
+from blockspace.conformance.reduce import reduce
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class Profile:
     trace_requests: int  # Mooncake requests replayed in lockstep
     derandomize: bool  # same examples every run (CI) or fresh ones
     symbolic: bool = False
+    shrink_seconds: float = 20.0  # time allowed to shrink a family's failure, from when it is found
 
 
 PROFILES = {
@@ -91,35 +98,93 @@ def hypothesis_settings(profile: Profile, **changes: Any) -> settings:
     return settings(**options)
 
 
-def run_machine(impls: Mapping[str, Any], family: str, profile: Profile, **changes: Any) -> CheckResult:
-    """The state machine over one configuration family."""
+@contextmanager
+def shrink_budget(seconds: float) -> Iterator[None]:
+    """Hypothesis stops shrinking after ``seconds`` (its own limit is 5
+    minutes, a module constant it reads at each shrink: the one knob it has).
+    Why a budget: almost all of a failing run is shrinking, and a repro a
+    few calls longer, printed in seconds, is worth more in a CI log than
+    the shortest one after minutes."""
+    default = getattr(hypothesis_engine, "MAX_SHRINKING_SECONDS", None)
+    if default is None:
+        yield
+        return
+    hypothesis_engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        hypothesis_engine.MAX_SHRINKING_SECONDS = default
+
+
+HYPOTHESIS_SHARE = 0.75  # of the shrink budget; the rest deletes lines from its repro (reduce.py)
+REPRO = "Repro (runnable):\n"  # what separates a Divergence's message from its script
+
+FirstFailure = Callable[[str, float, str], None]  # (check name, seconds in, message): a failure was found
+
+
+def run_machine(
+    impls: Mapping[str, Any], family: str, profile: Profile, on_failure: FirstFailure | None = None, **changes: Any
+) -> CheckResult:
+    """The state machine over one configuration family, shrinking a failure
+    for at most ``profile.shrink_seconds``; ``on_failure`` hears of the
+    first failure as soon as it is found, before shrinking."""
+    name = f"machine[{family}]"
     machine = machine_for(impls, family)
     started = time.perf_counter()
+    found: list[float] = []
+
+    def first_failure(message: str) -> None:
+        if not found:
+            found.append(time.perf_counter())
+            if on_failure is not None:
+                on_failure(name, found[0] - started, message)
+
+    machine.on_failure = staticmethod(first_failure)
+    limit = profile.shrink_seconds
     try:
-        run_state_machine_as_test(machine, settings=hypothesis_settings(profile, **changes))
+        with shrink_budget(limit * HYPOTHESIS_SHARE):
+            run_state_machine_as_test(machine, settings=hypothesis_settings(profile, **changes))
     except Divergence as failure:
-        return CheckResult(f"machine[{family}]", "failed", len(machine.runs), time.perf_counter() - started, str(failure))
-    return CheckResult(f"machine[{family}]", "passed", len(machine.runs), time.perf_counter() - started)
+        message, _, repro = str(failure).partition(REPRO)
+        shorter = reduce(repro, max(0.0, limit - (time.perf_counter() - (found[0] if found else started))))
+        ended = time.perf_counter()
+        shrunk = ended - found[0] if found else 0.0
+        num_calls = sum(line.startswith("lock.call(") for line in shorter.splitlines())
+        note = f"found after {found[0] - started:.1f} s, shrunk to {num_calls} calls in {shrunk:.1f} s (budget {limit:g} s)"
+        extra = {"found_s": round(found[0] - started, 2) if found else None, "shrink_s": round(shrunk, 2),
+                 "shrink_budget_s": limit, "repro_calls": num_calls}  # fmt: skip
+        detail = f"{note}\n{message}{REPRO}{shorter}"
+        return CheckResult(name, "failed", len(machine.runs), ended - started, detail, extra)
+    return CheckResult(name, "passed", len(machine.runs), time.perf_counter() - started)
 
 
-def machine_checks(impls: Mapping[str, Any], profile: Profile, capabilities: Mapping[str, bool]) -> list[Check]:
+def machine_checks(
+    impls: Mapping[str, Any], profile: Profile, capabilities: Mapping[str, bool], on_failure: FirstFailure | None = None
+) -> list[Check]:
     checks = []
     for family in FAMILIES:
         needed = FAMILY_CAPABILITY[family]
         if needed is not None and not capabilities.get(needed, True):
             checks.append(Check(f"machine[{family}]", lambda f=family, n=needed: CheckResult(f"machine[{f}]", "skipped", detail=f"{n} is False")))
         else:
-            checks.append(Check(f"machine[{family}]", lambda f=family: run_machine(impls, f, profile)))
+            checks.append(Check(f"machine[{family}]", lambda f=family: run_machine(impls, f, profile, on_failure)))
     return checks
 
 
-def checks_for(impls: Mapping[str, Any], profile: Profile, capabilities: Mapping[str, bool]) -> list[Check]:
+def checks_for(
+    impls: Mapping[str, Any], profile: Profile, capabilities: Mapping[str, bool], on_failure: FirstFailure | None = None
+) -> list[Check]:
     """Every check of a profile, in the order they run."""
     from blockspace.conformance import symbolic, trace
 
-    checks = machine_checks(impls, profile, capabilities)
+    checks = machine_checks(impls, profile, capabilities, on_failure)
     if profile.trace_requests:
         checks.append(trace.trace_check(impls, profile.trace_requests, capabilities))
     if profile.symbolic:
         checks += symbolic.symbolic_checks(impls, profile)
     return checks
+
+
+def with_changes(profile: Profile, **changes: Any) -> Profile:
+    """The profile with some fields changed (``--examples``, ``--shrink-budget``)."""
+    return replace(profile, **changes)

@@ -241,6 +241,7 @@ def test_cli_rejects_an_unknown_implementation(capsys):
         (["--only", "plain", "--only", "nosuchcheck"], "error: --only 'nosuchcheck' names no check"),
         (["--examples", "-3"], "error: --examples must be >= 1, got -3"),
         (["--examples", "0"], "error: --examples must be >= 1, got 0"),
+        (["--shrink-budget", "0"], "error: --shrink-budget must be > 0 seconds, got 0.0"),
     ],
 )
 def test_cli_rejects_bad_arguments_before_running_anything(capsys, argv, message):
@@ -272,3 +273,15 @@ def test_sliding_window_null_entries_are_not_shared_content():
     assert any("different content" in p for p in invariants.check_returns(tables, {}, 1, 0, world))
     world.dropped.update({1: 1, 2: 1})
     assert invariants.check_returns(tables, {}, 1, 0, world) == []
+
+
+def test_cli_fail_fast_stops_at_the_first_failing_check(tmp_path, capsys):
+    report_path = tmp_path / "report.json"
+    impl = "blockspace.conformance.broken:WatermarkOffByOne"
+    code = main(["--impl", impl, "--fail-fast", "--shrink-budget", "3", "--examples", "60", "--json", str(report_path)])
+    assert code == 1
+    report = json.loads(report_path.read_text())
+    assert [c["name"] for c in report["checks"]] == ["machine[plain]"]  # the other four never ran
+    assert report["checks"][0]["shrink_budget_s"] == 3.0
+    out = capsys.readouterr().out
+    assert "machine[plain]: a failure after" in out and "--fail-fast: stopping after machine[plain]; 4 check(s) not run" in out
