@@ -25,10 +25,15 @@ from blockspace.conformance.script import Script
 from blockspace.interfaces import load_manager_class
 from blockspace.snapshot import diff
 
+REPRO_HEADING = "\n\nRepro (runnable):\n"  # between a Divergence's message and its script
+
 
 class Divergence(AssertionError):
     """Two managers disagreed, or one broke an invariant; the message ends
-    with a runnable repro."""
+    with a runnable repro. ``full_repro`` is the same script with every
+    observation call in it too."""
+
+    full_repro: str = ""
 
 
 @dataclass
@@ -160,7 +165,9 @@ class Lockstep:
         self.failed = True
         if self.on_failure is not None:
             self.on_failure(message)
-        raise Divergence(f"{message}\n\nRepro (runnable):\n{self.script.render()}")
+        failure = Divergence(f"{message}{REPRO_HEADING}{self.script.render()}")
+        failure.full_repro = self.script.render(quiet=True)
+        raise failure
 
     def call(self, method: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Outcome:
         """Make the call on every manager; return the yardstick's outcome.
@@ -176,8 +183,7 @@ class Lockstep:
                 outcomes[name] = Outcome(error=error)
         self.num_calls += 1
         first_name, first = next(iter(outcomes.items()))
-        if not quiet:
-            self.script.add(line, comment=f"{first_name} {first.describe()}")
+        self.script.add(line, comment="" if quiet else f"{first_name} {first.describe()}", quiet=quiet)
         problems = []
         for name, outcome in list(outcomes.items())[1:]:
             if first.raised or outcome.raised:
@@ -220,6 +226,32 @@ class Lockstep:
         if outcome.raised:
             self.fail(f"{method} raised {type(outcome.error).__name__} in every manager: {outcome.error}")
         return outcome.value
+
+    def require(self, problems: list[str], where: str = "") -> None:
+        """Fail with ``problems`` (an invariant broken in ``where``), if any."""
+        if problems:
+            self.fail(f"invariant broken{' in ' + where if where else ''}:\n  " + "\n  ".join(problems[:12]))
+
+    def verify(self, world: Any, groups: Mapping[str, Any]) -> None:
+        """The invariants the state machine checks after every step, on the
+        managers' state now (``world``: the scheduler's view; ``groups``:
+        request id -> group, for the cross tables). A repro of a broken
+        invariant ends with this call, so it fails as printed. The content
+        ledger is not among them: it follows the whole run."""
+        from blockspace.conformance import invariants
+
+        num_free = (self.value("get_num_free_gpu_blocks", quiet=True), self.value("get_num_free_cpu_blocks", quiet=True))
+        tables = {seq_id: self.value("get_block_table", seq, quiet=True) for seq_id, seq in world.seqs.items()}
+        cross = {request_id: self.value("get_cross_block_table", groups[request_id], quiet=True) for request_id in world.encoders}
+        self.require(invariants.check_returns(tables, cross, *num_free, world), "the return values")
+        for name, manager in self.managers.items():  # the manager's own self-check, where offered
+            if callable(getattr(manager, "check_invariants", None)):
+                try:
+                    manager.check_invariants()
+                except Exception as error:  # noqa: BLE001 - any failure of the self-check is a finding
+                    self.require([f"check_invariants() raised {type(error).__name__}: {error}"], name)
+        for name, snap in self.snapshots.items():
+            self.require(invariants.check_snapshot(snap, world, num_free), name)
 
     def each(self, check: Callable[[str, Any], list[str]]) -> None:
         """Run ``check(name, snapshot)`` on every snapshot; fail on problems."""

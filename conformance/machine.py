@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from blockspace.conformance import invariants
 from blockspace.conformance.configs import Config, family_configs
-from blockspace.conformance.lockstep import Lockstep
+from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
 from blockspace.conformance.script import Script
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 
@@ -440,34 +440,31 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     # -- after every step -------------------------------------------------------------------------
     def require(self, problems: list[str], where: str = "") -> None:
-        if problems:
-            self.lock.fail(f"invariant broken{' in ' + where if where else ''}:\n  " + "\n  ".join(problems[:12]))
+        self.lock.require(problems, where)
 
     @invariant()
     def invariants_hold(self) -> None:
         if self.lock is None:
             return
         self.observe()
-        num_free = (
-            self.lock.value("get_num_free_gpu_blocks", quiet=True),
-            self.lock.value("get_num_free_cpu_blocks", quiet=True),
-        )
-        tables = {seq_id: self.lock.value("get_block_table", s, quiet=True) for seq_id, s in self.world.seqs.items()}
-        cross = {}
-        for request_id in self.world.encoders:
-            cross[request_id] = self.lock.value("get_cross_block_table", self.groups[request_id], quiet=True)
-        self.require(invariants.check_returns(tables, cross, *num_free, self.world), "the return values")
-        for name, manager in self.lock.managers.items():  # the manager's own self-check, where offered
-            if callable(getattr(manager, "check_invariants", None)):
-                try:
-                    manager.check_invariants()
-                except Exception as error:  # noqa: BLE001 - any failure of the self-check is a finding
-                    self.require([f"check_invariants() raised {type(error).__name__}: {error}"], name)
-        for name, snap in self.lock.snapshots.items():
-            problems = invariants.check_snapshot(snap, self.world, num_free)
-            if self.caching:
-                problems += self.ledgers[name].observe(snap, self.world)
-            self.require(problems, name)
+        try:
+            self.lock.verify(self.world, self.groups)
+        except Divergence as failure:  # the repro ends with the check that failed, so it fails as printed
+            self.script.add(f"lock.verify({self.world_source()}, {self.script.render_value(dict(self.groups))})")
+            self.lock.fail(str(failure).partition(REPRO_HEADING)[0])
+        if self.caching:
+            for name, snap in self.lock.snapshots.items():
+                self.require(self.ledgers[name].observe(snap, self.world), f"{name} (the content ledger, over the whole run)")
+
+    def world_source(self) -> str:
+        """The scheduler's view now, as a ``World(...)`` expression of the script."""
+        world, render = self.world, self.script.render_value
+        fields = [f"{name}={getattr(world, name)!r}" for name in
+                  ("block_size", "num_gpu_blocks", "num_cpu_blocks", "enable_caching", "sliding_window", "max_lookahead")]  # fmt: skip
+        for name in ("seqs", "written", "encoders", "dropped"):
+            mapping = getattr(world, name)
+            fields.append(f"{name}={{" + ", ".join(f"{key!r}: {render(value)}" for key, value in mapping.items()) + "}")
+        return f"World({', '.join(fields)})"
 
     def observe(self) -> None:
         """Ask every question that changes nothing, of every group: the

@@ -20,12 +20,13 @@ try:  # where Hypothesis keeps its shrink time limit (see shrink_budget)
 except ImportError:  # pragma: no cover - a Hypothesis that moved it: no budget
     hypothesis_engine = None
 from hypothesis import HealthCheck, settings
+from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
-from blockspace.conformance.lockstep import Divergence
+from blockspace.conformance.lockstep import REPRO_HEADING, Divergence
 from blockspace.conformance.machine import machine_for
-from blockspace.conformance.reduce import reduce
+from blockspace.conformance.reduce import failure_of, reduce
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Profile:
     derandomize: bool  # same examples every run (CI) or fresh ones
     symbolic: bool = False
     shrink_seconds: float = 20.0  # time allowed to shrink a family's failure, from when it is found
+    reduce_repro: bool = True  # after Hypothesis' share of that time, delete lines from the repro (reduce.py)
 
 
 PROFILES = {
@@ -117,7 +119,11 @@ def shrink_budget(seconds: float) -> Iterator[None]:
 
 
 HYPOTHESIS_SHARE = 0.75  # of the shrink budget; the rest deletes lines from its repro (reduce.py)
-REPRO = "Repro (runnable):\n"  # what separates a Divergence's message from its script
+REPRO = REPRO_HEADING.lstrip("\n")  # what separates a Divergence's message from its script
+
+def _silent(text: str) -> None:
+    pass
+
 
 FirstFailure = Callable[[str, float, str], None]  # (check name, seconds in, message): a failure was found
 
@@ -142,11 +148,16 @@ def run_machine(
     machine.on_failure = staticmethod(first_failure)
     limit = profile.shrink_seconds
     try:
-        with shrink_budget(limit * HYPOTHESIS_SHARE):
+        # Hypothesis' own report (the falsifying steps, its note on a shrink cut short) is left out:
+        # the kit prints the repro and the budget itself.
+        with shrink_budget(limit * HYPOTHESIS_SHARE if profile.reduce_repro else limit), with_reporter(_silent):
             run_state_machine_as_test(machine, settings=hypothesis_settings(profile, **changes))
     except Divergence as failure:
         message, _, repro = str(failure).partition(REPRO)
-        shorter = reduce(repro, max(0.0, limit - (time.perf_counter() - (found[0] if found else started))))
+        if failure.full_repro and failure_of(repro) is None:  # the bug needs an observation the short form leaves out
+            repro = failure.full_repro
+        left = limit - (time.perf_counter() - (found[0] if found else started))  # at least the reducer's share
+        shorter = reduce(repro, max(left, limit * (1 - HYPOTHESIS_SHARE))) if profile.reduce_repro else repro
         ended = time.perf_counter()
         shrunk = ended - found[0] if found else 0.0
         num_calls = sum(line.startswith("lock.call(") for line in shorter.splitlines())

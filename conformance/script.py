@@ -20,8 +20,12 @@ from blockspace.sequence import Sequence, SequenceGroup
 HEADER = """\
 from blockspace import Device, Sequence, SequenceGroup, SequenceStatus
 from blockspace.conformance import Lockstep
+from blockspace.conformance.invariants import World
 from blockspace.conformance.script import restore
 """
+
+
+QUIET = "\0"  # marks a logged observation (see Script.add)
 
 
 def restore(seq: Sequence, tokens: list[int], status: SequenceStatus, computed: int, output: int, decoding: bool) -> None:
@@ -75,11 +79,12 @@ class Script:
         parts += [f"{k}={self.render_value(v)}" for k, v in kwargs.items()]
         return f"lock.call({', '.join(parts)})"
 
-    def add(self, line: str, comment: str = "") -> None:
+    def add(self, line: str, comment: str = "", quiet: bool = False) -> None:
+        """Log a call; a ``quiet`` one (an observation) only in ``render(quiet=True)``."""
         if comment:
             comment = comment if len(comment) < 100 else comment[:97] + "..."
             line = f"{line}  # {comment}"
-        self.lines.append(line)
+        self.lines.append(QUIET + line if quiet else line)
 
     @property
     def num_calls(self) -> int:
@@ -135,6 +140,8 @@ class Script:
             return self.adopt(value)
         if isinstance(value, list):
             return "[" + ", ".join(self.render_value(v) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{self.render_value(k)}: {self.render_value(v)}" for k, v in value.items()) + "}"
         if isinstance(value, tuple):
             inner = ", ".join(self.render_value(v) for v in value)
             return f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -143,8 +150,12 @@ class Script:
         return repr(value)
 
     # -- output -----------------------------------------------------------------
-    def render(self) -> str:
+    def render(self, quiet: bool = False) -> str:
+        """The runnable script; with ``quiet`` the observations too (a buggy
+        manager's answer may depend on them, when the short form does not
+        fail on its own)."""
         impls = ", ".join(f"{name!r}: {class_path(impl)!r}" for name, impl in self.impls.items())
         config = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
         build = f"lock = Lockstep.build({{{impls}}}, {config})" if config else f"lock = Lockstep.build({{{impls}}})"
-        return HEADER + build + "\n" + "\n".join(self.lines) + "\n"
+        lines = [line.removeprefix(QUIET) for line in self.lines if quiet or not line.startswith(QUIET)]
+        return HEADER + build + "\n" + "\n".join(lines) + "\n"

@@ -91,3 +91,20 @@ def test_reduce_keeps_only_what_the_failure_needs():
     assert calls[-1].endswith("# the managers disagree here")
     passing = repro.replace("'stale': 'blockspace.conformance.broken:StaleBlockTable'", "'again': 'reference'")
     assert failure_of(passing) is None and reduce(passing, 1.0) == passing
+
+
+class MiscountsFree(ReferenceBlockSpaceManager):
+    """Reports one free GPU block fewer than it has: the same answer in both
+    seats of the lockstep, so only an invariant can see it."""
+
+    def get_num_free_gpu_blocks(self):
+        return super().get_num_free_gpu_blocks() - 1
+
+
+def test_a_broken_invariant_prints_a_repro_that_fails_as_printed():
+    profile = with_changes(PROFILES["quick"], shrink_seconds=4.0)
+    result = run_machine({"one": MiscountsFree, "two": MiscountsFree}, "plain", profile, max_examples=50)
+    assert result.status == "failed" and "invariant broken" in result.detail
+    repro = repro_of(result.detail)
+    assert repro.rstrip().splitlines()[-1].startswith("lock.verify(World(")
+    assert raises_as_printed(repro).startswith("invariant broken")
