@@ -123,12 +123,12 @@ def probe() -> int:
 
     import blockspace.reference
     from blockspace.conformance.configs import FAMILIES
-    from blockspace.conformance.runner import PROFILES, run_machine
+    from blockspace.conformance.runner import PROFILES, run_machine, with_changes
     from blockspace.conformance.trace import trace_check
 
     assert "pkg" in blockspace.reference.__file__, "the probe must run in a work directory"
     impls = {"pristine": "pristine_reference:ReferenceBlockSpaceManager", "mutant": "reference"}
-    quick = PROFILES["quick"]
+    quick = with_changes(PROFILES["quick"], reduce_repro=False)  # whether it fails, not how short its repro
     for family in FAMILIES:
         result = run_machine(impls, family, quick, phases=(Phase.explicit, Phase.generate))
         if result.status == "failed":

@@ -121,6 +121,7 @@ def shrink_budget(seconds: float) -> Iterator[None]:
 HYPOTHESIS_SHARE = 0.75  # of the shrink budget; the rest deletes lines from its repro (reduce.py)
 REPRO = REPRO_HEADING.lstrip("\n")  # what separates a Divergence's message from its script
 
+
 def _silent(text: str) -> None:
     pass
 
@@ -154,17 +155,18 @@ def run_machine(
             run_state_machine_as_test(machine, settings=hypothesis_settings(profile, **changes))
     except Divergence as failure:
         message, _, repro = str(failure).partition(REPRO)
-        if failure.full_repro and failure_of(repro) is None:  # the bug needs an observation the short form leaves out
-            repro = failure.full_repro
-        left = limit - (time.perf_counter() - (found[0] if found else started))  # at least the reducer's share
-        shorter = reduce(repro, max(left, limit * (1 - HYPOTHESIS_SHARE))) if profile.reduce_repro else repro
+        found_at = found[0] if found else started
+        if profile.reduce_repro:
+            if failure.full_repro and failure_of(repro) is None:  # the bug needs an observation the short form leaves out
+                repro = failure.full_repro
+            left = limit - (time.perf_counter() - found_at)  # at least the reducer's share
+            repro = reduce(repro, max(left, limit * (1 - HYPOTHESIS_SHARE)))
         ended = time.perf_counter()
-        shrunk = ended - found[0] if found else 0.0
-        num_calls = sum(line.startswith("lock.call(") for line in shorter.splitlines())
-        note = f"found after {found[0] - started:.1f} s, shrunk to {num_calls} calls in {shrunk:.1f} s (budget {limit:g} s)"
-        extra = {"found_s": round(found[0] - started, 2) if found else None, "shrink_s": round(shrunk, 2),
+        num_calls = sum(line.startswith("lock.call(") for line in repro.splitlines())
+        note = f"found after {found_at - started:.1f} s, shrunk to {num_calls} calls in {ended - found_at:.1f} s (budget {limit:g} s)"
+        extra = {"found_s": round(found_at - started, 2), "shrink_s": round(ended - found_at, 2),
                  "shrink_budget_s": limit, "repro_calls": num_calls}  # fmt: skip
-        detail = f"{note}\n{message}{REPRO}{shorter}"
+        detail = f"{note}\n{message}{REPRO}{repro}"
         return CheckResult(name, "failed", len(machine.runs), ended - started, detail, extra)
     return CheckResult(name, "passed", len(machine.runs), time.perf_counter() - started)
 
