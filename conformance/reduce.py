@@ -21,16 +21,22 @@ CALL = "lock.call("
 BUILD = "lock = Lockstep.build("
 
 
-def failure_of(source: str) -> str | None:
-    """The first line of the ``Divergence`` the script raises, or None when
-    it runs through or fails in any other way."""
+def divergence_of(source: str) -> Divergence | None:
+    """The ``Divergence`` the script raises, or None when it runs through or
+    fails in any other way."""
     try:
         exec(compile(source, "<repro>", "exec"), {})
     except Divergence as failure:
-        return str(failure).splitlines()[0]
+        return failure
     except Exception:  # noqa: BLE001 - a deletion that broke the script (a name it needs is gone)
         return None
     return None
+
+
+def failure_of(source: str) -> str | None:
+    """The first line of the ``Divergence`` the script raises, or None."""
+    failure = divergence_of(source)
+    return None if failure is None else str(failure).splitlines()[0]
 
 
 def _split(source: str) -> tuple[list[str], list[str]]:

@@ -26,7 +26,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence
 from blockspace.conformance.machine import machine_for
-from blockspace.conformance.reduce import failure_of, reduce
+from blockspace.conformance.reduce import divergence_of, failure_of, reduce
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,9 @@ def run_machine(
                 repro = failure.full_repro
             left = limit - (time.perf_counter() - found_at)  # at least the reducer's share
             repro = reduce(repro, max(left, limit * (1 - HYPOTHESIS_SHARE)))
+            shortened = divergence_of(repro)
+            if shortened is not None:  # the message of the shortened run: the values the repro shows
+                message = str(shortened).partition(REPRO_HEADING)[0] + "\n\n"
         ended = time.perf_counter()
         num_calls = sum(line.startswith("lock.call(") for line in repro.splitlines())
         note = f"found after {found_at - started:.1f} s, shrunk to {num_calls} calls in {ended - found_at:.1f} s (budget {limit:g} s)"
