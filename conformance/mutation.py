@@ -1,15 +1,20 @@
-"""How strong is the kit? Mutation testing of the reference core.
+"""How strong is the kit? Mutation testing of the reference core and of the
+fast manager's kernels.
 
-Each mutant is the reference with one small change made by mutmut's
-mutation operators (``<`` -> ``<=``, ``+ 1`` -> ``+ 2``, ``and`` -> ``or``,
-a dropped argument, ...). The kit must tell it apart from a pristine copy
-of the reference: the quick profile (every state-machine family, then the
-trace replay; no shrinking, we only ask *whether* it fails) runs with
-``{"pristine": <unmutated copy>, "mutant": <mutated reference>}``. A mutant
-is *killed* when a check fails (or the run crashes or hangs), *survived*
+Each mutant is one small change made by mutmut's mutation operators (``<``
+-> ``<=``, ``+ 1`` -> ``+ 2``, ``and`` -> ``or``, a dropped argument, ...),
+in the reference core (``--target reference``) or inside the ``@njit``
+kernels of the fast manager (``--target fast``; they run as plain Python
+under ``NUMBA_DISABLE_JIT=1``, so a mutant costs no compile). The kit must
+tell the mutated manager apart from a pristine copy of the reference: the
+quick profile (every state-machine family, then the trace replay; no
+shrinking, we only ask *whether* it fails) runs with ``{"pristine":
+<unmutated reference>, "mutant": <the mutated manager>}``. A mutant is
+*killed* when a check fails (or the run crashes or hangs), *survived*
 otherwise. The score is killed / all.
 
     python -m blockspace.conformance.mutation --sample 200 --workers 2 --out mutants.json
+    python -m blockspace.conformance.mutation --target fast --sample 300 --seed 1 --out fast-mutants.json
 
 Needs ``mutmut`` (2.x, for its mutation operators; not a dependency of
 blockspace). Each worker gets its own copy of the sources under ``--workdir``;
@@ -19,6 +24,7 @@ the checkout is never touched.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import random
@@ -42,7 +48,32 @@ CORE = (
     "reference/table.py",
     "reference/tracker.py",
 )
-PACKAGES = {"blockspace": "blockspace", "reference": "blockspace/reference", "conformance": "blockspace/conformance"}
+FAST_KERNELS = (  # the modules of the fast manager's @njit kernels; only lines inside a kernel are mutated
+    "fast/content.py",
+    "fast/pool.py",
+    "fast/rows_check.py",
+    "fast/rules.py",
+    "fast/table.py",
+    "fast/tracker.py",
+)
+TARGETS = {"reference": CORE, "fast": FAST_KERNELS}
+PACKAGES = {
+    "blockspace": "blockspace",
+    "reference": "blockspace/reference",
+    "fast": "blockspace/fast",
+    "conformance": "blockspace/conformance",
+}
+
+
+def kernel_lines(source: str) -> set[int]:
+    """The (0-based) line numbers of the bodies of ``@njit`` functions."""
+    lines = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and any(
+            "njit" in ast.unparse(decorator) for decorator in node.decorator_list
+        ):
+            lines.update(range(node.body[0].lineno - 1, node.end_lineno))
+    return lines
 
 
 # -- mutants -------------------------------------------------------------------------------
@@ -58,14 +89,16 @@ def _operators() -> SimpleNamespace:
 
 
 def enumerate_mutants(files: tuple[str, ...] = CORE) -> list[tuple[str, object]]:
-    """Every (file, mutmut mutation id) of the core files."""
+    """Every (file, mutmut mutation id) of the files (of a fast module: inside its kernels)."""
     from mutmut import ALL, Context, list_mutations
 
     mutants = []
     for name in files:
         source = (ROOT / name).read_text()
+        inside = kernel_lines(source) if name.startswith("fast/") else None
         for mutation_id in list_mutations(Context(source=source, mutation_id=ALL, filename=name, config=_operators())):
-            mutants.append((name, mutation_id))
+            if inside is None or mutation_id.line_number in inside:
+                mutants.append((name, mutation_id))
     return mutants
 
 
@@ -93,14 +126,17 @@ def build_workdir(workdir: Path) -> None:
 
 def run_mutant(workdir: Path, name: str, source: str, timeout: float) -> tuple[str, float, str]:
     """Install one mutant in ``workdir``, probe it, restore the original."""
-    target = workdir / "pkg" / "blockspace" / "reference" / Path(name).name
+    package = Path(name).parent.name  # "reference" or "fast"
+    target = workdir / "pkg" / "blockspace" / package / Path(name).name
     original = target.read_text()
     target.write_text(source)
     env = dict(os.environ, PYTHONPATH=f"{workdir / 'pkg'}{os.pathsep}{workdir / 'pristine'}", PYTHONDONTWRITEBYTECODE="1")
+    if package == "fast":
+        env["NUMBA_DISABLE_JIT"] = "1"  # the kernels run as the mutated Python, with no compile
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "blockspace.conformance.mutation", "--probe"],
+            [sys.executable, "-m", "blockspace.conformance.mutation", "--probe", package],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -117,8 +153,9 @@ def run_mutant(workdir: Path, name: str, source: str, timeout: float) -> tuple[s
 
 
 # -- the probe (runs inside a work directory) ------------------------------------------------
-def probe() -> int:
-    """Exit 1 at the first check that tells the mutant from the pristine copy."""
+def probe(target: str) -> int:
+    """Exit 1 at the first check that tells the mutant (the ``target``
+    manager of this work directory) from the pristine reference."""
     from hypothesis import Phase
 
     import blockspace.reference
@@ -127,7 +164,7 @@ def probe() -> int:
     from blockspace.conformance.trace import trace_check
 
     assert "pkg" in blockspace.reference.__file__, "the probe must run in a work directory"
-    impls = {"pristine": "pristine_reference:ReferenceBlockSpaceManager", "mutant": "reference"}
+    impls = {"pristine": "pristine_reference:ReferenceBlockSpaceManager", "mutant": target}
     quick = with_changes(PROFILES["quick"], reduce_repro=False)  # whether it fails, not how short its repro
     for family in FAMILIES:
         result = run_machine(impls, family, quick, phases=(Phase.explicit, Phase.generate))
@@ -143,7 +180,8 @@ def probe() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blockspace.conformance.mutation")
-    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--probe", choices=sorted(TARGETS), help=argparse.SUPPRESS)
+    parser.add_argument("--target", choices=sorted(TARGETS), default="reference", help="what to mutate")
     parser.add_argument("--sample", type=int, default=0, help="mutants drawn at random (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
@@ -153,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", metavar="JSON", help="only the survivors of an earlier report")
     args = parser.parse_args(argv)
     if args.probe:
-        return probe()
+        return probe(args.probe)
 
-    mutants = enumerate_mutants()
+    mutants = enumerate_mutants(TARGETS[args.target])
     chosen = random.Random(args.seed).sample(mutants, args.sample) if 0 < args.sample < len(mutants) else mutants
     if args.rerun:
         with open(args.rerun) as handle:
@@ -194,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(args.workers) as pool:
         list(pool.map(one, chosen))
     killed = sum(r["verdict"] == "killed" for r in results)
-    print(f"mutation score: {killed}/{len(results)} = {killed / max(1, len(results)):.1%} ({len(mutants)} mutants in the core)")
+    print(f"mutation score: {killed}/{len(results)} = {killed / max(1, len(results)):.1%} ({len(mutants)} mutants of {args.target})")
     return 0
 
 
