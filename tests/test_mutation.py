@@ -1,0 +1,23 @@
+"""The mutation driver picks its targets right: in a fast module, only the
+lines of the ``@njit`` kernels (the Python around them is not the target)."""
+
+from blockspace.conformance.mutation import FAST_KERNELS, ROOT, TARGETS, kernel_lines
+
+
+def test_kernel_lines_are_the_bodies_of_njit_functions_only():
+    source = (ROOT / "fast" / "tracker.py").read_text()
+    lines = source.splitlines()
+    inside = kernel_lines(source)
+    kernel = next(i for i, line in enumerate(lines) if line.startswith("def _key_and_count("))
+    python = next(i for i, line in enumerate(lines) if line.startswith("def grow_tracker("))
+    assert kernel + 1 in inside and kernel not in inside  # the body, not the signature
+    assert not any(python <= i < python + 8 for i in inside)  # a plain Python function is left alone
+
+
+def test_every_fast_kernel_module_is_a_target_and_has_kernels():
+    assert TARGETS["fast"] == FAST_KERNELS
+    for name in FAST_KERNELS:
+        assert kernel_lines((ROOT / name).read_text()), name
+    njit_modules = {f"fast/{path.name}" for path in (ROOT / "fast").glob("*.py") if "@njit" in path.read_text()}
+    # not targets: the handles' constructors, the kernel index (no kernel of its own), the CUDA kernels
+    assert njit_modules - set(FAST_KERNELS) <= {"fast/handles.py", "fast/kernels.py", "fast/cuda_tables.py"}
