@@ -178,7 +178,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         """Admission as the scheduler does it."""
         group = data.draw(st.sampled_from(self.groups_with(WAITING)), label="group")
         waiting = group.get_seqs(status=WAITING)
-        if self.caching:
+        asked = self.caching and data.draw(st.integers(0, 4), label="ask the cache") > 0  # vLLM always asks; others may not
+        if asked:
             for s in waiting:
                 self.lock.call("get_num_cached_tokens", s)
         if data.draw(st.integers(0, 5), label="unchecked") == 0:
@@ -196,7 +197,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             if not self.lock.call("allocate", group).raised:
                 self.admitted(group)
             return
-        if self.caching:
+        if asked:
             for s in waiting:
                 self.lock.call("remove_seq_from_computed_blocks_tracker", s)
         if status.value == AllocStatus.NEVER:
