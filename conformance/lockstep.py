@@ -91,6 +91,59 @@ def mismatch(a: Any, b: Any, where: str = "value") -> str | None:
     return None
 
 
+ROW_API = (  # the fast manager's array-level step (fast/rows.py), driven by row_step where offered
+    "rows_of",
+    "can_append_slots_rows",
+    "append_slots_rows",
+    "block_table_array",
+    "access_all_blocks_rows",
+    "num_computed_blocks_rows",
+)
+
+
+class _Batch:
+    """Several groups' running sequences as one group, for ``can_append_slots``."""
+
+    def __init__(self, seqs: list[Any]) -> None:
+        self.seqs = seqs
+
+    def get_seqs(self, status: Any = None) -> list[Any]:
+        return [seq for seq in self.seqs if status is None or seq.status == status]
+
+
+def _running(groups: list[Any]) -> list[Any]:
+    from blockspace.enums import SequenceStatus
+
+    return [seq for group in groups for seq in group.get_seqs(status=SequenceStatus.RUNNING)]
+
+
+def _calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: float) -> tuple:
+    seqs = _running(groups)
+    if not manager.can_append_slots(_Batch(seqs), lookahead):
+        return (False, [], [], [])
+    pairs = [tuple(pair) for seq in seqs for pair in manager.append_slots(seq, lookahead)]
+    tables = [list(manager.get_block_table(seq)) for seq in seqs]
+    for seq in seqs:
+        manager.access_all_blocks_in_seq(seq, access_time)
+    computed = [len(manager.get_common_computed_block_ids([seq])) for seq in seqs]
+    return (True, pairs, tables, computed)
+
+
+def _rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: float) -> tuple:
+    seqs = _running(groups)
+    rows = manager.rows_of(seqs)
+    lengths = [seq.get_len() for seq in seqs]
+    if not bool(manager.can_append_slots_rows(rows, lengths, lookahead, [len(seqs)])[0]):
+        return (False, [], [], [])
+    tokens = [seq.get_token_ids() for seq in seqs]
+    computed_tokens = [seq.data.get_num_computed_tokens() for seq in seqs]
+    pairs = manager.append_slots_rows(rows, lengths, lookahead, token_ids=tokens, num_computed_tokens=computed_tokens)
+    tables = [[block for block in row if block != -1] for row in manager.block_table_array(rows, -1).tolist()]
+    manager.access_all_blocks_rows(rows, access_time)
+    computed = manager.num_computed_blocks_rows(rows, tokens, [seq.is_prefill() for seq in seqs]).tolist()
+    return (True, [tuple(pair) for pair in pairs.tolist()], tables, computed)
+
+
 CONFIG_ATTRIBUTES = {  # constructor argument -> the attribute vLLM's manager (and ours) keeps it in
     "block_size": "block_size",
     "num_gpu_blocks": "num_total_gpu_blocks",
@@ -140,6 +193,11 @@ class Lockstep:
             impl_cls = load_manager_class(impl) if isinstance(impl, str) else impl
             managers[name] = impl_cls(**config)
         return cls(managers, script if script is not None else Script(impls, config), every_call)
+
+    @property
+    def offers_rows(self) -> bool:
+        """Does any manager offer the row API (so that ``row_step`` compares two ways)?"""
+        return any(all(callable(getattr(m, name, None)) for name in ROW_API) for m in self.managers.values())
 
     @property
     def reference(self) -> Any:
@@ -219,6 +277,39 @@ class Lockstep:
             if self.snapshots[name] != self.snapshots[names[0]]:
                 changes = "\n    ".join(diff(self.snapshots[names[0]], self.snapshots[name])[:12])
                 self.fail(f"state differs after {after} ({names[0]} vs {name}):\n    {changes}")
+
+    def row_step(self, groups: list[Any], num_lookahead_slots: int, access_time: float) -> Outcome:
+        """One decode step of ``groups`` (one running sequence each) as an
+        array-level scheduler makes it where a manager offers the row API
+        (``ROW_API``, found by its methods), and as the per-sequence calls
+        elsewhere; every manager must give the same (fits, copy-on-write
+        pairs, block tables, computed blocks) and end in the same state.
+        The batch is checked as one group first and appended only if it fits
+        (what the simulator's row path does)."""
+        self.script.catch_up()
+        line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r})"
+        outcomes: dict[str, Outcome] = {}
+        for name, manager in self.managers.items():
+            step = _rows_step if all(callable(getattr(manager, m, None)) for m in ROW_API) else _calls_step
+            try:
+                outcomes[name] = Outcome(value=step(manager, groups, num_lookahead_slots, access_time))
+            except Exception as error:  # noqa: BLE001 - every error is part of the comparison
+                outcomes[name] = Outcome(error=error)
+        self.num_calls += 1
+        first_name, first = next(iter(outcomes.items()))
+        self.script.add(line, comment=f"{first_name} {first.describe()}")
+        problems = []
+        for name, outcome in list(outcomes.items())[1:]:
+            if first.raised or outcome.raised:
+                if type(first.error) is not type(outcome.error):
+                    problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}")
+            elif why := mismatch(first.value, outcome.value):
+                problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}\n  ({why})")
+        if problems:
+            self.fail("row_step disagrees:\n  " + "\n  ".join(problems))
+        self._take_snapshots()
+        self.compare_snapshots("row_step")
+        return first
 
     def value(self, method: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
         """``call`` for a call that must succeed: its (common) return value."""

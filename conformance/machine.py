@@ -235,6 +235,36 @@ class ConformanceMachine(RuleBasedStateMachine):
                 self.model_step(s, chunk, data)
         self.clock += 1.0
 
+    def row_groups(self) -> list[Any]:
+        """Running groups of one sequence with a non-empty table: what an
+        array-level scheduler batches."""
+        return [
+            g for g in self.groups_with(RUNNING)
+            if len(g.get_seqs(status=RUNNING)) == 1 == len(g.get_seqs()) and self.world.written.get(g.get_seqs()[0].seq_id)
+        ]  # fmt: skip
+
+    @precondition(lambda self: self.lock is not None and self.lock.offers_rows and self.row_groups())
+    @rule(data=st.data())
+    def row_step(self, data: st.DataObject) -> None:
+        """A decode step of the one-sequence groups through the row API where
+        a manager offers it (``Lockstep.row_step``), then the model step."""
+        groups = self.row_groups()
+        lookahead = self.lookahead(data)
+        outcome = self.lock.row_step(groups, lookahead, self.clock)
+        if outcome.raised or not outcome.value[0]:
+            return
+        for group in groups:
+            seq = group.get_seqs()[0]
+            self.world.written[seq.seq_id] = len(seq.get_token_ids())
+            if self.config.sliding_window is not None:
+                window_blocks = self.config.sliding_window // self.config.block_size + 2
+                drops = seq.data.get_num_computed_tokens() // self.config.block_size - window_blocks
+                self.world.dropped[seq.seq_id] = max(self.world.dropped.get(seq.seq_id, 0), drops)
+        for group in groups:
+            self.lock.call("mark_blocks_as_computed", group, 1)
+            self.model_step(group.get_seqs()[0], 1, data)
+        self.clock += 1.0
+
     def model_step(self, seq: Any, chunk: int, data: st.DataObject) -> None:
         """Prefill advances by ``chunk``; decode computes the last token and
         samples one new token (sometimes several: speculative decoding)."""
