@@ -9,6 +9,7 @@ from blockspace.conformance import Divergence, Lockstep
 from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
 from blockspace.conformance.reduce import failure_of, reduce
 from blockspace.conformance.runner import PROFILES, REPRO, run_machine, with_changes
+from blockspace.fast import FastBlockSpaceManager
 from blockspace.reference import ReferenceBlockSpaceManager
 
 MAX_REPRO_CALLS = 8  # in a test, with a short budget; the benchmark measures the 6-call target at 20 s
@@ -108,3 +109,19 @@ def test_a_broken_invariant_prints_a_repro_that_fails_as_printed():
     repro = repro_of(result.detail)
     assert repro.rstrip().splitlines()[-1].startswith("lock.verify(World(")
     assert raises_as_printed(repro).startswith("invariant broken")
+
+
+class StaleComputedRows(FastBlockSpaceManager):
+    """The row API's computed blocks ignore the prefill flags: a prefilling
+    sequence's count is taken afresh, where vLLM keeps its last one. Only the
+    kit's row step can see it (the per-sequence calls are the fast manager's own)."""
+
+    def num_computed_blocks_rows(self, rows, token_ids=None, prefill=None):
+        return super().num_computed_blocks_rows(rows, token_ids)
+
+
+def test_a_wrong_row_api_answer_is_caught_by_the_row_step():
+    profile = with_changes(PROFILES["quick"], shrink_seconds=6.0)
+    result = run_machine({"reference": "reference", "broken": StaleComputedRows}, "caching", profile, max_examples=300)
+    assert result.status == "failed" and "row_step" in result.detail
+    assert raises_as_printed(repro_of(result.detail)).startswith(("row_step disagrees", "state differs after row_step"))
