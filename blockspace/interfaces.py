@@ -107,4 +107,22 @@ class BlockSpaceManager(ABC):
     def get_num_cached_tokens(self, seq: Any) -> int: ...
 
 
-__all__ = ["AllocStatus", "BlockSpaceManager", "MANAGER_CLASSES", "load_manager_class"]
+# The array-level step a manager may offer beside the interface (the fast
+# manager's ``fast/rows.py``): table rows and lengths in, arrays out.
+# Schedulers and the conformance kit find it by these methods, not by class.
+ROW_API = (
+    "rows_of",
+    "can_append_slots_rows",
+    "append_slots_rows",
+    "block_table_array",
+    "access_all_blocks_rows",
+    "num_computed_blocks_rows",
+)
+
+
+def offers_rows(manager: Any) -> bool:
+    """Does ``manager`` offer every method of ``ROW_API``?"""
+    return all(callable(getattr(manager, name, None)) for name in ROW_API)
+
+
+__all__ = ["AllocStatus", "BlockSpaceManager", "MANAGER_CLASSES", "ROW_API", "load_manager_class", "offers_rows"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blockspace.conformance.script import Script
-from blockspace.interfaces import load_manager_class
+from blockspace.interfaces import load_manager_class, offers_rows
 from blockspace.snapshot import diff
 
 REPRO_HEADING = "\n\nRepro (runnable):\n"  # between a Divergence's message and its script
@@ -89,16 +89,6 @@ def mismatch(a: Any, b: Any, where: str = "value") -> str | None:
     if a != b:
         return f"{where}: {a!r} != {b!r}"
     return None
-
-
-ROW_API = (  # the fast manager's array-level step (fast/rows.py), driven by row_step where offered
-    "rows_of",
-    "can_append_slots_rows",
-    "append_slots_rows",
-    "block_table_array",
-    "access_all_blocks_rows",
-    "num_computed_blocks_rows",
-)
 
 
 class _Batch:
@@ -197,7 +187,7 @@ class Lockstep:
     @property
     def offers_rows(self) -> bool:
         """Does any manager offer the row API (so that ``row_step`` compares two ways)?"""
-        return any(all(callable(getattr(m, name, None)) for name in ROW_API) for m in self.managers.values())
+        return any(offers_rows(manager) for manager in self.managers.values())
 
     @property
     def reference(self) -> Any:
@@ -281,7 +271,7 @@ class Lockstep:
     def row_step(self, groups: list[Any], num_lookahead_slots: int, access_time: float) -> Outcome:
         """One decode step of ``groups`` (one running sequence each) as an
         array-level scheduler makes it where a manager offers the row API
-        (``ROW_API``, found by its methods), and as the per-sequence calls
+        (``blockspace.interfaces.ROW_API``, found by its methods), and as the per-sequence calls
         elsewhere; every manager must give the same (fits, copy-on-write
         pairs, block tables, computed blocks) and end in the same state.
         The batch is checked as one group first and appended only if it fits
@@ -290,7 +280,7 @@ class Lockstep:
         line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r})"
         outcomes: dict[str, Outcome] = {}
         for name, manager in self.managers.items():
-            step = _rows_step if all(callable(getattr(manager, m, None)) for m in ROW_API) else _calls_step
+            step = _rows_step if offers_rows(manager) else _calls_step
             try:
                 outcomes[name] = Outcome(value=step(manager, groups, num_lookahead_slots, access_time))
             except Exception as error:  # noqa: BLE001 - every error is part of the comparison

@@ -55,15 +55,10 @@ from typing import Any
 import numpy as np
 
 from blockspace.enums import SequenceStatus
+from blockspace.interfaces import offers_rows
 from blockspace.simulator.request import SimRequest
-from blockspace.simulator.timed import ROW_METHODS
 
 TABLE_END = -1  # pads the rows of block_table_array: a row's ids are its entries before it
-
-
-def offers_rows(manager: Any) -> bool:
-    """Does the manager offer the row API (every method of ``ROW_METHODS``)?"""
-    return all(callable(getattr(manager, name, None)) for name in ROW_METHODS)
 
 
 def is_single_decode(request: SimRequest) -> bool:
@@ -142,4 +137,4 @@ class RowStep:
         return {seq.seq_id: tuple(b for b in row if b != TABLE_END) for seq, row in zip(seqs, tables.tolist())}
 
 
-__all__ = ["ROW_METHODS", "RowStep", "is_single_decode", "offers_rows"]
+__all__ = ["RowStep", "is_single_decode", "offers_rows"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from blockspace.interfaces import ROW_API
+
 # The manager methods a scheduler calls (the v0 interface plus the tracker's).
 TIMED_METHODS = (
     "can_allocate",
@@ -36,16 +38,6 @@ TIMED_METHODS = (
 )
 
 
-ROW_METHODS = (  # the row API (fast/rows.py), timed where the manager offers it
-    "rows_of",
-    "can_append_slots_rows",
-    "append_slots_rows",
-    "block_table_array",
-    "access_all_blocks_rows",
-    "num_computed_blocks_rows",
-)
-
-
 class TimedManager:
     """The manager's methods, each timed into ``seconds``."""
 
@@ -55,7 +47,7 @@ class TimedManager:
         self.num_calls = 0
         for name in TIMED_METHODS:
             setattr(self, name, self._timed(getattr(manager, name)))
-        for name in ROW_METHODS:
+        for name in ROW_API:  # the row API, timed where the manager offers it
             if callable(getattr(manager, name, None)):
                 setattr(self, name, self._timed(getattr(manager, name)))
 
@@ -78,4 +70,4 @@ class TimedManager:
         return seconds
 
 
-__all__ = ["ROW_METHODS", "TIMED_METHODS", "TimedManager"]
+__all__ = ["TIMED_METHODS", "TimedManager"]
