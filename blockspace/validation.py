@@ -13,6 +13,7 @@ from blockspace.errors import (
     InvalidConfigError,
     NoWaitingSequenceError,
     SaltMismatchError,
+    TrackerError,
     UnsupportedError,
 )
 
@@ -108,6 +109,19 @@ def group_salt(seq_group: Any) -> Any:
         found = ", ".join(sorted(repr(salt) for salt in salts))
         raise SaltMismatchError(f"group {seq_group.request_id!r}: its sequences carry different cache salts ({found})")
     return next(iter(salts), None)
+
+
+def shrunk_tokens(seq_id: int, num_tokens: int, num_keyed_tokens: int) -> TrackerError:
+    """The error for a sequence whose token list is shorter than what the
+    computed-blocks tracker already keyed of it (token lists only grow)."""
+    return TrackerError(
+        f"sequence {seq_id} has {num_tokens} tokens, fewer than the {num_keyed_tokens} the tracker already keyed"
+    )
+
+
+def not_tracked(seq_id: int) -> TrackerError:
+    """The error for removing a sequence the computed-blocks tracker does not hold."""
+    return TrackerError(f"sequence {seq_id} is not in the computed-blocks tracker (query it first)")
 
 
 def waiting_seqs(seq_group: Any) -> list[Any]:

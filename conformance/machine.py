@@ -254,12 +254,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         if outcome.raised or not outcome.value[0]:
             return
         for group in groups:
-            seq = group.get_seqs()[0]
-            self.world.written[seq.seq_id] = len(seq.get_token_ids())
-            if self.config.sliding_window is not None:
-                window_blocks = self.config.sliding_window // self.config.block_size + 2
-                drops = seq.data.get_num_computed_tokens() // self.config.block_size - window_blocks
-                self.world.dropped[seq.seq_id] = max(self.world.dropped.get(seq.seq_id, 0), drops)
+            self.appended(group.get_seqs()[0])
         for group in groups:
             self.lock.call("mark_blocks_as_computed", group, 1)
             self.model_step(group.get_seqs()[0], 1, data)
@@ -278,15 +273,20 @@ class ConformanceMachine(RuleBasedStateMachine):
         for token in tokens:
             self.do(f"s{seq.seq_id}.append_token_id({token})")
 
+    def appended(self, seq: Any) -> None:
+        """The world after an append: the table holds every token, and the
+        sliding window dropped the entries before computed // bs - W (spec §11)."""
+        self.world.written[seq.seq_id] = len(seq.get_token_ids())
+        if self.config.sliding_window is not None:
+            window_blocks = self.config.sliding_window // self.config.block_size + 2
+            drops = seq.data.get_num_computed_tokens() // self.config.block_size - window_blocks
+            self.world.dropped[seq.seq_id] = max(self.world.dropped.get(seq.seq_id, 0), drops)
+
     def append(self, seq: Any, lookahead: int) -> None:
         outcome = self.lock.call("append_slots", seq, lookahead)
         if outcome.raised:
             return
-        self.world.written[seq.seq_id] = len(seq.get_token_ids())
-        if self.config.sliding_window is not None:  # spec §11: entries before computed // bs - W are dropped
-            window_blocks = self.config.sliding_window // self.config.block_size + 2
-            drops = seq.data.get_num_computed_tokens() // self.config.block_size - window_blocks
-            self.world.dropped[seq.seq_id] = max(self.world.dropped.get(seq.seq_id, 0), drops)
+        self.appended(seq)
         table = self.lock.value("get_block_table", seq, quiet=True)
         if not self.lock.snapshotting:
             self.require(invariants.check_cow(outcome.value, table, None, self.world))

@@ -21,14 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from blockspace.errors import TrackerError
 from blockspace.fast import kernels
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.checks import int64_or_none
 from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import Store
-from blockspace.validation import cache_salt
+from blockspace.validation import cache_salt, not_tracked, shrunk_tokens
 
 
 class Memo:
@@ -70,10 +69,7 @@ class TrackerRows:
         row = self.tracked.get(seq.seq_id)
         known = 0 if row is None else self.store.tracker_view.num_keys[row]
         if len(tokens) < known * self.block_size:
-            raise TrackerError(
-                f"sequence {seq.seq_id} has {len(tokens)} tokens, fewer than the "
-                f"{known * self.block_size} the tracker already keyed"
-            )
+            raise shrunk_tokens(seq.seq_id, len(tokens), known * self.block_size)
         return row, known
 
     def num_cached_tokens(self, seq: Any) -> int:
@@ -125,10 +121,7 @@ class TrackerRows:
             store.tracker_ref, rows, lengths, block_size, first_tokens, starts, num_full, growing
         )
         if shrunk >= 0:
-            raise TrackerError(
-                f"sequence {seq_ids[shrunk]} has {lengths[shrunk]} tokens, fewer than the "
-                f"{first_tokens[shrunk]} the tracker already keyed"
-            )
+            raise shrunk_tokens(seq_ids[shrunk], int(lengths[shrunk]), int(first_tokens[shrunk]))
         growing = growing[:num_growing].tolist()
         parts = [token_ids[i][first_tokens[i] : num_full[i] * block_size] for i in growing]
         tokens = np.array(list(chain.from_iterable(parts)), np.int64) if parts else T.NO_TOKENS
@@ -180,7 +173,7 @@ class TrackerRows:
         """``remove_seq_from_computed_blocks_tracker``: the row is parked."""
         row = self.tracked.pop(seq.seq_id, None)
         if row is None:
-            raise TrackerError(f"sequence {seq.seq_id} is not in the computed-blocks tracker (query it first)")
+            raise not_tracked(seq.seq_id)
         memo = self.memos.pop(row, None)
         if memo is None:
             self.free_rows.append(row)

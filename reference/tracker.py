@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from blockspace.errors import TrackerError
 from blockspace.reference.content import ContentKeys
-from blockspace.validation import cache_salt
+from blockspace.validation import cache_salt, not_tracked, shrunk_tokens
 
 
 class ComputedBlocksTracker:
@@ -29,10 +28,7 @@ class ComputedBlocksTracker:
     def check_tokens(self, seq: Any) -> None:
         known = self.keys_of.get(seq.seq_id, [])
         if len(seq.get_token_ids()) < len(known) * self.block_size:
-            raise TrackerError(
-                f"sequence {seq.seq_id} has {len(seq.get_token_ids())} tokens, fewer than the "
-                f"{len(known) * self.block_size} the tracker already keyed"
-            )
+            raise shrunk_tokens(seq.seq_id, len(seq.get_token_ids()), len(known) * self.block_size)
 
     def num_cached_tokens(self, seq: Any) -> int:
         self.check_tokens(seq)
@@ -58,7 +54,7 @@ class ComputedBlocksTracker:
 
     def remove(self, seq_id: int) -> None:
         if seq_id not in self.num_cached:
-            raise TrackerError(f"sequence {seq_id} is not in the computed-blocks tracker (query it first)")
+            raise not_tracked(seq_id)
         del self.keys_of[seq_id], self.num_cached[seq_id]
 
     def discard(self, seq_id: int) -> None:
