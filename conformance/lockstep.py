@@ -91,6 +91,20 @@ def mismatch(a: Any, b: Any, where: str = "value") -> str | None:
     return None
 
 
+def disagreements(outcomes: Mapping[str, Outcome]) -> list[str]:
+    """How each manager's outcome differs from the yardstick's (the first):
+    another error type, or another value (``mismatch``)."""
+    (first_name, first), *others = outcomes.items()
+    problems = []
+    for name, outcome in others:
+        if first.raised or outcome.raised:
+            if type(first.error) is not type(outcome.error):
+                problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}")
+        elif why := mismatch(first.value, outcome.value):
+            problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}\n  ({why})")
+    return problems
+
+
 class _Batch:
     """Several groups' running sequences as one group, for ``can_append_slots``."""
 
@@ -232,15 +246,7 @@ class Lockstep:
         self.num_calls += 1
         first_name, first = next(iter(outcomes.items()))
         self.script.add(line, comment="" if quiet else f"{first_name} {first.describe()}", quiet=quiet)
-        problems = []
-        for name, outcome in list(outcomes.items())[1:]:
-            if first.raised or outcome.raised:
-                if type(first.error) is not type(outcome.error):
-                    problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}")
-            else:
-                why = mismatch(first.value, outcome.value)
-                if why:
-                    problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}\n  ({why})")
+        problems = disagreements(outcomes)
         if problems:
             if quiet:
                 self.script.add(line)
@@ -288,13 +294,7 @@ class Lockstep:
         self.num_calls += 1
         first_name, first = next(iter(outcomes.items()))
         self.script.add(line, comment=f"{first_name} {first.describe()}")
-        problems = []
-        for name, outcome in list(outcomes.items())[1:]:
-            if first.raised or outcome.raised:
-                if type(first.error) is not type(outcome.error):
-                    problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}")
-            elif why := mismatch(first.value, outcome.value):
-                problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}\n  ({why})")
+        problems = disagreements(outcomes)
         if problems:
             self.fail("row_step disagrees:\n  " + "\n  ".join(problems))
         self._take_snapshots()
