@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from blockspace.conformance.script import Script
+from blockspace.conformance.steps import DeviceMirror, calls_step, rows_step, running
+from blockspace.extras import missing_modules
 from blockspace.interfaces import load_manager_class, offers_rows
 from blockspace.snapshot import diff
 
@@ -105,49 +107,6 @@ def disagreements(outcomes: Mapping[str, Outcome]) -> list[str]:
     return problems
 
 
-class _Batch:
-    """Several groups' running sequences as one group, for ``can_append_slots``."""
-
-    def __init__(self, seqs: list[Any]) -> None:
-        self.seqs = seqs
-
-    def get_seqs(self, status: Any = None) -> list[Any]:
-        return [seq for seq in self.seqs if status is None or seq.status == status]
-
-
-def _running(groups: list[Any]) -> list[Any]:
-    from blockspace.enums import SequenceStatus
-
-    return [seq for group in groups for seq in group.get_seqs(status=SequenceStatus.RUNNING)]
-
-
-def _calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: float) -> tuple:
-    seqs = _running(groups)
-    if not manager.can_append_slots(_Batch(seqs), lookahead):
-        return (False, [], [], [])
-    pairs = [tuple(pair) for seq in seqs for pair in manager.append_slots(seq, lookahead)]
-    tables = [list(manager.get_block_table(seq)) for seq in seqs]
-    for seq in seqs:
-        manager.access_all_blocks_in_seq(seq, access_time)
-    computed = [len(manager.get_common_computed_block_ids([seq])) for seq in seqs]
-    return (True, pairs, tables, computed)
-
-
-def _rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: float) -> tuple:
-    seqs = _running(groups)
-    rows = manager.rows_of(seqs)
-    lengths = [seq.get_len() for seq in seqs]
-    if not bool(manager.can_append_slots_rows(rows, lengths, lookahead, [len(seqs)])[0]):
-        return (False, [], [], [])
-    tokens = [seq.get_token_ids() for seq in seqs]
-    computed_tokens = [seq.data.get_num_computed_tokens() for seq in seqs]
-    pairs = manager.append_slots_rows(rows, lengths, lookahead, token_ids=tokens, num_computed_tokens=computed_tokens)
-    tables = [[block for block in row if block != -1] for row in manager.block_table_array(rows, -1).tolist()]
-    manager.access_all_blocks_rows(rows, access_time)
-    computed = manager.num_computed_blocks_rows(rows, tokens, [seq.is_prefill() for seq in seqs]).tolist()
-    return (True, [tuple(pair) for pair in pairs.tolist()], tables, computed)
-
-
 CONFIG_ATTRIBUTES = {  # constructor argument -> the attribute vLLM's manager (and ours) keeps it in
     "block_size": "block_size",
     "num_gpu_blocks": "num_total_gpu_blocks",
@@ -186,6 +145,7 @@ class Lockstep:
         self.every_call = every_call  # False: snapshots only at ``checkpoint`` (big pools)
         self.on_failure: Callable[[str], None] | None = None  # hears of each failure before it is raised
         self.snapshots: dict[str, Any] = {}
+        self.device_mirrors: dict[str, DeviceMirror] = {}  # ``check_device_tables``
         self._take_snapshots()
 
     @classmethod
@@ -274,21 +234,25 @@ class Lockstep:
                 changes = "\n    ".join(diff(self.snapshots[names[0]], self.snapshots[name])[:12])
                 self.fail(f"state differs after {after} ({names[0]} vs {name}):\n    {changes}")
 
-    def row_step(self, groups: list[Any], num_lookahead_slots: int, access_time: float) -> Outcome:
-        """One decode step of ``groups`` (one running sequence each) as an
-        array-level scheduler makes it where a manager offers the row API
-        (``blockspace.interfaces.ROW_API``, found by its methods), and as the per-sequence calls
-        elsewhere; every manager must give the same (fits, copy-on-write
-        pairs, block tables, computed blocks) and end in the same state.
-        The batch is checked as one group first and appended only if it fits
-        (what the simulator's row path does)."""
+    def row_step(self, groups: list[Any], num_lookahead_slots: int, access_time: float, guarded: bool = True) -> Outcome:
+        """One decode step of ``groups`` as an array-level scheduler makes it
+        where a manager offers the row API (``blockspace.interfaces.ROW_API``,
+        found by its methods), and as the per-sequence calls elsewhere
+        (``conformance/steps.py``): every manager must give the same
+        (appended, copy-on-write pairs, block tables, slots, computed
+        blocks) and end in the same state. A guarded step appends only if
+        the batch fits as one group; an unguarded one appends regardless,
+        all or none. A manager that keeps a device block table in sync
+        (``table_delta``; needs the ``[gpu]`` extra) must then have its
+        deltas rebuild the step's tables exactly."""
         self.script.catch_up()
-        line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r})"
+        guard = "" if guarded else ", guarded=False"
+        line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r}{guard})"
         outcomes: dict[str, Outcome] = {}
         for name, manager in self.managers.items():
-            step = _rows_step if offers_rows(manager) else _calls_step
+            step = rows_step if offers_rows(manager) else calls_step
             try:
-                outcomes[name] = Outcome(value=step(manager, groups, num_lookahead_slots, access_time))
+                outcomes[name] = Outcome(value=step(manager, groups, num_lookahead_slots, access_time, guarded))
             except Exception as error:  # noqa: BLE001 - every error is part of the comparison
                 outcomes[name] = Outcome(error=error)
         self.num_calls += 1
@@ -299,7 +263,19 @@ class Lockstep:
             self.fail("row_step disagrees:\n  " + "\n  ".join(problems))
         self._take_snapshots()
         self.compare_snapshots("row_step")
+        self.check_device_tables(groups)
         return first
+
+    def check_device_tables(self, groups: list[Any]) -> None:
+        """Each manager with ``table_delta`` rebuilds the running tables of
+        ``groups`` from its deltas alone (``DeviceMirror``)."""
+        if missing_modules("gpu"):
+            return
+        for name, manager in self.managers.items():
+            if callable(getattr(manager, "table_delta", None)):
+                mirror = self.device_mirrors.setdefault(name, DeviceMirror())
+                if problems := mirror.problems(manager, running(groups)):
+                    self.fail(f"{name}'s table deltas disagree with its tables:\n  " + "\n  ".join(problems))
 
     def value(self, method: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
         """``call`` for a call that must succeed: its (common) return value."""

@@ -247,10 +247,12 @@ class ConformanceMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def row_step(self, data: st.DataObject) -> None:
         """A decode step of the one-sequence groups through the row API where
-        a manager offers it (``Lockstep.row_step``), then the model step."""
+        a manager offers it (``Lockstep.row_step``), sometimes without asking
+        whether it fits first, then the model step."""
         groups = self.row_groups()
         lookahead = self.lookahead(data)
-        outcome = self.lock.row_step(groups, lookahead, self.clock)
+        guarded = data.draw(st.sampled_from((True, True, False)), label="guarded")
+        outcome = self.lock.row_step(groups, lookahead, self.clock, guarded)
         if outcome.raised or not outcome.value[0]:
             return
         for group in groups:

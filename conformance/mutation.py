@@ -124,7 +124,7 @@ def build_workdir(workdir: Path) -> None:
         path.write_text(re.sub(r"\bblockspace\.reference\b", "pristine_reference", path.read_text()))
 
 
-def run_mutant(workdir: Path, name: str, source: str, timeout: float) -> tuple[str, float, str]:
+def run_mutant(workdir: Path, name: str, source: str, timeout: float, profile: str = "quick") -> tuple[str, float, str]:
     """Install one mutant in ``workdir``, probe it, restore the original."""
     package = Path(name).parent.name  # "reference" or "fast"
     target = workdir / "pkg" / "blockspace" / package / Path(name).name
@@ -136,7 +136,7 @@ def run_mutant(workdir: Path, name: str, source: str, timeout: float) -> tuple[s
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "blockspace.conformance.mutation", "--probe", package],
+            [sys.executable, "-m", "blockspace.conformance.mutation", "--probe", package, "--profile", profile],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -153,9 +153,9 @@ def run_mutant(workdir: Path, name: str, source: str, timeout: float) -> tuple[s
 
 
 # -- the probe (runs inside a work directory) ------------------------------------------------
-def probe(target: str) -> int:
-    """Exit 1 at the first check that tells the mutant (the ``target``
-    manager of this work directory) from the pristine reference."""
+def probe(target: str, profile: str = "quick") -> int:
+    """Exit 1 at the first check of ``profile`` that tells the mutant (the
+    ``target`` manager of this work directory) from the pristine reference."""
     from hypothesis import Phase
 
     import blockspace.reference
@@ -165,13 +165,13 @@ def probe(target: str) -> int:
 
     assert "pkg" in blockspace.reference.__file__, "the probe must run in a work directory"
     impls = {"pristine": "pristine_reference:ReferenceBlockSpaceManager", "mutant": target}
-    quick = with_changes(PROFILES["quick"], reduce_repro=False)  # whether it fails, not how short its repro
+    chosen = with_changes(PROFILES[profile], reduce_repro=False)  # whether it fails, not how short its repro
     for family in FAMILIES:
-        result = run_machine(impls, family, quick, phases=(Phase.explicit, Phase.generate))
+        result = run_machine(impls, family, chosen, phases=(Phase.explicit, Phase.generate))
         if result.status == "failed":
             print(f"killed by machine[{family}]")
             return 1
-    if trace_check(impls, quick.trace_requests, {}).run().status == "failed":
+    if trace_check(impls, chosen.trace_requests, {}).run().status == "failed":
         print("killed by trace[mooncake]")
         return 1
     print("survived")
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blockspace.conformance.mutation")
     parser.add_argument("--probe", choices=sorted(TARGETS), help=argparse.SUPPRESS)
     parser.add_argument("--target", choices=sorted(TARGETS), default="reference", help="what to mutate")
+    parser.add_argument("--profile", choices=("quick", "full"), default="quick", help="the kit's profile each mutant faces")
     parser.add_argument("--sample", type=int, default=0, help="mutants drawn at random (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", metavar="JSON", help="only the survivors of an earlier report")
     args = parser.parse_args(argv)
     if args.probe:
-        return probe(args.probe)
+        return probe(args.probe, args.profile)
 
     mutants = enumerate_mutants(TARGETS[args.target])
     chosen = random.Random(args.seed).sample(mutants, args.sample) if 0 < args.sample < len(mutants) else mutants
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             name, mutation_id = item
             source = mutated_source(name, mutation_id)
-            verdict, seconds, why = run_mutant(workdir, name, source, args.timeout)
+            verdict, seconds, why = run_mutant(workdir, name, source, args.timeout, args.profile)
         finally:
             free.append(workdir)
         record = {
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(record)
         print(f"[{len(results)}/{len(chosen)}] {verdict:8} {name}:{record['line_number']} {record['line'][:70]}", flush=True)
         with open(args.out, "w") as handle:
-            json.dump({"total_mutants": len(mutants), "sampled": len(chosen), "results": results}, handle, indent=1)
+            json.dump({"target": args.target, "profile": args.profile, "total_mutants": len(mutants), "sampled": len(chosen), "results": results}, handle, indent=1)
         return record
 
     with ThreadPoolExecutor(args.workers) as pool:

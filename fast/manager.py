@@ -360,6 +360,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
     access_all_blocks_rows = _part_method("arrays", RowSteps.access_all_blocks_rows)
     num_computed_blocks_rows = _part_method("arrays", RowSteps.num_computed_blocks_rows)
     slot_mapping = _part_method("arrays", RowSteps.slot_mapping)
+    slot_mapping_array = _part_method("arrays", RowSteps.slot_mapping_array)
 
     def row_of(self, seq: Any) -> int:
         """The table row of ``seq``, which is also its row in the device block table."""

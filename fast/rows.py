@@ -237,6 +237,10 @@ class RowSteps:
         vLLM), as an ``int64`` torch tensor. Decode: 1 token; prefill: the chunk.
         ``seqs`` may also be an array of table rows (``rows_of``). Needs torch."""
         torch = _torch("slot_mapping")
+        return torch.from_numpy(self.slot_mapping_array(seqs, num_step_tokens))
+
+    def slot_mapping_array(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> np.ndarray:
+        """``slot_mapping`` as a NumPy ``int64`` array (no torch needed)."""
         rows, _ = self._rows_and_width(seqs)
         if isinstance(num_step_tokens, int):
             counts = np.full(len(rows), num_step_tokens, np.int64)
@@ -245,7 +249,7 @@ class RowSteps:
         slots, bad = kernels.gather_slots(self.store.tables_ref, rows, counts, self.appends.block_size)
         if bad >= 0:
             raise InvalidArgumentError("num_step_tokens must be between 0 and each table's written tokens")
-        return torch.from_numpy(slots)
+        return slots
 
     def _rows_and_width(self, seqs_or_rows: Any) -> tuple[np.ndarray, int]:
         """Checked rows of sequences or of a row array, and the longest table."""

@@ -1,0 +1,126 @@
+"""One decode step, two ways: the per-sequence calls and the row API.
+
+``Lockstep.row_step`` runs a decode step of several running sequences in
+every manager: through the row API (``blockspace.interfaces.ROW_API``)
+where a manager offers it, as an array-level scheduler makes it, and
+through the per-sequence v0 calls elsewhere. Both ways answer the same
+tuple, so the step is differential like every other call:
+
+    (appended, copy-on-write pairs, block tables, slots, computed blocks)
+
+*Guarded* steps ask whether the batch fits first and append only if it
+does (what the simulator's row path does). *Unguarded* steps append
+whether or not the conservative check said so: a batch of appends is all
+or none, so one that runs out of blocks raises ``NoFreeBlocksError`` and
+changes nothing. The per-sequence way gets that rule by trying the appends
+on the manager and putting back a copy of its state when one fails.
+
+``DeviceMirror`` is a host copy of a device block table fed only by a
+manager's ``table_delta()`` answers, for managers that keep one in sync.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from blockspace.enums import SequenceStatus
+from blockspace.errors import NoFreeBlocksError
+
+STEP_TOKENS = (1, 0, 2, 5)  # slots asked per sequence, in turn (capped at its tokens): decode, none, a chunk
+
+
+class _Batch:
+    """Several groups' running sequences as one group, for ``can_append_slots``."""
+
+    def __init__(self, seqs: list[Any]) -> None:
+        self.seqs = seqs
+
+    def get_seqs(self, status: Any = None) -> list[Any]:
+        return [seq for seq in self.seqs if status is None or seq.status == status]
+
+
+def running(groups: list[Any]) -> list[Any]:
+    return [seq for group in groups for seq in group.get_seqs(status=SequenceStatus.RUNNING)]
+
+
+def step_tokens(seqs: list[Any]) -> list[int]:
+    """How many of its last tokens' slots each sequence's step asks for."""
+    return [min(seq.get_len(), STEP_TOKENS[i % len(STEP_TOKENS)]) for i, seq in enumerate(seqs)]
+
+
+def calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:
+    """The step through the per-sequence calls."""
+    seqs = running(groups)
+    if not manager.can_append_slots(_Batch(seqs), lookahead) and guarded:
+        return (False, [], [], [], [])
+    backup = None if guarded else copy.deepcopy(manager)
+    try:
+        pairs = [tuple(pair) for seq in seqs for pair in manager.append_slots(seq, lookahead)]
+    except NoFreeBlocksError:
+        if backup is not None:  # all or none: the appends that fitted are undone
+            manager.__dict__.clear()
+            manager.__dict__.update(backup.__dict__)
+        raise
+    tables = [list(manager.get_block_table(seq)) for seq in seqs]
+    bs = manager.block_size
+    slots = [
+        table[token // bs] * bs + token % bs
+        for seq, table, count in zip(seqs, tables, step_tokens(seqs))
+        for token in range(seq.get_len() - count, seq.get_len())
+    ]
+    for seq in seqs:
+        manager.access_all_blocks_in_seq(seq, access_time)
+    computed = [len(manager.get_common_computed_block_ids([seq])) for seq in seqs]
+    return (True, pairs, tables, slots, computed)
+
+
+def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:
+    """The step through the row API."""
+    seqs = running(groups)
+    rows = manager.rows_of(seqs)
+    lengths = [seq.get_len() for seq in seqs]
+    if not bool(manager.can_append_slots_rows(rows, lengths, lookahead, [len(seqs)])[0]) and guarded:
+        return (False, [], [], [], [])
+    tokens = [seq.get_token_ids() for seq in seqs]
+    computed_tokens = [seq.data.get_num_computed_tokens() for seq in seqs]
+    pairs = manager.append_slots_rows(rows, lengths, lookahead, token_ids=tokens, num_computed_tokens=computed_tokens)
+    tables = [[block for block in row if block != -1] for row in manager.block_table_array(rows, -1).tolist()]
+    slots = manager.slot_mapping_array(rows, step_tokens(seqs)).tolist()
+    manager.access_all_blocks_rows(rows, access_time)
+    computed = manager.num_computed_blocks_rows(rows, tokens, [seq.is_prefill() for seq in seqs]).tolist()
+    return (True, [tuple(pair) for pair in pairs.tolist()], tables, slots, computed)
+
+
+class DeviceMirror:
+    """A block table built from ``table_delta()`` answers alone, as a device
+    copy would be: after each delta, every row of ``rows`` must hold its
+    table's block ids and then padding (0), and its length."""
+
+    def __init__(self) -> None:
+        self.table = np.zeros((0, 0), np.int64)
+        self.lengths = np.zeros(0, np.int64)
+
+    def apply(self, delta: Any) -> None:
+        rows, cols = max(delta.num_rows, self.table.shape[0]), max(delta.num_cols, self.table.shape[1])
+        if (rows, cols) != self.table.shape:
+            grown = np.zeros((rows, cols), np.int64)
+            grown[: self.table.shape[0], : self.table.shape[1]] = self.table
+            lengths = np.zeros(rows, np.int64)
+            lengths[: len(self.lengths)] = self.lengths
+            self.table, self.lengths = grown, lengths
+        self.table[delta.rows, delta.cols] = delta.values
+        self.lengths[delta.length_rows] = delta.length_values
+
+    def problems(self, manager: Any, seqs: list[Any]) -> list[str]:
+        """Where the mirror, after the manager's latest delta, differs from its tables."""
+        self.apply(manager.table_delta())
+        found = []
+        for seq in seqs:
+            row, table = manager.row_of(seq), list(manager.get_block_table(seq))
+            held, length = (self.table[row].tolist(), int(self.lengths[row])) if row < len(self.lengths) else ([], None)
+            if length != len(table) or held != table + [0] * (len(held) - len(table)):
+                found.append(f"seq {seq.seq_id}: table_delta() built {held} (length {length}); the table is {table}")
+        return found
