@@ -29,7 +29,7 @@ import numpy as np
 from blockspace.enums import SequenceStatus
 from blockspace.errors import NoFreeBlocksError
 
-STEP_TOKENS = (1, 0, 2, 5)  # slots asked per sequence, in turn (capped at its tokens): decode, none, a chunk
+STEP_TOKENS = (1, 0, 2, 5)  # slots a sequence's step asks for (capped at its tokens): decode, none, chunks
 
 
 class _Batch:
@@ -47,8 +47,9 @@ def running(groups: list[Any]) -> list[Any]:
 
 
 def step_tokens(seqs: list[Any]) -> list[int]:
-    """How many of its last tokens' slots each sequence's step asks for."""
-    return [min(seq.get_len(), STEP_TOKENS[i % len(STEP_TOKENS)]) for i, seq in enumerate(seqs)]
+    """How many of its last tokens' slots each sequence's step asks for
+    (picked by its length and place, so that it varies from step to step)."""
+    return [min(seq.get_len(), STEP_TOKENS[(seq.get_len() + i) % len(STEP_TOKENS)]) for i, seq in enumerate(seqs)]
 
 
 def calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:

@@ -2,6 +2,7 @@
 repro that runs as printed, at every level: from the state machine, from a
 ``Lockstep`` driven by hand, and after the repro is shortened."""
 
+import numpy as np
 import pytest
 
 from blockspace import Sequence, SequenceGroup, SequenceStatus
@@ -9,6 +10,7 @@ from blockspace.conformance import Divergence, Lockstep
 from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
 from blockspace.conformance.reduce import failure_of, reduce
 from blockspace.conformance.runner import PROFILES, REPRO, run_machine, with_changes
+from blockspace.extras import missing_modules
 from blockspace.fast import FastBlockSpaceManager
 from blockspace.reference import ReferenceBlockSpaceManager
 
@@ -120,8 +122,38 @@ class StaleComputedRows(FastBlockSpaceManager):
         return super().num_computed_blocks_rows(rows, token_ids)
 
 
-def test_a_wrong_row_api_answer_is_caught_by_the_row_step():
+class LateSlots(FastBlockSpaceManager):
+    """``slot_mapping_array`` gives every token of a chunk the slot of the last one."""
+
+    def slot_mapping_array(self, seqs, num_step_tokens=1):
+        slots = super().slot_mapping_array(seqs, num_step_tokens)
+        counts = np.broadcast_to(np.asarray(num_step_tokens), (len(seqs),))
+        return np.repeat(slots[np.cumsum(counts)[counts > 0] - 1], counts[counts > 0])
+
+
+class ForgetfulTableDelta(FastBlockSpaceManager):
+    """``table_delta`` loses the length changes, so a device table kept by
+    its deltas never sees a table grow."""
+
+    def table_delta(self):
+        delta = super().table_delta()
+        empty = delta.length_rows[:0]
+        return delta._replace(length_rows=empty, length_values=empty)
+
+
+@pytest.mark.parametrize(
+    ("broken", "family", "found"),
+    [
+        (StaleComputedRows, "caching", ("row_step disagrees", "state differs after row_step")),
+        (LateSlots, "plain", ("row_step disagrees",)),
+        (ForgetfulTableDelta, "plain", ("broken's table deltas disagree",)),
+    ],
+    ids=lambda value: value.__name__ if isinstance(value, type) else None,
+)
+def test_a_wrong_row_api_answer_is_caught_by_the_row_step(broken, family, found):
+    if broken is ForgetfulTableDelta and missing_modules("gpu"):
+        pytest.skip("table_delta needs the [gpu] extra (torch, numba-cuda)")
     profile = with_changes(PROFILES["quick"], shrink_seconds=6.0)
-    result = run_machine({"reference": "reference", "broken": StaleComputedRows}, "caching", profile, max_examples=300)
-    assert result.status == "failed" and "row_step" in result.detail
-    assert raises_as_printed(repro_of(result.detail)).startswith(("row_step disagrees", "state differs after row_step"))
+    result = run_machine({"reference": "reference", "broken": broken}, family, profile, max_examples=300)
+    assert result.status == "failed" and "row_step" in result.detail, result.detail[:500]
+    assert raises_as_printed(repro_of(result.detail)).startswith(found)

@@ -159,3 +159,6 @@ def test_batch_arguments_are_checked_first():
     assert fast.block_tables([], pad=-1).shape == (0, 0)
     assert fast.block_tables([seq], pad=-1).tolist() == [fast.get_block_table(seq)]
     assert fast.slot_mapping([seq], 3).tolist() == [0, 1, 2]
+    assert fast.slot_mapping_array([seq], [2]).tolist() == [1, 2]
+    with pytest.raises(InvalidArgumentError):
+        fast.slot_mapping_array([seq], [-1])
