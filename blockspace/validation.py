@@ -4,7 +4,7 @@ same error with the same message for the same bad input."""
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from blockspace.enums import SequenceStatus
@@ -93,18 +93,31 @@ def cache_salt(seq: Any) -> Any:
     return _checked_salt(salt, f"sequence {seq.seq_id}")
 
 
-def group_salt(seq_group: Any) -> Any:
+def group_salt(seq_group: Any, counted: Callable[[int], bool] = lambda seq_id: False) -> Any:
     """The salt of a whole request: the group's ``cache_salt`` attribute
     and each sequence's (``cache_salt``) must agree; a sequence without one
     takes the group's. Anything else (two salts, or a salted and an unsalted
     sequence in an unsalted group) is refused with ``SaltMismatchError``:
     the sequences share one block table, so one salt must key it, and
-    ``get_num_cached_tokens`` of each must count what that table will hit."""
+    ``get_num_cached_tokens`` of each must count what that table will hit.
+
+    For the same reason a salt only the group carries is refused for a
+    sequence whose cached tokens were already ``counted`` (the manager's
+    tracker holds it): the count was made without the salt (a vLLM
+    ``Sequence`` has no link to its group), so ``allocate`` could not honour
+    it. vLLM keeps the salt in every sequence's ``inputs``, where it is
+    seen from the first call."""
     group = _checked_salt(getattr(seq_group, "cache_salt", None), f"group {seq_group.request_id!r}")
     salts = {group} if group is not None else set()
     for seq in seq_group.get_seqs():
         own = cache_salt(seq)
         salts.add(group if own is None else own)
+        if own is None and group is not None and counted(seq.seq_id):
+            raise SaltMismatchError(
+                f"group {seq_group.request_id!r}: the cached tokens of sequence {seq.seq_id} were counted without"
+                " the group's cache salt (the sequence does not carry it); put the salt in every sequence's"
+                " inputs['cache_salt'], as vLLM does"
+            )
     if len(salts) > 1:
         found = ", ".join(sorted(repr(salt) for salt in salts))
         raise SaltMismatchError(f"group {seq_group.request_id!r}: its sequences carry different cache salts ({found})")

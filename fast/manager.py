@@ -162,7 +162,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
             check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
             encoder = seq_group.get_encoder_seq()
         extra = self.key_space.extra_id(first.extra_hash())
-        root = self.key_space.root_id(group_salt(seq_group))
+        root = self.key_space.root_id(group_salt(seq_group, self.tracker.tracked.__contains__))
         keyed = T.NO_TOKENS  # the prompt's block keys, if the tracker made them from the same content
         if memo is not None and memo.root == root and memo.extra == extra:
             keyed = self.tracker.prompt_keys(first, len(tokens) // self.block_size)

@@ -160,3 +160,32 @@ def test_our_sequences_see_the_salt_their_group_gets_later():
     assert group.seqs[0].cache_salt == child.cache_salt == "tenant-a"
     group.seqs[0].cache_salt = "own"  # a sequence's own salt wins over its group's
     assert group.seqs[0].cache_salt == "own"
+
+
+def vllm_group_only(request_id: str, seq_id: int, salt: str | None) -> VllmLikeGroup:
+    return VllmLikeGroup(request_id, [VllmLikeSequence(seq_id, PROMPT)], cache_salt=salt)
+
+
+def test_a_salt_only_a_vllm_group_carries_is_refused_after_a_count_made_without_it():
+    """vLLM's scheduler counts a sequence's cached tokens before it hands the
+    manager the group: a salt set only on a vLLM group cannot be seen then,
+    so allocate refuses the group instead of silently taking fewer hits than
+    were counted; without a count first, the salt isolates the request."""
+    outcomes = []
+    for manager in managers():
+        warm = vllm_group_only("w", 1, None)
+        manager.allocate(warm)
+        manager.mark_blocks_as_computed(warm, len(PROMPT))
+        counted = vllm_group_only("c", 2, "tenant-a")
+        assert manager.get_num_cached_tokens(counted.get_seqs()[0]) == len(PROMPT)  # counted unsalted: all hits
+        before = manager.snapshot()
+        with pytest.raises(SaltMismatchError, match="counted without the group's cache salt") as error:
+            manager.allocate(counted)
+        assert manager.snapshot() == before
+        uncounted = vllm_group_only("u", 3, "tenant-a")
+        manager.allocate(uncounted)
+        shared = set(manager.get_block_table(uncounted.get_seqs()[0])) & set(manager.get_block_table(warm.get_seqs()[0]))
+        assert not shared
+        manager.check_invariants()
+        outcomes.append((str(error.value), manager.snapshot()))
+    assert outcomes[0] == outcomes[1]
