@@ -93,13 +93,14 @@ def _operators() -> SimpleNamespace:
     return SimpleNamespace(mutation_types_to_apply=set(mutations_by_type) - SKIPPED_TYPES, covered_lines_by_filename=None)
 
 
-def enumerate_mutants(files: tuple[str, ...] = CORE) -> list[tuple[str, object]]:
-    """Every (file, mutmut mutation id) of the files (of a fast module: inside its kernels)."""
+def enumerate_mutants(files: tuple[str, ...] = CORE, root: Path = ROOT) -> list[tuple[str, object]]:
+    """Every (file, mutmut mutation id) of the files under ``root`` (of a fast
+    module: inside its kernels)."""
     from mutmut import ALL, Context, list_mutations
 
     mutants = []
     for name in files:
-        source = (ROOT / name).read_text()
+        source = (root / name).read_text()
         inside = kernel_lines(source) if name.startswith("fast/") else None
         for mutation_id in list_mutations(Context(source=source, mutation_id=ALL, filename=name, config=_operators())):
             if inside is None or mutation_id.line_number in inside:
@@ -107,10 +108,10 @@ def enumerate_mutants(files: tuple[str, ...] = CORE) -> list[tuple[str, object]]
     return mutants
 
 
-def mutated_source(name: str, mutation_id: object) -> str:
+def mutated_source(name: str, mutation_id: object, root: Path = ROOT) -> str:
     from mutmut import Context, mutate
 
-    context = Context(source=(ROOT / name).read_text(), mutation_id=mutation_id, filename=name, config=_operators())
+    context = Context(source=(root / name).read_text(), mutation_id=mutation_id, filename=name, config=_operators())
     source, num_done = mutate(context)
     assert num_done == 1
     return source
@@ -127,6 +128,13 @@ def build_workdir(workdir: Path) -> None:
     shutil.copytree(ROOT / "reference", pristine, ignore=shutil.ignore_patterns("__pycache__"))
     for path in pristine.glob("*.py"):
         path.write_text(re.sub(r"\bblockspace\.reference\b", "pristine_reference", path.read_text()))
+
+
+def sources_in(workdir: Path) -> Path:
+    """Where a work directory keeps its copy of the sources, taken when it was
+    built: mutants are made from it, so editing the checkout during a run
+    changes nothing."""
+    return workdir / "pkg" / "blockspace"
 
 
 def run_mutant(workdir: Path, name: str, source: str, timeout: float, profile: str = "quick") -> tuple[str, float, str]:
@@ -199,15 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe:
         return probe(args.probe, args.profile)
 
-    mutants = enumerate_mutants(TARGETS[args.target])
+    workdirs = [Path(args.workdir) / f"w{i}" for i in range(args.workers)]
+    for workdir in workdirs:
+        build_workdir(workdir)
+    mutants = enumerate_mutants(TARGETS[args.target], sources_in(workdirs[0]))
     chosen = random.Random(args.seed).sample(mutants, args.sample) if 0 < args.sample < len(mutants) else mutants
     if args.rerun:
         with open(args.rerun) as handle:
             survivors = {(r["file"], r["line_number"], r["index"]) for r in json.load(handle)["results"] if r["verdict"] == "survived"}
         chosen = [(name, m) for name, m in mutants if (name, m.line_number + 1, m.index) in survivors]
-    workdirs = [Path(args.workdir) / f"w{i}" for i in range(args.workers)]
-    for workdir in workdirs:
-        build_workdir(workdir)
     free = list(workdirs)
     results = []
 
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = free.pop()
         try:
             name, mutation_id = item
-            source = mutated_source(name, mutation_id)
+            source = mutated_source(name, mutation_id, sources_in(workdir))
             verdict, seconds, why = run_mutant(workdir, name, source, args.timeout, args.profile)
         finally:
             free.append(workdir)
