@@ -239,10 +239,10 @@ class Lockstep:
         where a manager offers the row API (``blockspace.interfaces.ROW_API``,
         found by its methods), and as the per-sequence calls elsewhere
         (``conformance/steps.py``): every manager must give the same
-        (appended, copy-on-write pairs, block tables, slots, computed
-        blocks) and end in the same state. A guarded step appends only if
-        the batch fits as one group; an unguarded one appends regardless,
-        all or none. A manager that keeps a device block table in sync
+        (appended, fits of each group, copy-on-write pairs, block tables,
+        slots, computed blocks) and end in the same state. A guarded step
+        appends only if every group fits; an unguarded one appends
+        regardless, all or none. A manager that keeps a device block table in sync
         (``table_delta``; needs the ``[gpu]`` extra) must then have its
         deltas rebuild the step's tables exactly."""
         self.script.catch_up()

@@ -236,19 +236,20 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.clock += 1.0
 
     def row_groups(self) -> list[Any]:
-        """Running groups of one sequence with a non-empty table: what an
-        array-level scheduler batches."""
+        """Running groups whose running sequences all have a non-empty
+        table: what an array-level scheduler batches (forked groups too,
+        whose shared blocks make the batch copy on write)."""
         return [
             g for g in self.groups_with(RUNNING)
-            if len(g.get_seqs(status=RUNNING)) == 1 == len(g.get_seqs()) and self.world.written.get(g.get_seqs()[0].seq_id)
+            if all(self.world.written.get(s.seq_id) for s in g.get_seqs(status=RUNNING))
         ]  # fmt: skip
 
     @precondition(lambda self: self.lock is not None and self.lock.offers_rows and self.row_groups())
     @rule(data=st.data())
     def row_step(self, data: st.DataObject) -> None:
-        """A decode step of the one-sequence groups through the row API where
-        a manager offers it (``Lockstep.row_step``), sometimes without asking
-        whether it fits first, then the model step."""
+        """A decode step of those groups through the row API where a manager
+        offers it (``Lockstep.row_step``), sometimes without asking whether
+        it fits first, then the model step."""
         groups = self.row_groups()
         lookahead = self.lookahead(data)
         guarded = data.draw(st.sampled_from((True, True, False)), label="guarded")
@@ -256,10 +257,12 @@ class ConformanceMachine(RuleBasedStateMachine):
         if outcome.raised or not outcome.value[0]:
             return
         for group in groups:
-            self.appended(group.get_seqs()[0])
+            for s in group.get_seqs(status=RUNNING):
+                self.appended(s)
         for group in groups:
             self.lock.call("mark_blocks_as_computed", group, 1)
-            self.model_step(group.get_seqs()[0], 1, data)
+            for s in group.get_seqs(status=RUNNING):
+                self.model_step(s, 1, data)
         self.clock += 1.0
 
     def model_step(self, seq: Any, chunk: int, data: st.DataObject) -> None:

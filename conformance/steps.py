@@ -6,10 +6,10 @@ where a manager offers it, as an array-level scheduler makes it, and
 through the per-sequence v0 calls elsewhere. Both ways answer the same
 tuple, so the step is differential like every other call:
 
-    (appended, copy-on-write pairs, block tables, slots, computed blocks)
+    (appended, fits of each group, copy-on-write pairs, block tables, slots, computed blocks)
 
-*Guarded* steps ask whether the batch fits first and append only if it
-does (what the simulator's row path does). *Unguarded* steps append
+*Guarded* steps ask whether each group fits first and append only if all
+do (what the simulator's row path does). *Unguarded* steps append
 whether or not the conservative check said so: a batch of appends is all
 or none, so one that runs out of blocks raises ``NoFreeBlocksError`` and
 changes nothing. The per-sequence way gets that rule by trying the appends
@@ -32,16 +32,6 @@ from blockspace.errors import NoFreeBlocksError
 STEP_TOKENS = (1, 0, 2, 5)  # slots a sequence's step asks for (capped at its tokens): decode, none, chunks
 
 
-class _Batch:
-    """Several groups' running sequences as one group, for ``can_append_slots``."""
-
-    def __init__(self, seqs: list[Any]) -> None:
-        self.seqs = seqs
-
-    def get_seqs(self, status: Any = None) -> list[Any]:
-        return [seq for seq in self.seqs if status is None or seq.status == status]
-
-
 def running(groups: list[Any]) -> list[Any]:
     return [seq for group in groups for seq in group.get_seqs(status=SequenceStatus.RUNNING)]
 
@@ -55,8 +45,9 @@ def step_tokens(seqs: list[Any]) -> list[int]:
 def calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:
     """The step through the per-sequence calls."""
     seqs = running(groups)
-    if not manager.can_append_slots(_Batch(seqs), lookahead) and guarded:
-        return (False, [], [], [], [])
+    fits = [bool(manager.can_append_slots(group, lookahead)) for group in groups]
+    if guarded and not all(fits):
+        return (False, fits, [], [], [], [])
     backup = None if guarded else copy.deepcopy(manager)
     try:
         pairs = [tuple(pair) for seq in seqs for pair in manager.append_slots(seq, lookahead)]
@@ -75,7 +66,7 @@ def calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: flo
     for seq in seqs:
         manager.access_all_blocks_in_seq(seq, access_time)
     computed = [len(manager.get_common_computed_block_ids([seq])) for seq in seqs]
-    return (True, pairs, tables, slots, computed)
+    return (True, fits, pairs, tables, slots, computed)
 
 
 def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:
@@ -83,8 +74,10 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
     seqs = running(groups)
     rows = manager.rows_of(seqs)
     lengths = [seq.get_len() for seq in seqs]
-    if not bool(manager.can_append_slots_rows(rows, lengths, lookahead, [len(seqs)])[0]) and guarded:
-        return (False, [], [], [], [])
+    group_ends = np.cumsum([len(group.get_seqs(status=SequenceStatus.RUNNING)) for group in groups])
+    fits = manager.can_append_slots_rows(rows, lengths, lookahead, group_ends).tolist()
+    if guarded and not all(fits):
+        return (False, fits, [], [], [], [])
     tokens = [seq.get_token_ids() for seq in seqs]
     computed_tokens = [seq.data.get_num_computed_tokens() for seq in seqs]
     pairs = manager.append_slots_rows(rows, lengths, lookahead, token_ids=tokens, num_computed_tokens=computed_tokens)
@@ -92,7 +85,7 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
     slots = manager.slot_mapping_array(rows, step_tokens(seqs)).tolist()
     manager.access_all_blocks_rows(rows, access_time)
     computed = manager.num_computed_blocks_rows(rows, tokens, [seq.is_prefill() for seq in seqs]).tolist()
-    return (True, [tuple(pair) for pair in pairs.tolist()], tables, slots, computed)
+    return (True, fits, [tuple(pair) for pair in pairs.tolist()], tables, slots, computed)
 
 
 class DeviceMirror:

@@ -131,6 +131,24 @@ class LateSlots(FastBlockSpaceManager):
         return np.repeat(slots[np.cumsum(counts)[counts > 0] - 1], counts[counts > 0])
 
 
+class PiecemealRowAppends(FastBlockSpaceManager):
+    """``append_slots_rows`` appends row by row, so a batch that runs out of
+    blocks keeps the appends before the one that failed (half done)."""
+
+    def append_slots_rows(self, rows, seq_lens, num_lookahead_slots, token_ids=None, num_computed_tokens=None):
+        parts = [
+            super(PiecemealRowAppends, self).append_slots_rows(
+                rows[i : i + 1],
+                seq_lens[i : i + 1],
+                num_lookahead_slots,
+                token_ids=None if token_ids is None else token_ids[i : i + 1],
+                num_computed_tokens=None if num_computed_tokens is None else num_computed_tokens[i : i + 1],
+            )
+            for i in range(len(rows))
+        ]
+        return np.concatenate(parts)
+
+
 class ForgetfulTableDelta(FastBlockSpaceManager):
     """``table_delta`` loses the length changes, so a device table kept by
     its deltas never sees a table grow."""
@@ -146,6 +164,7 @@ class ForgetfulTableDelta(FastBlockSpaceManager):
     [
         (StaleComputedRows, "caching", ("row_step disagrees", "state differs after row_step")),
         (LateSlots, "plain", ("row_step disagrees",)),
+        (PiecemealRowAppends, "plain", ("row_step disagrees", "state differs after row_step")),
         (ForgetfulTableDelta, "plain", ("broken's table deltas disagree",)),
     ],
     ids=lambda value: value.__name__ if isinstance(value, type) else None,
