@@ -147,6 +147,21 @@ class Lockstep:
         self.snapshots: dict[str, Any] = {}
         self.device_mirrors: dict[str, DeviceMirror] = {}  # ``check_device_tables``
         self._take_snapshots()
+        self.check_config()
+
+    def check_config(self) -> None:
+        """Every manager keeps its configuration in vLLM's attributes
+        (``CONFIG_ATTRIBUTES``) with the yardstick's values: schedulers and
+        vLLM's own code read them."""
+        first_name, first = next(iter(self.managers.items()))
+        problems = [
+            f"{name}.{attr} is {getattr(manager, attr)!r}, {first_name}.{attr} is {getattr(first, attr)!r}"
+            for name, manager in self.managers.items()
+            for attr in CONFIG_ATTRIBUTES.values()
+            if hasattr(first, attr) and getattr(manager, attr, None) != getattr(first, attr)
+        ]
+        if problems:
+            self.fail("the configuration attributes differ:\n  " + "\n  ".join(problems))
 
     @classmethod
     def build(cls, impls: Mapping[str, Any], script: Script | None = None, every_call: bool = True, **config: Any) -> Lockstep:

@@ -130,6 +130,13 @@ def build_workdir(workdir: Path) -> None:
         path.write_text(re.sub(r"\bblockspace\.reference\b", "pristine_reference", path.read_text()))
 
 
+def _line(source: str, number: int) -> str:
+    """Line ``number`` (0-based) of ``source``, stripped; "" past the end (a
+    mutant that deletes a line can end the file early)."""
+    lines = source.split("\n")
+    return lines[number].strip() if number < len(lines) else ""
+
+
 def sources_in(workdir: Path) -> Path:
     """Where a work directory keeps its copy of the sources, taken when it was
     built: mutants are made from it, so editing the checkout during a run
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             "file": name,
             "line_number": mutation_id.line_number + 1,
             "line": mutation_id.line.strip(),
-            "mutant": source.split("\n")[mutation_id.line_number].strip(),
+            "mutant": _line(source, mutation_id.line_number),
             "index": mutation_id.index,
             "verdict": verdict,
             "seconds": round(seconds, 1),

@@ -176,3 +176,18 @@ def test_a_wrong_row_api_answer_is_caught_by_the_row_step(broken, family, found)
     result = run_machine({"reference": "reference", "broken": broken}, family, profile, max_examples=300)
     assert result.status == "failed" and "row_step" in result.detail, result.detail[:500]
     assert raises_as_printed(repro_of(result.detail)).startswith(found)
+
+
+class ForgetsItsWatermark(ReferenceBlockSpaceManager):
+    """Keeps ``watermark`` as None (it uses ``watermark_blocks``, but vLLM's
+    scheduler and users read the attribute)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.watermark = None
+
+
+def test_configuration_attributes_must_agree():
+    with pytest.raises(Divergence, match=r"broken.watermark is None, reference.watermark is 0.01"):
+        Lockstep.build({"reference": "reference", "broken": ForgetsItsWatermark}, block_size=4, num_gpu_blocks=8, num_cpu_blocks=4)
+    Lockstep.build({"reference": "reference", "fast": "fast"}, block_size=4, num_gpu_blocks=8, num_cpu_blocks=4, enable_caching=True)

@@ -189,3 +189,12 @@ def test_a_salt_only_a_vllm_group_carries_is_refused_after_a_count_made_without_
         manager.check_invariants()
         outcomes.append((str(error.value), manager.snapshot()))
     assert outcomes[0] == outcomes[1]
+
+
+def test_without_prefix_caching_a_group_only_salt_is_not_refused():
+    """Without caching nothing is counted, so nothing can be dishonoured."""
+    for manager in (ReferenceBlockSpaceManager(4, 32, 0), FastBlockSpaceManager(4, 32, 0)):
+        group = vllm_group_only("n", 1, "tenant-a")
+        assert manager.get_num_cached_tokens(group.get_seqs()[0]) == 0
+        manager.allocate(group)
+        assert len(manager.get_block_table(group.get_seqs()[0])) == 5
