@@ -9,11 +9,12 @@ tuple, so the step is differential like every other call:
     (appended, fits of each group, copy-on-write pairs, block tables, slots, computed blocks)
 
 *Guarded* steps ask whether each group fits first and append only if all
-do (what the simulator's row path does). *Unguarded* steps append
-whether or not the conservative check said so: a batch of appends is all
-or none, so one that runs out of blocks raises ``NoFreeBlocksError`` and
-changes nothing. The per-sequence way gets that rule by trying the appends
-on the manager and putting back a copy of its state when one fails.
+do; *unguarded* steps append whether or not the conservative check said
+so. Either can run out of blocks (groups that fit one by one need not fit
+together): a batch of appends is all or none, so it then raises
+``NoFreeBlocksError`` and changes nothing. The per-sequence way gets that
+rule by trying the appends on the manager and putting back a copy of its
+state when one fails.
 
 ``DeviceMirror`` is a host copy of a device block table fed only by a
 manager's ``table_delta()`` answers, for managers that keep one in sync.
@@ -48,13 +49,12 @@ def calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: flo
     fits = [bool(manager.can_append_slots(group, lookahead)) for group in groups]
     if guarded and not all(fits):
         return (False, fits, [], [], [], [])
-    backup = None if guarded else copy.deepcopy(manager)
+    backup = copy.deepcopy(manager)
     try:
         pairs = [tuple(pair) for seq in seqs for pair in manager.append_slots(seq, lookahead)]
-    except NoFreeBlocksError:
-        if backup is not None:  # all or none: the appends that fitted are undone
-            manager.__dict__.clear()
-            manager.__dict__.update(backup.__dict__)
+    except NoFreeBlocksError:  # all or none: the appends that fitted are undone
+        manager.__dict__.clear()
+        manager.__dict__.update(backup.__dict__)
         raise
     tables = [list(manager.get_block_table(seq)) for seq in seqs]
     bs = manager.block_size
