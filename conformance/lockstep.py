@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blockspace.conformance.script import Script
-from blockspace.conformance.steps import DeviceMirror, calls_step, rows_step, running
+from blockspace.conformance.steps import DeviceMirror, calls_step, row_misuse, rows_step, running, table_arrays
 from blockspace.extras import missing_modules
 from blockspace.interfaces import load_manager_class, offers_rows
 from blockspace.snapshot import diff
@@ -174,6 +174,11 @@ class Lockstep:
         return cls(managers, script if script is not None else Script(impls, config), every_call)
 
     @property
+    def yardstick(self) -> Any:
+        """The first manager: the others are compared with it."""
+        return next(iter(self.managers.values()))
+
+    @property
     def offers_rows(self) -> bool:
         """Does any manager offer the row API (so that ``row_step`` compares two ways)?"""
         return any(offers_rows(manager) for manager in self.managers.values())
@@ -212,20 +217,7 @@ class Lockstep:
         ``quiet`` calls (pure observations made after every step) are written
         to the script only if they diverge, to keep repros short."""
         line = self.script.call_line(method, args, kwargs)
-        outcomes: dict[str, Outcome] = {}
-        for name, manager in self.managers.items():
-            try:
-                outcomes[name] = Outcome(value=getattr(manager, method)(*args, **kwargs))
-            except Exception as error:  # noqa: BLE001 - every error is part of the comparison
-                outcomes[name] = Outcome(error=error)
-        self.num_calls += 1
-        first_name, first = next(iter(outcomes.items()))
-        self.script.add(line, comment="" if quiet else f"{first_name} {first.describe()}", quiet=quiet)
-        problems = disagreements(outcomes)
-        if problems:
-            if quiet:
-                self.script.add(line)
-            self.fail(f"{method} disagrees:\n  " + "\n  ".join(problems))
+        first = self._each_manager(method, line, lambda manager: getattr(manager, method)(*args, **kwargs), quiet)
         if (quiet or not self.every_call) and not first.raised:
             return first  # an observation (or a big pool): the next snapshots cover it
         previous = self._take_snapshots()
@@ -263,22 +255,51 @@ class Lockstep:
         self.script.catch_up()
         guard = "" if guarded else ", guarded=False"
         line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r}{guard})"
+        first = self._each_manager(
+            "row_step", line, lambda manager: (rows_step if offers_rows(manager) else calls_step)(
+                manager, groups, num_lookahead_slots, access_time, guarded
+            )
+        )  # fmt: skip
+        self._take_snapshots()
+        self.compare_snapshots("row_step")
+        self.check_device_tables(groups)
+        return first
+
+    def table_arrays(self, seqs: list[Any], quiet: bool = False) -> Outcome:
+        """The sequences' block tables as one array (``steps.table_arrays``):
+        the same width and rows from every manager. Changes nothing."""
+        self.script.catch_up()
+        line = f"lock.table_arrays({self.script.render_value(list(seqs))})"
+        return self._each_manager("table_arrays", line, lambda manager: table_arrays(manager, seqs), quiet)
+
+    def row_misuse(self, seqs: list[Any]) -> None:
+        """``steps.row_misuse`` on every manager with the row API: the
+        documented answers, and no change."""
+        self.script.catch_up()
+        self.script.add(f"lock.row_misuse({self.script.render_value(list(seqs))})")
+        for name, manager in self.managers.items():
+            if offers_rows(manager):
+                before = manager.snapshot() if name in self.snapshotting else None
+                self.require(row_misuse(manager, seqs), f"{name}'s row API")
+                if before is not None and manager.snapshot() != before:
+                    self.fail(f"row_misuse changed {name}:\n    " + "\n    ".join(diff(before, manager.snapshot())[:12]))
+
+    def _each_manager(self, what: str, line: str, run: Callable[[Any], Any], quiet: bool = False) -> Outcome:
+        """``run(manager)`` on every manager, compared like a call."""
         outcomes: dict[str, Outcome] = {}
         for name, manager in self.managers.items():
-            step = rows_step if offers_rows(manager) else calls_step
             try:
-                outcomes[name] = Outcome(value=step(manager, groups, num_lookahead_slots, access_time, guarded))
+                outcomes[name] = Outcome(value=run(manager))
             except Exception as error:  # noqa: BLE001 - every error is part of the comparison
                 outcomes[name] = Outcome(error=error)
         self.num_calls += 1
         first_name, first = next(iter(outcomes.items()))
-        self.script.add(line, comment=f"{first_name} {first.describe()}")
+        self.script.add(line, comment="" if quiet else f"{first_name} {first.describe()}", quiet=quiet)
         problems = disagreements(outcomes)
         if problems:
-            self.fail("row_step disagrees:\n  " + "\n  ".join(problems))
-        self._take_snapshots()
-        self.compare_snapshots("row_step")
-        self.check_device_tables(groups)
+            if quiet:
+                self.script.add(line)
+            self.fail(f"{what} disagrees:\n  " + "\n  ".join(problems))
         return first
 
     def check_device_tables(self, groups: list[Any]) -> None:

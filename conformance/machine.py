@@ -251,6 +251,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         offers it (``Lockstep.row_step``), sometimes without asking whether
         it fits first, then the model step."""
         groups = self.row_groups()
+        if data.draw(st.integers(0, 3), label="misuse") == 0:
+            self.lock.row_misuse([s for g in groups for s in g.get_seqs(status=RUNNING)])
         lookahead = self.lookahead(data)
         guarded = data.draw(st.sampled_from((True, True, False)), label="guarded")
         outcome = self.lock.row_step(groups, lookahead, self.clock, guarded)
@@ -274,7 +276,13 @@ class ConformanceMachine(RuleBasedStateMachine):
             return
         bs = self.config.block_size
         num_tokens = data.draw(st.sampled_from((1, 1, 1, 2, bs + 1, 2 * bs + 1)), label="new tokens")
-        tokens = [data.draw(st.integers(1, 3), label="token") for _ in range(num_tokens)]
+        if data.draw(st.integers(0, 2), label="as a prompt goes on") == 0:
+            # The tokens a longer prompt of the bank has here (a chat's next turn
+            # repeats this one's output): blocks that fill may already be cached.
+            bank = PROMPT_BANK[data.draw(st.integers(0, len(PROMPT_BANK) - 1), label="bank")]
+            tokens = (bank[seq.get_len() :] + [1] * num_tokens)[:num_tokens]
+        else:
+            tokens = [data.draw(st.integers(1, 3), label="token") for _ in range(num_tokens)]
         for token in tokens:
             self.do(f"s{seq.seq_id}.append_token_id({token})")
 
@@ -508,14 +516,36 @@ class ConformanceMachine(RuleBasedStateMachine):
         watermark``) that only many questions reach. Observations join the
         repro only when they disagree."""
         for group in self.groups_with(WAITING):
-            self.lock.call("can_allocate", group, 0, quiet=True)
+            self.at_the_edges("can_allocate", group)
         for group in self.groups_with(RUNNING):
             self.lock.call("can_append_slots", group, self.config.max_lookahead, quiet=True)
+            self.at_the_edges("can_append_slots", group)
             self.lock.call("can_swap_out", group, quiet=True)
         for group in self.groups_with(SWAPPED):
-            self.lock.call("can_swap_in", group, 0, quiet=True)
+            self.at_the_edges("can_swap_in", group)
         for device in (Device.GPU, Device.CPU):
             self.lock.call("get_prefix_cache_hit_rate", device, quiet=True)
+        if self.lock.offers_rows:  # the tables as one array: all of them, and the empty ones alone
+            live = self.live(RUNNING, SWAPPED)
+            self.lock.table_arrays(live, quiet=True)
+            self.lock.table_arrays([s for s in live if not self.world.written.get(s.seq_id)], quiet=True)
+
+    def at_the_edges(self, method: str, group: Any) -> None:
+        """Ask ``method`` with 0 lookahead slots, and on both sides of each
+        place its answer changes as the lookahead grows a block at a time.
+        The answer is a step function of the blocks needed: a manager that
+        counts one block too many or too few (a cached block it does not
+        see, a copy on write it forgets) changes its answer one step early
+        or late, seen only at the step. The yardstick alone finds the steps."""
+        yardstick = self.lock.yardstick
+        bs = self.config.block_size
+        try:
+            answers = [getattr(yardstick, method)(group, k * bs) for k in range(self.config.num_gpu_blocks + 3)]
+        except Exception:  # noqa: BLE001 - a call every manager must refuse: asked once, below
+            answers = []
+        edges = {0} | {k for k in range(1, len(answers)) if answers[k] != answers[k - 1]}
+        for k in sorted(edges | {k - 1 for k in edges if k}):
+            self.lock.call(method, group, k * bs, quiet=True)
 
     def teardown(self) -> None:
         """Free everything, one sequence at a time, trying a reset after each:

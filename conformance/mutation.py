@@ -17,9 +17,10 @@ otherwise. The score is killed / all.
     python -m blockspace.conformance.mutation --target fast --sample 300 --seed 1 --out fast-mutants.json
     python -m blockspace.conformance.mutation --target fast --rerun fast-mutants.json --profile full --timeout 600
 
-The full profile (2000 examples a family) takes tens of minutes a mutant, so
-it is meant for the quick profile's survivors (``--rerun``); a mutant it has
-not told apart when ``--timeout`` runs out counts as survived.
+The full profile (2000 examples a family, in 20 rounds of 100 so that a
+cut run has tried every family) takes tens of minutes a mutant, so it is
+meant for the quick profile's survivors (``--rerun``); a mutant it has not
+told apart when ``--timeout`` runs out counts as survived.
 
 Needs ``mutmut`` (2.x, for its mutation operators; not a dependency of
 blockspace). Each worker gets its own copy of the sources under ``--workdir``;
@@ -175,24 +176,44 @@ def run_mutant(workdir: Path, name: str, source: str, timeout: float, profile: s
 # -- the probe (runs inside a work directory) ------------------------------------------------
 def probe(target: str, profile: str = "quick") -> int:
     """Exit 1 at the first check of ``profile`` that tells the mutant (the
-    ``target`` manager of this work directory) from the pristine reference."""
+    ``target`` manager of this work directory) from the pristine reference.
+
+    The full profile runs in rounds of the quick profile's size: each round
+    gives every family the quick profile's number of examples (at the full
+    profile's steps), until each has had the full profile's; the traces
+    run after the first round with the quick profile's requests, and at the
+    end with the full profile's. The examples are the same as one run per
+    family, but a run cut by ``--timeout`` has spread its time over every
+    family instead of spending it all on the first."""
     from hypothesis import Phase
 
     import blockspace.reference
     from blockspace.conformance.configs import FAMILIES
     from blockspace.conformance.runner import PROFILES, run_machine, with_changes
-    from blockspace.conformance.trace import trace_check
+    from blockspace.conformance.trace import trace_checks
 
     assert "pkg" in blockspace.reference.__file__, "the probe must run in a work directory"
     impls = {"pristine": "pristine_reference:ReferenceBlockSpaceManager", "mutant": target}
     chosen = with_changes(PROFILES[profile], reduce_repro=False)  # whether it fails, not how short its repro
-    for family in FAMILIES:
-        result = run_machine(impls, family, chosen, phases=(Phase.explicit, Phase.generate))
-        if result.status == "failed":
-            print(f"killed by machine[{family}]")
+    quick = PROFILES["quick"]
+    rounds = max(1, chosen.max_examples // quick.max_examples)
+    per_round = with_changes(chosen, max_examples=chosen.max_examples // rounds)
+
+    def killed_by_traces(num_requests: int) -> bool:
+        for check in trace_checks(impls, num_requests, {}):
+            if check.run().status == "failed":
+                print(f"killed by {check.name}")
+                return True
+        return False
+
+    for done in range(rounds):
+        for family in FAMILIES:
+            if run_machine(impls, family, per_round, phases=(Phase.explicit, Phase.generate)).status == "failed":
+                print(f"killed by machine[{family}]" + (f" in round {done + 1}" if rounds > 1 else ""))
+                return 1
+        if done == 0 and killed_by_traces(quick.trace_requests):
             return 1
-    if trace_check(impls, chosen.trace_requests, {}).run().status == "failed":
-        print("killed by trace[mooncake]")
+    if chosen.trace_requests != quick.trace_requests and killed_by_traces(chosen.trace_requests):
         return 1
     print("survived")
     return 0

@@ -195,7 +195,7 @@ def checks_for(
 
     checks = machine_checks(impls, profile, capabilities, on_failure)
     if profile.trace_requests:
-        checks.append(trace.trace_check(impls, profile.trace_requests, capabilities))
+        checks += trace.trace_checks(impls, profile.trace_requests, capabilities)
     if profile.symbolic:
         checks += symbolic.symbolic_checks(impls, profile)
     return checks

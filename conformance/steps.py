@@ -16,6 +16,17 @@ together): a batch of appends is all or none, so it then raises
 rule by trying the appends on the manager and putting back a copy of its
 state when one fails.
 
+``table_arrays`` asks for the block tables of any sequences (empty and
+swapped-out ones too) as one array: ``block_table_array`` of their rows
+and of the sequences themselves where a manager offers it, the
+``get_block_table`` lists padded with -1 elsewhere. Its width is the
+longest table's, as documented, so the width is compared too.
+
+``row_misuse`` makes row-API calls at the edge of what is allowed, for
+managers that offer it (the reference has no rows to compare with): rows
+that are no live sequence's must raise ``UnknownSequenceError``, and a
+group of no rows fits.
+
 ``DeviceMirror`` is a host copy of a device block table fed only by a
 manager's ``table_delta()`` answers, for managers that keep one in sync.
 """
@@ -28,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from blockspace.enums import SequenceStatus
-from blockspace.errors import NoFreeBlocksError
+from blockspace.errors import NoFreeBlocksError, UnknownSequenceError
+from blockspace.interfaces import offers_rows
 
 STEP_TOKENS = (1, 0, 2, 5)  # slots a sequence's step asks for (capped at its tokens): decode, none, chunks
 
@@ -86,6 +98,42 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
     manager.access_all_blocks_rows(rows, access_time)
     computed = manager.num_computed_blocks_rows(rows, tokens, [seq.is_prefill() for seq in seqs]).tolist()
     return (True, fits, [tuple(pair) for pair in pairs.tolist()], tables, slots, computed)
+
+
+def table_arrays(manager: Any, seqs: list[Any]) -> tuple[int, list[list[int]]]:
+    """(width, rows padded with -1) of the sequences' block tables."""
+    if offers_rows(manager):
+        by_rows = manager.block_table_array(manager.rows_of(seqs), -1)
+        by_seqs = manager.block_table_array(list(seqs), -1)
+        if by_rows.shape != by_seqs.shape or (by_rows != by_seqs).any():
+            raise AssertionError(f"block_table_array of rows {by_rows.tolist()} and of sequences {by_seqs.tolist()} differ")
+        return by_rows.shape[1], by_rows.tolist()
+    tables = [list(manager.get_block_table(seq)) for seq in seqs]
+    width = max(map(len, tables), default=0)
+    return width, [table + [-1] * (width - len(table)) for table in tables]
+
+
+def row_misuse(manager: Any, seqs: list[Any]) -> list[str]:
+    """What the row API does wrong at its edges (``seqs``: running, non-empty)."""
+    rows = manager.rows_of(seqs)
+    lengths = [seq.get_len() for seq in seqs]
+    problems = []
+    for bad in (-1, 1 << 30):
+        try:
+            manager.block_table_array(np.append(rows, bad), -1)
+            problems.append(f"block_table_array accepted row {bad}, which is no live sequence's")
+        except UnknownSequenceError:
+            pass
+        except Exception as error:  # noqa: BLE001 - the wrong error is a finding
+            problems.append(f"block_table_array of row {bad} raised {type(error).__name__}, not UnknownSequenceError")
+    try:
+        together = manager.can_append_slots_rows(rows, lengths, 0, [len(rows)]).tolist()
+        with_empty = manager.can_append_slots_rows(rows, lengths, 0, [0, len(rows)]).tolist()
+    except Exception as error:  # noqa: BLE001
+        return [*problems, f"can_append_slots_rows with an empty first group raised {type(error).__name__}: {error}"]
+    if with_empty != [True, *together]:
+        problems.append(f"can_append_slots_rows with an empty first group answered {with_empty}, not {[True, *together]}")
+    return problems
 
 
 class DeviceMirror:

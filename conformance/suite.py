@@ -23,6 +23,7 @@ import pytest
 
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
 from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
+from blockspace.conformance.trace import VARIANTS, trace_check
 from blockspace.interfaces import BlockSpaceManager, load_manager_class
 from blockspace.pytest_plugin import profile_override
 from blockspace.snapshot import SNAPSHOT_KEYS
@@ -107,7 +108,6 @@ class ManagerConformance:
         changes = {"max_examples": self.max_examples} if self.max_examples else {}
         self.require(run_machine(self.impls(), family, profile, **changes))
 
-    def test_trace_replay(self) -> None:
-        from blockspace.conformance.trace import trace_check
-
-        self.require(trace_check(self.impls(), self.profile_settings().trace_requests, self.capabilities()).run())
+    @pytest.mark.parametrize("variant", list(VARIANTS))
+    def test_trace_replay(self, variant: str) -> None:
+        self.require(trace_check(self.impls(), self.profile_settings().trace_requests, self.capabilities(), variant).run())

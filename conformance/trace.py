@@ -35,9 +35,14 @@ def replay(
     enable_caching: bool = True,
     max_output: int = 64,
     tokens_per_step: int = 16,
+    max_prompt: int | None = None,
+    rows: bool = False,
 ) -> int:
     """Run the trace to the end in lockstep; returns the number of calls.
-    Raises ``Divergence`` at the first disagreement."""
+    Raises ``Divergence`` at the first disagreement. ``max_prompt`` cuts
+    every prompt (the shared prefixes stay); ``rows`` makes each decode step
+    one ``Lockstep.row_step`` of every running group (the row API where a
+    manager offers it), preempting the latest admitted until they fit together."""
     config = dict(
         block_size=block_size,
         num_gpu_blocks=num_gpu_blocks,
@@ -50,7 +55,8 @@ def replay(
     lock = Lockstep.build(impls, script, every_call=False, **config)
     waiting: list[SequenceGroup] = []
     for index, request in enumerate(requests):
-        script.do(f"s{index} = Sequence({index}, prompt_token_ids({list(request.hash_ids)!r}, {request.input_length}))")
+        length = request.input_length if max_prompt is None else min(request.input_length, max_prompt)
+        script.do(f"s{index} = Sequence({index}, prompt_token_ids({list(request.hash_ids)!r}, {length}))")
         script.do(f"g{index} = SequenceGroup('g{index}', [s{index}])")
         waiting.append(script.get(f"g{index}"))
     budget = {g.request_id: min(r.output_length, max_output) for g, r in zip(waiting, requests)}
@@ -63,6 +69,18 @@ def replay(
 
     def name(group: SequenceGroup) -> str:
         return f"s{seq(group).seq_id}"
+
+    def preempt_latest() -> None:
+        victim = running.pop()  # the latest admitted goes first, as in vLLM
+        if lock.value("can_swap_out", victim):
+            lock.value("swap_out", victim)
+            script.do(f"{name(victim)}.status = SequenceStatus.SWAPPED")
+            swapped.append(victim)
+        else:
+            script.do(f"{name(victim)}.status = SequenceStatus.WAITING")
+            lock.value("free", seq(victim))
+            script.do(f"{name(victim)}.data.reset_state_for_recompute()")
+            waiting.insert(0, victim)
 
     while waiting or running or swapped:
         clock += 1.0
@@ -96,23 +114,16 @@ def replay(
             running.append(group)
         for group in list(running):
             while group in running and not lock.value("can_append_slots", group, 0):
-                victim = running.pop()  # the latest admitted goes first, as in vLLM
-                if lock.value("can_swap_out", victim):
-                    lock.value("swap_out", victim)
-                    script.do(f"{name(victim)}.status = SequenceStatus.SWAPPED")
-                    swapped.append(victim)
-                else:
-                    script.do(f"{name(victim)}.status = SequenceStatus.WAITING")
-                    lock.value("free", seq(victim))
-                    script.do(f"{name(victim)}.data.reset_state_for_recompute()")
-                    waiting.insert(0, victim)
-            if group not in running:
+                preempt_latest()
+            if group not in running or rows:
                 continue
             lock.value("append_slots", seq(group), 0)
             lock.value("get_block_table", seq(group))
             lock.value("access_all_blocks_in_seq", seq(group), clock)
             if enable_caching:
                 lock.value("get_common_computed_block_ids", [seq(group)])
+        while rows and running and lock.row_step(running, 0, clock).raised:  # each fits, not all together
+            preempt_latest()
         for group in running:
             lock.value("mark_blocks_as_computed", group, seq(group).data.get_num_uncomputed_tokens())
         for device in ("GPU", "CPU"):
@@ -137,26 +148,44 @@ def replay(
     return lock.num_calls
 
 
-def trace_check(impls: Mapping[str, Any], num_requests: int, capabilities: Mapping[str, bool]) -> Check:
+# The row-step replay: prompts cut to two chunks (the first shared by every
+# request, the second a sibling of the others') and a pool that holds about
+# three of them, so decode batches of 2-4 rows fill blocks, take fresh ones,
+# run out together and preempt, and the key table fills and is collected.
+ROWS_REPLAY = dict(
+    block_size=16, num_gpu_blocks=192, num_cpu_blocks=128, max_prompt=1024, max_output=32, tokens_per_step=16, rows=True
+)
+VARIANTS = {"trace[mooncake]": {}, "trace[mooncake-rows]": ROWS_REPLAY}
+
+
+def trace_check(
+    impls: Mapping[str, Any], num_requests: int, capabilities: Mapping[str, bool], name: str = "trace[mooncake]"
+) -> Check:
+    """The replay ``name`` of ``VARIANTS`` as a check."""
+
     def run() -> CheckResult:
         try:
             requests = load_trace(max_requests=num_requests)
         except TraceError as error:  # only a BLOCKSPACE_TRACE naming a bad file: the sample always ships
-            return CheckResult("trace[mooncake]", "failed", detail=str(error))
+            return CheckResult(name, "failed", detail=str(error))
         caching = capabilities.get("supports_caching", True)
         started = time.perf_counter()
         try:
-            num_calls = replay(impls, requests, enable_caching=caching)
+            num_calls = replay(impls, requests, enable_caching=caching, **VARIANTS[name])
         except Divergence as failure:
             detail = str(failure)
             if len(detail) > 20_000:  # a trace repro is long: keep the head and the diverging tail
                 detail = detail[:4_000] + "\n...\n" + detail[-8_000:]
-            return CheckResult("trace[mooncake]", "failed", len(requests), time.perf_counter() - started, detail)
+            return CheckResult(name, "failed", len(requests), time.perf_counter() - started, detail)
         seconds = time.perf_counter() - started
         extra = {"calls": num_calls, "trace": trace_source()}
-        return CheckResult("trace[mooncake]", "passed", len(requests), seconds, extra=extra)
+        return CheckResult(name, "passed", len(requests), seconds, extra=extra)
 
-    return Check("trace[mooncake]", run)
+    return Check(name, run)
 
 
-__all__ = ["SequenceStatus", "TraceRequest", "replay", "trace_check"]
+def trace_checks(impls: Mapping[str, Any], num_requests: int, capabilities: Mapping[str, bool]) -> list[Check]:
+    return [trace_check(impls, num_requests, capabilities, name) for name in VARIANTS]
+
+
+__all__ = ["SequenceStatus", "TraceRequest", "replay", "trace_check", "trace_checks"]

@@ -5,7 +5,7 @@ repro that runs as printed, at every level: from the state machine, from a
 import numpy as np
 import pytest
 
-from blockspace import Sequence, SequenceGroup, SequenceStatus
+from blockspace import AllocStatus, Sequence, SequenceGroup, SequenceStatus
 from blockspace.conformance import Divergence, Lockstep
 from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
 from blockspace.conformance.reduce import failure_of, reduce
@@ -215,3 +215,70 @@ def test_a_half_done_batch_is_caught_by_the_row_step():
     lock, groups = two_appends_that_do_not_fit_together({"reference": "reference", "broken": PiecemealRowAppends})
     with pytest.raises(Divergence, match="state differs after row_step"):
         lock.row_step(groups, 0, 1.0, guarded=False)
+
+
+class WideEmptyTables(FastBlockSpaceManager):
+    """``block_table_array`` is never narrower than one column, so empty
+    tables come back as one pad column (its width is documented as the
+    longest table's)."""
+
+    def block_table_array(self, seqs, pad=0):
+        array = super().block_table_array(seqs, pad)
+        return array if array.shape[1] else np.full((len(array), 1), pad, np.int32)
+
+
+class AcceptsDeadRows(FastBlockSpaceManager):
+    """``block_table_array`` answers a pad row for a row that is no live
+    sequence's instead of raising ``UnknownSequenceError``."""
+
+    def block_table_array(self, seqs, pad=0):
+        if isinstance(seqs, np.ndarray) and (seqs < 0).any():
+            live = super().block_table_array(seqs[seqs >= 0], pad)
+            return np.vstack([live, np.full((int((seqs < 0).sum()), live.shape[1]), pad, np.int32)])
+        return super().block_table_array(seqs, pad)
+
+
+def empty_and_full(impls):
+    """A running sequence with an empty prompt, and one with a block."""
+    lock = Lockstep.build(impls, block_size=2, num_gpu_blocks=4, num_cpu_blocks=0)
+    seqs = [Sequence(1, []), Sequence(2, [1, 2])]
+    for seq in seqs:
+        lock.call("allocate", SequenceGroup(f"g{seq.seq_id}", [seq]))
+        seq.status = SequenceStatus.RUNNING
+    return lock, seqs
+
+
+def test_table_arrays_compare_the_width_and_row_misuse_the_edges():
+    lock, (empty, full) = empty_and_full({"reference": "reference", "fast": "fast"})
+    assert lock.table_arrays([empty]).value == (0, [[]])
+    assert lock.table_arrays([empty, full]).value == (1, [[-1], [full_block := lock.value("get_block_table", full)[0]]])
+    assert full_block >= 0
+    lock.row_misuse([full])  # the documented answers: no failure
+    lock, (empty, full) = empty_and_full({"reference": "reference", "broken": WideEmptyTables})
+    with pytest.raises(Divergence, match="table_arrays disagrees") as failure:
+        lock.table_arrays([empty])
+    assert raises_as_printed(repro_of(str(failure.value))).startswith("table_arrays disagrees")
+    lock, (empty, full) = empty_and_full({"reference": "reference", "broken": AcceptsDeadRows})
+    with pytest.raises(Divergence, match="block_table_array accepted row -1") as failure:
+        lock.row_misuse([full])
+    assert raises_as_printed(repro_of(str(failure.value))).startswith("invariant broken in broken's row API")
+
+
+class SwapInOneBlockShort(ReferenceBlockSpaceManager):
+    """``can_swap_in`` needs one block fewer than it should, so it says OK
+    with the pool one block short. Only the answer at that one boundary is
+    wrong: the kit finds it by asking on both sides of every edge."""
+
+    def can_swap_in(self, seq_group, num_lookahead_slots=0):
+        answer = super().can_swap_in(seq_group, num_lookahead_slots)
+        if num_lookahead_slots >= self.block_size and answer == AllocStatus.LATER:
+            if super().can_swap_in(seq_group, num_lookahead_slots - self.block_size) == AllocStatus.OK:
+                return AllocStatus.OK
+        return answer
+
+
+def test_an_answer_wrong_at_one_boundary_is_found_at_the_edges():
+    profile = with_changes(PROFILES["quick"], shrink_seconds=6.0)
+    result = run_machine({"reference": "reference", "broken": SwapInOneBlockShort}, "plain", profile, max_examples=300)
+    assert result.status == "failed", "the edges of can_swap_in were never asked"
+    assert raises_as_printed(repro_of(result.detail)).startswith("can_swap_in disagrees")

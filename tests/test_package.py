@@ -227,4 +227,4 @@ def test_an_installed_kit_runs_its_trace_check(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     checks = json.loads(report.read_text())["checks"]
-    assert [(c["name"], c["status"]) for c in checks] == [("trace[mooncake]", "passed")], checks
+    assert [(c["name"], c["status"]) for c in checks] == [("trace[mooncake]", "passed"), ("trace[mooncake-rows]", "passed")], checks
