@@ -174,11 +174,6 @@ class Lockstep:
         return cls(managers, script if script is not None else Script(impls, config), every_call)
 
     @property
-    def yardstick(self) -> Any:
-        """The first manager: the others are compared with it."""
-        return next(iter(self.managers.values()))
-
-    @property
     def offers_rows(self) -> bool:
         """Does any manager offer the row API (so that ``row_step`` compares two ways)?"""
         return any(offers_rows(manager) for manager in self.managers.values())

@@ -18,6 +18,7 @@ shrunk run as a runnable snippet.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ from blockspace.conformance.configs import Config, family_configs
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
 from blockspace.conformance.script import Script
 from blockspace.enums import AllocStatus, Device, SequenceStatus
+from blockspace.errors import NoFreeBlocksError
 
 RUNNING, SWAPPED, WAITING = SequenceStatus.RUNNING, SequenceStatus.SWAPPED, SequenceStatus.WAITING
 MAX_LIVE_GROUPS = 4
@@ -218,8 +220,9 @@ class ConformanceMachine(RuleBasedStateMachine):
             if checked and not self.lock.value("can_append_slots", group, lookahead):
                 self.preempt_latest()  # as vLLM does: the latest admitted group makes room
                 continue
+            at_the_edge = not checked and data.draw(st.booleans(), label="at the edge")
             for s in running:
-                self.append(s, lookahead)
+                self.append(s, self.edge_lookahead(s, data) if at_the_edge else lookahead)
             for s in running:
                 self.lock.call("get_block_table", s)
                 self.lock.call("access_all_blocks_in_seq", s, self.clock)
@@ -285,6 +288,25 @@ class ConformanceMachine(RuleBasedStateMachine):
             tokens = [data.draw(st.integers(1, 3), label="token") for _ in range(num_tokens)]
         for token in tokens:
             self.do(f"s{seq.seq_id}.append_token_id({token})")
+
+    def edge_lookahead(self, seq: Any, data: st.DataObject) -> int:
+        """Lookahead slots for an append that takes the pool's last free
+        block, or one block more than there is: the yardstick tries appends
+        of a block more at a time on copies of itself. The walk over a
+        step's block traffic (drops, new blocks, copies on write, blocks a
+        promotion gives back) is only wrong at that margin."""
+        bs = self.config.block_size
+        for k in range(self.config.num_gpu_blocks + 2):
+            trial = copy.deepcopy(self.lock.reference)
+            try:
+                trial.append_slots(seq, k * bs)
+            except NoFreeBlocksError:
+                slots = (k - data.draw(st.integers(0, 1), label="the last block or one more")) * bs if k else 0
+                self.world.max_lookahead = max(self.world.max_lookahead, slots)  # tables may be that much longer
+                return slots
+            except Exception:  # noqa: BLE001 - a call every manager must refuse: made as drawn
+                return 0
+        return 0
 
     def appended(self, seq: Any) -> None:
         """The world after an append: the table holds every token, and the
@@ -537,7 +559,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         counts one block too many or too few (a cached block it does not
         see, a copy on write it forgets) changes its answer one step early
         or late, seen only at the step. The yardstick alone finds the steps."""
-        yardstick = self.lock.yardstick
+        yardstick = self.lock.reference
         bs = self.config.block_size
         try:
             answers = [getattr(yardstick, method)(group, k * bs) for k in range(self.config.num_gpu_blocks + 3)]

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from blockspace.conformance.buckets import bucket_check
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
 from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
 from blockspace.conformance.trace import VARIANTS, trace_check
@@ -107,6 +108,9 @@ class ManagerConformance:
         profile = self.profile_settings()
         changes = {"max_examples": self.max_examples} if self.max_examples else {}
         self.require(run_machine(self.impls(), family, profile, **changes))
+
+    def test_hit_rate_buckets(self) -> None:
+        self.require(bucket_check(self.impls(), self.capabilities()).run())
 
     @pytest.mark.parametrize("variant", list(VARIANTS))
     def test_trace_replay(self, variant: str) -> None:

@@ -5,9 +5,10 @@ repro that runs as printed, at every level: from the state machine, from a
 import numpy as np
 import pytest
 
-from blockspace import AllocStatus, Sequence, SequenceGroup, SequenceStatus
+from blockspace import AllocStatus, Device, Sequence, SequenceGroup, SequenceStatus
 from blockspace.conformance import Divergence, Lockstep
 from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
+from blockspace.conformance.buckets import bucket_check
 from blockspace.conformance.reduce import failure_of, reduce
 from blockspace.conformance.runner import PROFILES, REPRO, run_machine, with_changes
 from blockspace.extras import missing_modules
@@ -282,3 +283,21 @@ def test_an_answer_wrong_at_one_boundary_is_found_at_the_edges():
     result = run_machine({"reference": "reference", "broken": SwapInOneBlockShort}, "plain", profile, max_examples=300)
     assert result.status == "failed", "the edges of can_swap_in were never asked"
     assert raises_as_printed(repro_of(result.detail)).startswith("can_swap_in disagrees")
+
+
+class PlainHitRate(ReferenceBlockSpaceManager):
+    """The hit rate as hits over lookups since the start, not vLLM's mean of
+    1,000-lookup buckets (equal until the first bucket completes)."""
+
+    def get_prefix_cache_hit_rate(self, device):
+        stats = self._allocator(Device.parse(device)).stats
+        lookups = stats.num_buckets * 1000 + stats.num_queries
+        hits = round(stats.bucket_mean * stats.num_buckets * 1000) + stats.num_hits
+        return super().get_prefix_cache_hit_rate(device) if not stats.num_buckets else hits / lookups
+
+
+def test_the_hit_rate_is_walked_across_its_buckets():
+    assert bucket_check({"reference": "reference", "fast": "fast"}, {}).run().status == "passed"
+    result = bucket_check({"reference": "reference", "broken": PlainHitRate}, {}).run()
+    assert result.status == "failed" and result.detail.startswith("at lookup 10"), result.detail[:300]
+    assert raises_as_printed(repro_of(result.detail)).startswith("at lookup")
