@@ -19,7 +19,7 @@ shrunk run as a runnable snippet.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hypothesis import strategies as st
@@ -29,6 +29,7 @@ from blockspace.conformance import invariants
 from blockspace.conformance.configs import Config, family_configs
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
 from blockspace.conformance.script import Script
+from blockspace.conformance.steps import calls_step
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.errors import NoFreeBlocksError
 
@@ -222,7 +223,10 @@ class ConformanceMachine(RuleBasedStateMachine):
                 continue
             at_the_edge = not checked and data.draw(st.booleans(), label="at the edge")
             for s in running:
-                self.append(s, self.edge_lookahead(s, data) if at_the_edge else lookahead)
+                if at_the_edge:
+                    self.append(s, self.edge_lookahead(lambda trial, slots, s=s: trial.append_slots(s, slots), data))
+                else:
+                    self.append(s, lookahead)
             for s in running:
                 self.lock.call("get_block_table", s)
                 self.lock.call("access_all_blocks_in_seq", s, self.clock)
@@ -258,6 +262,8 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.lock.row_misuse([s for g in groups for s in g.get_seqs(status=RUNNING)])
         lookahead = self.lookahead(data)
         guarded = data.draw(st.sampled_from((True, True, False)), label="guarded")
+        if not guarded and data.draw(st.booleans(), label="at the edge"):
+            lookahead = self.edge_lookahead(lambda trial, slots: calls_step(trial, groups, slots, 0.0, False), data)
         outcome = self.lock.row_step(groups, lookahead, self.clock, guarded)
         if outcome.raised or not outcome.value[0]:
             return
@@ -289,22 +295,22 @@ class ConformanceMachine(RuleBasedStateMachine):
         for token in tokens:
             self.do(f"s{seq.seq_id}.append_token_id({token})")
 
-    def edge_lookahead(self, seq: Any, data: st.DataObject) -> int:
-        """Lookahead slots for an append that takes the pool's last free
-        block, or one block more than there is: the yardstick tries appends
-        of a block more at a time on copies of itself. The walk over a
-        step's block traffic (drops, new blocks, copies on write, blocks a
-        promotion gives back) is only wrong at that margin."""
+    def edge_lookahead(self, append: Callable[[Any, int], Any], data: st.DataObject) -> int:
+        """Lookahead slots for an append (``append(manager, slots)``) that
+        takes the pool's last free block, or one block more than there is:
+        the yardstick tries a block more at a time on copies of itself. The
+        walk over a step's block traffic (drops, new blocks, copies on
+        write, blocks a promotion gives back) and a batch's bounds are only
+        wrong at that margin."""
         bs = self.config.block_size
         for k in range(self.config.num_gpu_blocks + 2):
-            trial = copy.deepcopy(self.lock.reference)
             try:
-                trial.append_slots(seq, k * bs)
+                append(copy.deepcopy(self.lock.reference), k * bs)
             except NoFreeBlocksError:
                 slots = (k - data.draw(st.integers(0, 1), label="the last block or one more")) * bs if k else 0
                 self.world.max_lookahead = max(self.world.max_lookahead, slots)  # tables may be that much longer
                 return slots
-            except Exception:  # noqa: BLE001 - a call every manager must refuse: made as drawn
+            except Exception:  # noqa: BLE001 - a call every manager must refuse: made with no lookahead
                 return 0
         return 0
 

@@ -8,7 +8,7 @@ kernels of the fast manager (``--target fast``; they run as plain Python
 under ``NUMBA_DISABLE_JIT=1``, so a mutant costs no compile). The kit must
 tell the mutated manager apart from a pristine copy of the reference: the
 quick profile (every state-machine family, then the trace replays and the
-hit rate's buckets; no shrinking, we only ask *whether* it fails) runs
+long runs; no shrinking, we only ask *whether* it fails) runs
 with ``{"pristine": <unmutated reference>, "mutant": <the mutated
 manager>}``. A mutant is *killed* when a check fails (or the run crashes
 or hangs), *survived* otherwise. The score is killed / all.
@@ -181,15 +181,15 @@ def probe(target: str, profile: str = "quick") -> int:
     The full profile runs in rounds of the quick profile's size: each round
     gives every family the quick profile's number of examples (at the full
     profile's steps), until each has had the full profile's; the traces
-    (and the hit rate's buckets) run after the first round with the quick profile's requests, and at the
+    (and the long runs) run after the first round with the quick profile's requests, and at the
     end with the full profile's. The examples are the same as one run per
     family, but a run cut by ``--timeout`` has spread its time over every
     family instead of spending it all on the first."""
     from hypothesis import Phase
 
     import blockspace.reference
-    from blockspace.conformance.buckets import bucket_check
     from blockspace.conformance.configs import FAMILIES
+    from blockspace.conformance.long_runs import long_run_checks
     from blockspace.conformance.runner import PROFILES, run_machine, with_changes
     from blockspace.conformance.trace import trace_checks
 
@@ -201,7 +201,7 @@ def probe(target: str, profile: str = "quick") -> int:
     per_round = with_changes(chosen, max_examples=chosen.max_examples // rounds)
 
     def killed_by_traces(num_requests: int) -> bool:
-        for check in [*trace_checks(impls, num_requests, {}), bucket_check(impls, {})]:
+        for check in [*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})]:
             if check.run().status == "failed":
                 print(f"killed by {check.name}")
                 return True

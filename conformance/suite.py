@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from blockspace.conformance.buckets import bucket_check
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
+from blockspace.conformance.long_runs import RUNS, long_run_checks
 from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
 from blockspace.conformance.trace import VARIANTS, trace_check
 from blockspace.interfaces import BlockSpaceManager, load_manager_class
@@ -109,8 +109,10 @@ class ManagerConformance:
         changes = {"max_examples": self.max_examples} if self.max_examples else {}
         self.require(run_machine(self.impls(), family, profile, **changes))
 
-    def test_hit_rate_buckets(self) -> None:
-        self.require(bucket_check(self.impls(), self.capabilities()).run())
+    @pytest.mark.parametrize("run", list(RUNS))
+    def test_long_run(self, run: str) -> None:
+        checks = {check.name: check for check in long_run_checks(self.impls(), self.capabilities())}
+        self.require(checks[run].run())
 
     @pytest.mark.parametrize("variant", list(VARIANTS))
     def test_trace_replay(self, variant: str) -> None:

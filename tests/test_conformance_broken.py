@@ -8,7 +8,7 @@ import pytest
 from blockspace import AllocStatus, Device, Sequence, SequenceGroup, SequenceStatus
 from blockspace.conformance import Divergence, Lockstep
 from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
-from blockspace.conformance.buckets import bucket_check
+from blockspace.conformance.long_runs import long_run_checks
 from blockspace.conformance.reduce import failure_of, reduce
 from blockspace.conformance.runner import PROFILES, REPRO, run_machine, with_changes
 from blockspace.extras import missing_modules
@@ -297,7 +297,10 @@ class PlainHitRate(ReferenceBlockSpaceManager):
 
 
 def test_the_hit_rate_is_walked_across_its_buckets():
-    assert bucket_check({"reference": "reference", "fast": "fast"}, {}).run().status == "passed"
-    result = bucket_check({"reference": "reference", "broken": PlainHitRate}, {}).run()
-    assert result.status == "failed" and result.detail.startswith("at lookup 10"), result.detail[:300]
-    assert raises_as_printed(repro_of(result.detail)).startswith("at lookup")
+    assert [check.run().status for check in long_run_checks({"reference": "reference", "fast": "fast"}, {})] == [
+        "passed",
+        "passed",
+    ]
+    result = long_run_checks({"reference": "reference", "broken": PlainHitRate}, {})[0].run()
+    assert result.status == "failed" and result.detail.startswith("at step 10"), result.detail[:300]
+    assert raises_as_printed(repro_of(result.detail)).startswith("at step 10")
