@@ -17,10 +17,11 @@ or hangs), *survived* otherwise. The score is killed / all.
     python -m blockspace.conformance.mutation --target fast --sample 300 --seed 1 --out fast-mutants.json
     python -m blockspace.conformance.mutation --target fast --rerun fast-mutants.json --profile full --timeout 600
 
-The full profile (2000 examples a family, in 20 rounds of 100 so that a
-cut run has tried every family) takes tens of minutes a mutant, so it is
-meant for the quick profile's survivors (``--rerun``); a mutant it has not
-told apart when ``--timeout`` runs out counts as survived.
+The full profile (2000 examples a family, in 20 rounds of 100: the first
+is the quick profile itself, and a cut run has tried every family) takes
+tens of minutes a mutant, so it is meant for the quick profile's survivors
+(``--rerun``); a mutant it has not told apart when ``--timeout`` runs out
+counts as survived.
 
 Needs ``mutmut`` (2.x, for its mutation operators; not a dependency of
 blockspace). Each worker gets its own copy of the sources under ``--workdir``;
@@ -178,13 +179,13 @@ def probe(target: str, profile: str = "quick") -> int:
     """Exit 1 at the first check of ``profile`` that tells the mutant (the
     ``target`` manager of this work directory) from the pristine reference.
 
-    The full profile runs in rounds of the quick profile's size: each round
-    gives every family the quick profile's number of examples (at the full
-    profile's steps), until each has had the full profile's; the traces
-    (and the long runs) run after the first round with the quick profile's requests, and at the
-    end with the full profile's. The examples are the same as one run per
-    family, but a run cut by ``--timeout`` has spread its time over every
-    family instead of spending it all on the first."""
+    The full profile runs in rounds of the quick profile's size, the first
+    of them the quick profile itself (its steps, then its traces and the
+    long runs), the others at the full profile's steps, until every family
+    has had the full profile's examples; then the traces with the full
+    profile's requests. So it makes every check the quick profile makes,
+    and a run cut by ``--timeout`` has spread its time over every family
+    instead of spending it all on the first."""
     from hypothesis import Phase
 
     import blockspace.reference
@@ -196,9 +197,9 @@ def probe(target: str, profile: str = "quick") -> int:
     assert "pkg" in blockspace.reference.__file__, "the probe must run in a work directory"
     impls = {"pristine": "pristine_reference:ReferenceBlockSpaceManager", "mutant": target}
     chosen = with_changes(PROFILES[profile], reduce_repro=False)  # whether it fails, not how short its repro
-    quick = PROFILES["quick"]
+    quick = with_changes(PROFILES["quick"], reduce_repro=False)
     rounds = max(1, chosen.max_examples // quick.max_examples)
-    per_round = with_changes(chosen, max_examples=chosen.max_examples // rounds)
+    later_rounds = with_changes(chosen, max_examples=chosen.max_examples // rounds)
 
     def killed_by_traces(num_requests: int) -> bool:
         for check in [*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})]:
@@ -209,7 +210,8 @@ def probe(target: str, profile: str = "quick") -> int:
 
     for done in range(rounds):
         for family in FAMILIES:
-            if run_machine(impls, family, per_round, phases=(Phase.explicit, Phase.generate)).status == "failed":
+            settings = quick if done == 0 else later_rounds
+            if run_machine(impls, family, settings, phases=(Phase.explicit, Phase.generate)).status == "failed":
                 print(f"killed by machine[{family}]" + (f" in round {done + 1}" if rounds > 1 else ""))
                 return 1
         if done == 0 and killed_by_traces(quick.trace_requests):

@@ -34,12 +34,14 @@ def replay(
     num_cpu_blocks: int = 512,
     enable_caching: bool = True,
     max_output: int = 64,
-    tokens_per_step: int = 16,
+    tokens_per_step: int | tuple[int, ...] = 16,
     max_prompt: int | None = None,
     rows: bool = False,
 ) -> int:
     """Run the trace to the end in lockstep; returns the number of calls.
-    Raises ``Divergence`` at the first disagreement. ``max_prompt`` cuts
+    Raises ``Divergence`` at the first disagreement. A tuple of
+    ``tokens_per_step`` gives request ``i`` its ``i % len``-th entry.
+    ``max_prompt`` cuts
     every prompt (the shared prefixes stay); ``rows`` makes each decode step
     one ``Lockstep.row_step`` of every running group (the row API where a
     manager offers it), preempting the latest admitted until they fit together."""
@@ -137,7 +139,8 @@ def replay(
                 running.remove(group)
                 continue
             budget[group.request_id] -= 1
-            for token in range(tokens_per_step):
+            accepted = tokens_per_step if isinstance(tokens_per_step, int) else tokens_per_step[s.seq_id % len(tokens_per_step)]
+            for token in range(accepted):
                 script.do(f"{name(group)}.append_token_id({7 + token})")
     for index in range(len(requests)):
         lock.value("get_num_cached_tokens", script.get(f"s{index}"))
@@ -150,11 +153,13 @@ def replay(
 
 # The row-step replay: prompts cut to two chunks (the first shared by every
 # request, the second a sibling of the others') and a pool that holds about
-# three of them, so decode batches of 2-4 rows fill blocks, take fresh ones,
-# run out together and preempt, and the key table fills and is collected.
+# three of them, so decode batches of 2-4 rows (accepting 16, 3 or 7 tokens a
+# step: some fill a block while others do not) take fresh blocks, run out
+# together and preempt, and the key table fills and is collected.
 ROWS_REPLAY = dict(
-    block_size=16, num_gpu_blocks=192, num_cpu_blocks=128, max_prompt=1024, max_output=32, tokens_per_step=16, rows=True
-)
+    block_size=16, num_gpu_blocks=192, num_cpu_blocks=128, max_prompt=1024, max_output=32,
+    tokens_per_step=(16, 3, 7), rows=True,
+)  # fmt: skip
 VARIANTS = {"trace[mooncake]": {}, "trace[mooncake-rows]": ROWS_REPLAY}
 
 
