@@ -7,7 +7,9 @@ recompute preemption when ``can_append_slots`` says no, swap-in when room
 comes back) drives every manager through a ``Lockstep``; return values and
 snapshots are compared after every call. Token ids come from the chunk ids
 (``blockspace.workloads``), so requests that share chunk ids share real
-prefixes. The trace is the one ``blockspace.workloads.load_trace`` finds:
+prefixes. ``VARIANTS`` are the two replays the kit runs: as above, and with
+every decode step one row step of the whole batch. The trace is the one
+``blockspace.workloads.load_trace`` finds:
 ``BLOCKSPACE_TRACE`` if set, else the sample the package ships.
 """
 
@@ -40,11 +42,11 @@ def replay(
 ) -> int:
     """Run the trace to the end in lockstep; returns the number of calls.
     Raises ``Divergence`` at the first disagreement. A tuple of
-    ``tokens_per_step`` gives request ``i`` its ``i % len``-th entry.
-    ``max_prompt`` cuts
-    every prompt (the shared prefixes stay); ``rows`` makes each decode step
-    one ``Lockstep.row_step`` of every running group (the row API where a
-    manager offers it), preempting the latest admitted until they fit together."""
+    ``tokens_per_step`` gives request ``i`` its ``i % len``-th entry;
+    ``max_prompt`` cuts every prompt (the shared prefixes stay); ``rows``
+    makes each decode step one ``Lockstep.row_step`` of every running group
+    (the row API where a manager offers it), preempting the latest admitted
+    until they fit together."""
     config = dict(
         block_size=block_size,
         num_gpu_blocks=num_gpu_blocks,
@@ -139,8 +141,8 @@ def replay(
                 running.remove(group)
                 continue
             budget[group.request_id] -= 1
-            accepted = tokens_per_step if isinstance(tokens_per_step, int) else tokens_per_step[s.seq_id % len(tokens_per_step)]
-            for token in range(accepted):
+            steps = (tokens_per_step,) if isinstance(tokens_per_step, int) else tokens_per_step
+            for token in range(steps[s.seq_id % len(steps)]):
                 script.do(f"{name(group)}.append_token_id({7 + token})")
     for index in range(len(requests)):
         lock.value("get_num_cached_tokens", script.get(f"s{index}"))
@@ -154,8 +156,8 @@ def replay(
 # The row-step replay: prompts cut to two chunks (the first shared by every
 # request, the second a sibling of the others') and a pool that holds about
 # three of them, so decode batches of 2-4 rows (accepting 16, 3 or 7 tokens a
-# step: some fill a block while others do not) take fresh blocks, run out
-# together and preempt, and the key table fills and is collected.
+# step: some fill a block while others do not) take fresh blocks, and run
+# out together and preempt.
 ROWS_REPLAY = dict(
     block_size=16, num_gpu_blocks=192, num_cpu_blocks=128, max_prompt=1024, max_output=32,
     tokens_per_step=(16, 3, 7), rows=True,
