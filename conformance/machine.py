@@ -565,10 +565,13 @@ class ConformanceMachine(RuleBasedStateMachine):
         counts one block too many or too few (a cached block it does not
         see, a copy on write it forgets) changes its answer one step early
         or late, seen only at the step. The yardstick alone finds the steps."""
-        yardstick = self.lock.reference
-        bs = self.config.block_size
+        ask, bs = getattr(self.lock.reference, method), self.config.block_size
+        answers: list[Any] = []
         try:
-            answers = [getattr(yardstick, method)(group, k * bs) for k in range(self.config.num_gpu_blocks + 3)]
+            for k in range(self.config.num_gpu_blocks + 3):
+                answers.append(ask(group, k * bs))
+                if answers[-1] is False or answers[-1] is AllocStatus.NEVER:
+                    break  # the answer for more slots stays the same
         except Exception:  # noqa: BLE001 - a call every manager must refuse: asked once, below
             answers = []
         edges = {0} | {k for k in range(1, len(answers)) if answers[k] != answers[k - 1]}
