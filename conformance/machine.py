@@ -66,6 +66,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.num_seqs = 0
         self.num_groups = 0
         self.num_scratch = 0
+        self.forbidden_step = False  # the last rule made only calls that must fail and change nothing
 
     # -- setup -------------------------------------------------------------------------
     def setup(self, config: Config) -> None:
@@ -303,16 +304,29 @@ class ConformanceMachine(RuleBasedStateMachine):
         write, blocks a promotion gives back) and a batch's bounds are only
         wrong at that margin."""
         bs = self.config.block_size
-        for k in range(self.config.num_gpu_blocks + 2):
+
+        def fits(k: int) -> bool:
             try:
                 append(copy.deepcopy(self.lock.reference), k * bs)
             except NoFreeBlocksError:
-                slots = (k - data.draw(st.integers(0, 1), label="the last block or one more")) * bs if k else 0
-                self.world.max_lookahead = max(self.world.max_lookahead, slots)  # tables may be that much longer
-                return slots
-            except Exception:  # noqa: BLE001 - a call every manager must refuse: made with no lookahead
-                return 0
-        return 0
+                return False
+            return True
+
+        try:
+            if fits(0):  # more slots never fit better: find the first k that fails by halving
+                low, high = 0, self.config.num_gpu_blocks + 2
+                if fits(high):
+                    return 0
+                while high - low > 1:
+                    low, high = ((low + high) // 2, high) if fits((low + high) // 2) else (low, (low + high) // 2)
+                first_fail = high
+            else:
+                first_fail = 0
+        except Exception:  # noqa: BLE001 - a call every manager must refuse: made with no lookahead
+            return 0
+        slots = max(0, first_fail - data.draw(st.integers(0, 1), label="the last block or one more")) * bs
+        self.world.max_lookahead = max(self.world.max_lookahead, slots)  # tables may be that much longer
+        return slots
 
     def appended(self, seq: Any) -> None:
         """The world after an append: the table holds every token, and the
@@ -465,6 +479,7 @@ class ConformanceMachine(RuleBasedStateMachine):
     @rule(data=st.data(), kind=st.integers(0, 9))
     def illegal(self, data: st.DataObject, kind: int) -> None:
         """A forbidden call: the same error everywhere, and no change."""
+        self.forbidden_step = True
         fresh_id = 10_000 + self.num_scratch
         live = self.live(RUNNING, SWAPPED)
         if kind == 0:
@@ -543,28 +558,35 @@ class ConformanceMachine(RuleBasedStateMachine):
         admission and swap answers sit on boundaries (``free - need ==
         watermark``) that only many questions reach. Observations join the
         repro only when they disagree."""
+        # After a forbidden call nothing changed (the lockstep checks it), so
+        # the edges and arrays asked after the step before still stand.
+        unchanged, self.forbidden_step = self.forbidden_step, False
         for group in self.groups_with(WAITING):
-            self.at_the_edges("can_allocate", group)
+            self.at_the_edges("can_allocate", group, unchanged)
         for group in self.groups_with(RUNNING):
             self.lock.call("can_append_slots", group, self.config.max_lookahead, quiet=True)
-            self.at_the_edges("can_append_slots", group)
+            self.at_the_edges("can_append_slots", group, unchanged)
             self.lock.call("can_swap_out", group, quiet=True)
         for group in self.groups_with(SWAPPED):
-            self.at_the_edges("can_swap_in", group)
+            self.at_the_edges("can_swap_in", group, unchanged)
         for device in (Device.GPU, Device.CPU):
             self.lock.call("get_prefix_cache_hit_rate", device, quiet=True)
-        if self.lock.offers_rows:  # the tables as one array: all of them, and the empty ones alone
+        if self.lock.offers_rows and not unchanged:  # the tables as one array: all, and the empty ones alone (or none)
             live = self.live(RUNNING, SWAPPED)
-            self.lock.table_arrays(live, quiet=True)
+            if live:
+                self.lock.table_arrays(live, quiet=True)
             self.lock.table_arrays([s for s in live if not self.world.written.get(s.seq_id)], quiet=True)
 
-    def at_the_edges(self, method: str, group: Any) -> None:
-        """Ask ``method`` with 0 lookahead slots, and on both sides of each
-        place its answer changes as the lookahead grows a block at a time.
+    def at_the_edges(self, method: str, group: Any, unchanged: bool = False) -> None:
+        """Ask ``method`` on both sides of each place its answer changes as
+        the lookahead grows a block at a time (with 0 slots if it never does).
         The answer is a step function of the blocks needed: a manager that
         counts one block too many or too few (a cached block it does not
         see, a copy on write it forgets) changes its answer one step early
         or late, seen only at the step. The yardstick alone finds the steps."""
+        if unchanged:
+            self.lock.call(method, group, 0, quiet=True)
+            return
         ask, bs = getattr(self.lock.reference, method), self.config.block_size
         answers: list[Any] = []
         try:
@@ -574,8 +596,8 @@ class ConformanceMachine(RuleBasedStateMachine):
                     break  # the answer for more slots stays the same
         except Exception:  # noqa: BLE001 - a call every manager must refuse: asked once, below
             answers = []
-        edges = {0} | {k for k in range(1, len(answers)) if answers[k] != answers[k - 1]}
-        for k in sorted(edges | {k - 1 for k in edges if k}):
+        edges = {k for k in range(1, len(answers)) if answers[k] != answers[k - 1]}
+        for k in sorted({k - 1 for k in edges} | edges) or [0]:
             self.lock.call(method, group, k * bs, quiet=True)
 
     def teardown(self) -> None:
