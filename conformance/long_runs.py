@@ -30,7 +30,7 @@ from typing import Any
 
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
 from blockspace.conformance.runner import Check, CheckResult
-from blockspace.conformance.script import HEADER, Script, class_path
+from blockspace.conformance.script import HEADER, Script, impls_source
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
 
@@ -136,8 +136,7 @@ def _run(lock: Lockstep, step: Callable[[int], None], num_steps: int, walk: Call
             if i + 1 == num_steps:
                 lock.checkpoint("the end of the run")
         except Divergence as failure:
-            impls_text = ", ".join(f"{name!r}: {class_path(impl)!r}" for name, impl in impls.items())
-            repro = f"{HEADER}from {__name__} import {walk.__name__}\n{walk.__name__}({{{impls_text}}}, {i + 1})\n"
+            repro = f"{HEADER}from {__name__} import {walk.__name__}\n{walk.__name__}({impls_source(impls)}, {i + 1})\n"
             message = str(failure).partition(REPRO_HEADING)[0]
             raise Divergence(f"at step {i + 1}: {message}{REPRO_HEADING}{repro}") from None
     return lock.num_calls
@@ -146,22 +145,22 @@ def _run(lock: Lockstep, step: Callable[[int], None], num_steps: int, walk: Call
 RUNS = {"long[hit_rate_buckets]": (hit_rate_walk, NUM_LOOKUPS), "long[key_churn]": (key_churn_walk, NUM_PROMPTS)}
 
 
+def long_run_check(impls: Mapping[str, Any], capabilities: Mapping[str, bool], name: str) -> Check:
+    """The run ``name`` of ``RUNS`` as a check (it needs prefix caching)."""
+    walk, num_steps = RUNS[name]
+
+    def run() -> CheckResult:
+        if not capabilities.get("supports_caching", True):
+            return CheckResult(name, "skipped", detail="supports_caching is False")
+        started = time.perf_counter()
+        try:
+            num_calls = walk(impls, num_steps)
+        except Divergence as failure:
+            return CheckResult(name, "failed", num_steps, time.perf_counter() - started, str(failure))
+        return CheckResult(name, "passed", num_steps, time.perf_counter() - started, extra={"calls": num_calls})
+
+    return Check(name, run)
+
+
 def long_run_checks(impls: Mapping[str, Any], capabilities: Mapping[str, bool]) -> list[Check]:
-    """Both runs as checks (they need prefix caching)."""
-
-    def check(name: str) -> Check:
-        walk, num_steps = RUNS[name]
-
-        def run() -> CheckResult:
-            if not capabilities.get("supports_caching", True):
-                return CheckResult(name, "skipped", detail="supports_caching is False")
-            started = time.perf_counter()
-            try:
-                num_calls = walk(impls, num_steps)
-            except Divergence as failure:
-                return CheckResult(name, "failed", num_steps, time.perf_counter() - started, str(failure))
-            return CheckResult(name, "passed", num_steps, time.perf_counter() - started, extra={"calls": num_calls})
-
-        return Check(name, run)
-
-    return [check(name) for name in RUNS]
+    return [long_run_check(impls, capabilities, name) for name in RUNS]

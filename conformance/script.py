@@ -52,6 +52,11 @@ def class_path(impl: Any) -> str:
     return f"{impl.__module__}:{impl.__qualname__}"
 
 
+def impls_source(impls: Mapping[str, Any]) -> str:
+    """The ``{name: "module:Class"}`` literal a repro builds its managers from."""
+    return "{" + ", ".join(f"{name!r}: {class_path(impl)!r}" for name, impl in impls.items()) + "}"
+
+
 class Script:
     """A runnable log of one conformance run."""
 
@@ -154,8 +159,8 @@ class Script:
         """The runnable script; with ``quiet`` the observations too (a buggy
         manager's answer may depend on them, when the short form does not
         fail on its own)."""
-        impls = ", ".join(f"{name!r}: {class_path(impl)!r}" for name, impl in self.impls.items())
+        impls = impls_source(self.impls)
         config = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
-        build = f"lock = Lockstep.build({{{impls}}}, {config})" if config else f"lock = Lockstep.build({{{impls}}})"
+        build = f"lock = Lockstep.build({impls}, {config})" if config else f"lock = Lockstep.build({impls})"
         lines = [line.removeprefix(QUIET) for line in self.lines if quiet or not line.startswith(QUIET)]
         return HEADER + build + "\n" + "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import pytest
 
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
-from blockspace.conformance.long_runs import RUNS, long_run_checks
+from blockspace.conformance.long_runs import RUNS, long_run_check
 from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
 from blockspace.conformance.trace import VARIANTS, trace_check
 from blockspace.interfaces import BlockSpaceManager, load_manager_class
@@ -111,8 +111,7 @@ class ManagerConformance:
 
     @pytest.mark.parametrize("run", list(RUNS))
     def test_long_run(self, run: str) -> None:
-        checks = {check.name: check for check in long_run_checks(self.impls(), self.capabilities())}
-        self.require(checks[run].run())
+        self.require(long_run_check(self.impls(), self.capabilities(), run).run())
 
     @pytest.mark.parametrize("variant", list(VARIANTS))
     def test_trace_replay(self, variant: str) -> None:
