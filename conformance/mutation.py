@@ -7,8 +7,8 @@ in the reference core (``--target reference``) or inside the ``@njit``
 kernels of the fast manager (``--target fast``; they run as plain Python
 under ``NUMBA_DISABLE_JIT=1``, so a mutant costs no compile). The kit must
 tell the mutated manager apart from a pristine copy of the reference: the
-quick profile (every state-machine family, then the trace replays and the
-long runs; no shrinking, we only ask *whether* it fails) runs
+quick profile (the sweeps, every state-machine family, then the trace
+replays and the long runs; no shrinking, we only ask *whether* it fails) runs
 with ``{"pristine": <unmutated reference>, "mutant": <the mutated
 manager>}``. A mutant is *killed* when a check fails (or the run crashes
 or hangs), *survived* otherwise. The score is killed / all.
@@ -178,6 +178,7 @@ def run_mutant(workdir: Path, name: str, source: str, timeout: float, profile: s
 def probe(target: str, profile: str = "quick") -> int:
     """Exit 1 at the first check of ``profile`` that tells the mutant (the
     ``target`` manager of this work directory) from the pristine reference.
+    The sweeps come first: they are the cheapest checks.
 
     The full profile runs in rounds of the quick profile's size, the first
     of them the quick profile itself (its steps, then its traces and the
@@ -192,6 +193,7 @@ def probe(target: str, profile: str = "quick") -> int:
     from blockspace.conformance.configs import FAMILIES
     from blockspace.conformance.long_runs import long_run_checks
     from blockspace.conformance.runner import PROFILES, run_machine, with_changes
+    from blockspace.conformance.sweeps import sweep_checks
     from blockspace.conformance.trace import trace_checks
 
     assert "pkg" in blockspace.reference.__file__, "the probe must run in a work directory"
@@ -201,13 +203,18 @@ def probe(target: str, profile: str = "quick") -> int:
     rounds = max(1, chosen.max_examples // quick.max_examples)
     later_rounds = with_changes(chosen, max_examples=chosen.max_examples // rounds)
 
-    def killed_by_traces(num_requests: int) -> bool:
-        for check in [*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})]:
+    def killed_by(checks: list) -> bool:
+        for check in checks:
             if check.run().status == "failed":
                 print(f"killed by {check.name}")
                 return True
         return False
 
+    def killed_by_traces(num_requests: int) -> bool:
+        return killed_by([*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})])
+
+    if killed_by(sweep_checks(impls, {})):  # deterministic and under a second each: first
+        return 1
     for done in range(rounds):
         for family in FAMILIES:
             settings = quick if done == 0 else later_rounds

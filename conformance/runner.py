@@ -191,12 +191,13 @@ def checks_for(
     impls: Mapping[str, Any], profile: Profile, capabilities: Mapping[str, bool], on_failure: FirstFailure | None = None
 ) -> list[Check]:
     """Every check of a profile, in the order they run."""
-    from blockspace.conformance import long_runs, symbolic, trace
+    from blockspace.conformance import long_runs, sweeps, symbolic, trace
 
     checks = machine_checks(impls, profile, capabilities, on_failure)
     if profile.trace_requests:
         checks += trace.trace_checks(impls, profile.trace_requests, capabilities)
         checks += long_runs.long_run_checks(impls, capabilities)
+        checks += sweeps.sweep_checks(impls, capabilities)
     if profile.symbolic:
         checks += symbolic.symbolic_checks(impls, profile)
     return checks

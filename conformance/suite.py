@@ -24,6 +24,7 @@ import pytest
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
 from blockspace.conformance.long_runs import RUNS, long_run_check
 from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
+from blockspace.conformance.sweeps import SWEEPS, sweep_check
 from blockspace.conformance.trace import VARIANTS, trace_check
 from blockspace.interfaces import BlockSpaceManager, load_manager_class
 from blockspace.pytest_plugin import profile_override
@@ -112,6 +113,10 @@ class ManagerConformance:
     @pytest.mark.parametrize("run", list(RUNS))
     def test_long_run(self, run: str) -> None:
         self.require(long_run_check(self.impls(), self.capabilities(), run).run())
+
+    @pytest.mark.parametrize("name", list(SWEEPS))
+    def test_sweep(self, name: str) -> None:
+        self.require(sweep_check(self.impls(), self.capabilities(), name).run())
 
     @pytest.mark.parametrize("variant", list(VARIANTS))
     def test_trace_replay(self, variant: str) -> None:

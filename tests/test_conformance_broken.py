@@ -11,6 +11,7 @@ from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
 from blockspace.conformance.long_runs import long_run_checks
 from blockspace.conformance.reduce import failure_of, reduce
 from blockspace.conformance.runner import PROFILES, REPRO, run_machine, with_changes
+from blockspace.conformance.sweeps import SWEEPS, sweep_check, sweep_checks
 from blockspace.extras import missing_modules
 from blockspace.fast import FastBlockSpaceManager
 from blockspace.reference import ReferenceBlockSpaceManager
@@ -304,3 +305,21 @@ def test_the_hit_rate_is_walked_across_its_buckets():
     result = long_run_checks({"reference": "reference", "broken": PlainHitRate}, {})[0].run()
     assert result.status == "failed" and result.detail.startswith("at step 10"), result.detail[:300]
     assert raises_as_printed(repro_of(result.detail)).startswith("at step 10")
+
+
+class PromotionGivesNothing(ReferenceBlockSpaceManager):
+    """An append's fit check that forgets the block a promotion gives back
+    (a block that fills up to content cached and in use is freed): wrong
+    only when that append then needs a copy with the pool dry."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gpu.promote_gain = lambda key: 0
+
+
+def test_the_sweeps_meet_the_pool_margin_and_print_the_play():
+    assert [check.run().status for check in sweep_checks({"reference": "reference", "fast": "fast"}, {})] == ["passed"] * len(SWEEPS)
+    result = sweep_check({"reference": "reference", "broken": PromotionGivesNothing}, {}, "sweep[shared_writes]").run()
+    assert result.status == "failed", "no play met the margin where a promotion's block counts"
+    assert result.detail.startswith("in shared_writes(2, True) with 3 GPU and 0 CPU blocks: append_slots disagrees"), result.detail[:300]
+    assert raises_as_printed(repro_of(result.detail)).startswith("append_slots disagrees")
