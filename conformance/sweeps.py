@@ -161,19 +161,34 @@ def cross_rows(play: Play, cross_first: bool) -> None:
 def adapter_rows(play: Play, count_first: bool) -> None:
     """A LoRA request in the row a longer request of another adapter left,
     its one block filling up in a row step to the tokens of that request's
-    first block, cached and computed under the other adapter: its computed
-    blocks, from the row step and per sequence."""
+    first block, cached and computed under the other adapter; beside it in
+    the step, after it, a request the tracker holds (the first one it holds
+    only if ``count_first``). Their computed blocks, from the row step and
+    per sequence."""
     old = Sequence(1, [5] * (2 * BLOCK_SIZE), lora_int_id=2)
     if not play.admit(SequenceGroup("old", [old])):
         return
     play.lock.call("mark_blocks_as_computed", old.group, old.get_len())
     play.free(old)
-    new = Sequence(2, [5] * (BLOCK_SIZE - 1), lora_int_id=1)
-    group = SequenceGroup("new", [new])
-    if play.admit(group, count_first=count_first):
+    new, other = Sequence(2, [5] * (BLOCK_SIZE - 1), lora_int_id=1), Sequence(3, [6] * (BLOCK_SIZE + 1))
+    groups = [SequenceGroup("new", [new]), SequenceGroup("other", [other])]
+    if play.admit(groups[0], count_first=count_first) and play.admit(groups[1]):
         new.append_token_id(5)
-        play.lock.row_step([group], 0, 9.0)
-        play.look(new)
+        other.append_token_id(6)
+        play.lock.row_step(groups, 0, 9.0)
+        play.look(new, other)
+
+
+def prompt_hits(play: Play, num_tokens: int) -> None:
+    """A request whose prompt's full blocks are all in use by a running
+    one (from the pool's first block on), admitted beside it: it takes a
+    block only for a partial last block."""
+    prompt = list(range(1, 2 * BLOCK_SIZE + 1))
+    first = Sequence(1, prompt + [9])
+    if play.admit(SequenceGroup("first", [first])):
+        second = Sequence(2, (prompt + [8])[:num_tokens])
+        if play.admit(SequenceGroup("second", [second])):
+            play.look(first, second)
 
 
 def batch_margin(play: Play, num_new: tuple[int, ...], forked: bool) -> None:
@@ -253,7 +268,8 @@ SWEEPS = {
     "sweep[window_jump]": Sweep(window_jump, [(4,), (8,), (9,)], {"sliding_window": 2 * BLOCK_SIZE}, range(6, 13), needs="supports_sliding_window"),
     "sweep[common_prefixes]": Sweep(common_prefixes, [(a, b) for a in (1, 2, 3) for b in (2, 3, 4, 5) if a < b], CACHING, range(12, 13), needs="supports_caching"),
     "sweep[cross_rows]": Sweep(cross_rows, [(True,), (False,)], {}, range(2, 8), needs="supports_encoder_decoder"),
-    "sweep[adapter_rows]": Sweep(adapter_rows, [(True,), (False,)], CACHING, range(3, 5), needs="supports_caching"),
+    "sweep[adapter_rows]": Sweep(adapter_rows, [(True,), (False,)], CACHING, range(5, 7), needs="supports_caching"),
+    "sweep[prompt_hits]": Sweep(prompt_hits, [(BLOCK_SIZE,), (2 * BLOCK_SIZE,), (2 * BLOCK_SIZE + 1,)], CACHING, range(2, 6), needs="supports_caching"),
     "sweep[batch_margin]": Sweep(batch_margin, [((1, 1, 1), False), ((6, 6, 6), False), ((40, 40, 1), False), ((40, 40, 1), True)], {}, range(3, 31)),
     "sweep[swap_shared]": Sweep(swap_shared, [(False,), (True,)], CACHING, range(3, 5), range(0, 6), needs="supports_caching"),
     "sweep[salts]": Sweep(salts, [(0,), (1,), (2,)], CACHING, range(6, 7), needs="supports_caching"),

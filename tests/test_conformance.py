@@ -281,7 +281,7 @@ def test_cli_fail_fast_stops_at_the_first_failing_check(tmp_path, capsys):
     code = main(["--impl", impl, "--fail-fast", "--shrink-budget", "3", "--examples", "60", "--json", str(report_path)])
     assert code == 1
     report = json.loads(report_path.read_text())
-    assert [c["name"] for c in report["checks"]] == ["machine[plain]"]  # the other seventeen never ran
+    assert [c["name"] for c in report["checks"]] == ["machine[plain]"]  # the other eighteen never ran
     assert report["checks"][0]["shrink_budget_s"] == 3.0
     out = capsys.readouterr().out
-    assert "machine[plain]: a failure after" in out and "--fail-fast: stopping after machine[plain]; 17 check(s) not run" in out
+    assert "machine[plain]: a failure after" in out and "--fail-fast: stopping after machine[plain]; 18 check(s) not run" in out
