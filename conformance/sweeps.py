@@ -5,14 +5,14 @@ with the rest of the shape an accounting rule needs there: an append that
 writes several blocks, some shared, one filling up to content already
 cached; a batch whose rows each take several blocks; a swap of tables that
 share a cached block. Each shape here builds one such state in a few calls
-and makes the call that counts; the sweep plays it on a fresh pair of
-managers for every pool size from one block to more than it needs, so the
-call meets the pool dry, one block short, just enough and with room. Every
+and makes the call that counts; the sweep plays it on fresh managers at
+every pool size of a range around the margin, so the call meets the pool
+dry, one block short, just enough and with room. Every
 call is made whether or not the managers' own checks say it fits (it works
 or fails cleanly, the same way everywhere) and compared in lockstep.
 
 A divergence's repro is the failing play, logged call by call: runnable as
-printed. Each sweep takes well under a second.
+printed. All of them take a couple of seconds.
 """
 
 from __future__ import annotations
