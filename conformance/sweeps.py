@@ -210,28 +210,37 @@ def batch_margin(play: Play, num_new: tuple[int, ...], forked: bool) -> None:
     play.look(*(seq for group in groups for seq in group.seqs))
 
 
-def swap_shared(play: Play, forked: bool) -> None:
-    """A request whose table holds the run's first content key (and, when
-    ``forked``, two tables sharing full cached blocks) swapped out and in,
-    at the margin of the CPU pool (swept with the GPU one)."""
-    seq = Sequence(1, [1] * (2 * BLOCK_SIZE) + [2])
-    group = SequenceGroup("a", [seq])
-    if not play.admit(group):
+def swap_shared(play: Play, how: str) -> None:
+    """A request holding the run's first content key swapped out and in, at
+    the margin of the CPU pool (swept with the GPU one): ``alone``; ``forked``
+    (two tables sharing full cached blocks); ``twin`` (another request with
+    the same prompt swapped out after it, onto its blocks cached there)."""
+    prompt = [1] * (2 * BLOCK_SIZE) + [2]
+    seq = Sequence(1, list(prompt))
+    groups = [SequenceGroup("a", [seq])]
+    if not play.admit(groups[0]):
         return
-    seqs = [seq]
-    if forked and (child := play.fork(seq, 2)) is not None:
-        seqs.append(child)
-    play.lock.call("can_swap_out", group)
-    if play.lock.call("swap_out", group).raised:
+    if how == "forked" and play.fork(seq, 2) is None:
         return
-    for s in seqs:
-        s.status = SequenceStatus.SWAPPED
-    play.lock.call("get_num_free_cpu_blocks")
-    play.lock.call("can_swap_in", group, 0)
-    if not play.lock.call("swap_in", group).raised:
-        for s in seqs:
-            s.status = RUNNING
-        play.look(*seqs)
+    if how == "twin":
+        groups.append(SequenceGroup("b", [Sequence(3, list(prompt))]))
+        if not play.admit(groups[1]):
+            return
+    swapped = []
+    for group in groups:
+        play.lock.call("can_swap_out", group)
+        if play.lock.call("swap_out", group).raised:
+            break
+        for s in group.seqs:
+            s.status = SequenceStatus.SWAPPED
+        swapped.append(group)
+        play.lock.call("get_num_free_cpu_blocks")
+    for group in swapped:
+        play.lock.call("can_swap_in", group, 0)
+        if not play.lock.call("swap_in", group).raised:
+            for s in group.seqs:
+                s.status = RUNNING
+            play.look(*group.seqs)
 
 
 def salts(play: Play, order: int) -> None:
@@ -271,7 +280,7 @@ SWEEPS = {
     "sweep[adapter_rows]": Sweep(adapter_rows, [(True,), (False,)], CACHING, range(5, 7), needs="supports_caching"),
     "sweep[prompt_hits]": Sweep(prompt_hits, [(BLOCK_SIZE,), (2 * BLOCK_SIZE,), (2 * BLOCK_SIZE + 1,)], CACHING, range(2, 6), needs="supports_caching"),
     "sweep[batch_margin]": Sweep(batch_margin, [((1, 1, 1), False), ((6, 6, 6), False), ((40, 40, 1), False), ((40, 40, 1), True)], {}, range(3, 31)),
-    "sweep[swap_shared]": Sweep(swap_shared, [(False,), (True,)], CACHING, range(3, 5), range(0, 6), needs="supports_caching"),
+    "sweep[swap_shared]": Sweep(swap_shared, [("alone",), ("forked",), ("twin",)], CACHING, range(3, 6), range(0, 6), needs="supports_caching"),
     "sweep[salts]": Sweep(salts, [(0,), (1,), (2,)], CACHING, range(6, 7), needs="supports_caching"),
 }  # fmt: skip
 
