@@ -213,7 +213,7 @@ def probe(target: str, profile: str = "quick") -> int:
     def killed_by_traces(num_requests: int) -> bool:
         return killed_by([*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})])
 
-    if killed_by(sweep_checks(impls, {})):  # deterministic and under a second each: first
+    if killed_by(sweep_checks(impls, {})):  # deterministic and the cheapest: first
         return 1
     for done in range(rounds):
         for family in FAMILIES:
