@@ -179,15 +179,16 @@ def adapter_rows(play: Play, count_first: bool) -> None:
         play.look(new, other)
 
 
-def prompt_hits(play: Play, num_tokens: int) -> None:
+def prompt_hits(play: Play, num_tokens: int, count_first: bool) -> None:
     """A request whose prompt's full blocks are all in use by a running
-    one (from the pool's first block on), admitted beside it: it takes a
-    block only for a partial last block."""
-    prompt = list(range(1, 2 * BLOCK_SIZE + 1))
+    one (from the pool's first block on), admitted beside it (its cached
+    tokens counted first, or not: then ``allocate`` keys the prompt itself):
+    it takes a block only for a partial last block."""
+    prompt = list(range(1, 3 * BLOCK_SIZE + 1))
     first = Sequence(1, prompt + [9])
     if play.admit(SequenceGroup("first", [first])):
         second = Sequence(2, (prompt + [8])[:num_tokens])
-        if play.admit(SequenceGroup("second", [second])):
+        if play.admit(SequenceGroup("second", [second]), count_first):
             play.look(first, second)
 
 
@@ -278,7 +279,7 @@ SWEEPS = {
     "sweep[common_prefixes]": Sweep(common_prefixes, [(a, b) for a in (1, 2, 3) for b in (2, 3, 4, 5) if a < b], CACHING, range(12, 13), needs="supports_caching"),
     "sweep[cross_rows]": Sweep(cross_rows, [(True,), (False,)], {}, range(2, 8), needs="supports_encoder_decoder"),
     "sweep[adapter_rows]": Sweep(adapter_rows, [(True,), (False,)], CACHING, range(5, 7), needs="supports_caching"),
-    "sweep[prompt_hits]": Sweep(prompt_hits, [(BLOCK_SIZE,), (2 * BLOCK_SIZE,), (2 * BLOCK_SIZE + 1,)], CACHING, range(2, 6), needs="supports_caching"),
+    "sweep[prompt_hits]": Sweep(prompt_hits, [(n, c) for n in (BLOCK_SIZE, 3 * BLOCK_SIZE, 3 * BLOCK_SIZE + 1) for c in (True, False)], CACHING, range(3, 7), needs="supports_caching"),
     "sweep[batch_margin]": Sweep(batch_margin, [((1, 1, 1), False), ((6, 6, 6), False), ((40, 40, 1), False), ((40, 40, 1), True)], {}, range(3, 31)),
     "sweep[swap_shared]": Sweep(swap_shared, [("alone",), ("forked",), ("twin",)], CACHING, range(3, 6), range(0, 6), needs="supports_caching"),
     "sweep[salts]": Sweep(salts, [(0,), (1,), (2,)], CACHING, range(6, 7), needs="supports_caching"),
