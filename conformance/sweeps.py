@@ -212,15 +212,17 @@ def batch_margin(play: Play, num_new: tuple[int, ...], forked: bool) -> None:
 
 
 def swap_shared(play: Play, how: str) -> None:
-    """A request holding the run's first content key swapped out and in, at
-    the margin of the CPU pool (swept with the GPU one): ``alone``; ``forked``
-    (two tables sharing full cached blocks); ``twin`` (another request with
-    the same prompt swapped out after it, onto its blocks cached there)."""
+    """A request holding the run's first content key, its blocks accessed,
+    swapped out and in (``aborted``: freed while swapped out), at the margin
+    of the CPU pool (swept with the GPU one): ``alone``; ``forked`` (two
+    tables sharing full cached blocks); ``twin`` (another request with the
+    same prompt swapped out after it, onto its blocks cached there)."""
     prompt = [1] * (2 * BLOCK_SIZE) + [2]
     seq = Sequence(1, list(prompt))
     groups = [SequenceGroup("a", [seq])]
     if not play.admit(groups[0]):
         return
+    play.lock.call("access_all_blocks_in_seq", seq, 1.0)
     if how == "forked" and play.fork(seq, 2) is None:
         return
     if how == "twin":
@@ -237,6 +239,9 @@ def swap_shared(play: Play, how: str) -> None:
         swapped.append(group)
         play.lock.call("get_num_free_cpu_blocks")
     for group in swapped:
+        if how == "aborted":
+            play.free(*group.seqs)
+            continue
         play.lock.call("can_swap_in", group, 0)
         if not play.lock.call("swap_in", group).raised:
             for s in group.seqs:
@@ -281,7 +286,7 @@ SWEEPS = {
     "sweep[adapter_rows]": Sweep(adapter_rows, [(True,), (False,)], CACHING, range(5, 7), needs="supports_caching"),
     "sweep[prompt_hits]": Sweep(prompt_hits, [(n, c) for n in (BLOCK_SIZE, 3 * BLOCK_SIZE, 3 * BLOCK_SIZE + 1) for c in (True, False)], CACHING, range(3, 7), needs="supports_caching"),
     "sweep[batch_margin]": Sweep(batch_margin, [((1, 1, 1), False), ((6, 6, 6), False), ((40, 40, 1), False), ((40, 40, 1), True)], {}, range(3, 31)),
-    "sweep[swap_shared]": Sweep(swap_shared, [("alone",), ("forked",), ("twin",)], CACHING, range(3, 6), range(0, 6), needs="supports_caching"),
+    "sweep[swap_shared]": Sweep(swap_shared, [("alone",), ("forked",), ("twin",), ("aborted",)], CACHING, range(3, 6), range(0, 6), needs="supports_caching"),
     "sweep[salts]": Sweep(salts, [(0,), (1,), (2,)], CACHING, range(6, 7), needs="supports_caching"),
 }  # fmt: skip
 
