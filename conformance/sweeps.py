@@ -251,7 +251,8 @@ def swap_shared(play: Play, how: str) -> None:
 
 def salts(play: Play, order: int) -> None:
     """One prompt from two tenants and from no tenant, admitted in turn
-    (``order`` rotates who comes first): no two share a block."""
+    (``order`` rotates who comes first): the yardstick gives each its own
+    blocks, and every manager must give the same tables."""
     prompt = [3] * (2 * BLOCK_SIZE)
     tenants = ["t1", "t2", None]
     tenants = tenants[order:] + tenants[:order]
@@ -267,6 +268,8 @@ def salts(play: Play, order: int) -> None:
 
 @dataclass(frozen=True)
 class Sweep:
+    """A shape, the arguments of each of its plays, and the pools it is played on."""
+
     shape: Callable[..., None]
     variants: list[tuple]  # the shape's arguments, one play each
     config: dict[str, Any]  # the managers' configuration beside the pool sizes
