@@ -24,12 +24,11 @@ step, runnable as printed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
-from blockspace.conformance.runner import Check, CheckResult
+from blockspace.conformance.runner import Check, scripted_check
 from blockspace.conformance.script import HEADER, Script, impls_source
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
@@ -148,18 +147,7 @@ RUNS = {"long[hit_rate_buckets]": (hit_rate_walk, NUM_LOOKUPS), "long[key_churn]
 def long_run_check(impls: Mapping[str, Any], capabilities: Mapping[str, bool], name: str) -> Check:
     """The run ``name`` of ``RUNS`` as a check (it needs prefix caching)."""
     walk, num_steps = RUNS[name]
-
-    def run() -> CheckResult:
-        if not capabilities.get("supports_caching", True):
-            return CheckResult(name, "skipped", detail="supports_caching is False")
-        started = time.perf_counter()
-        try:
-            num_calls = walk(impls, num_steps)
-        except Divergence as failure:
-            return CheckResult(name, "failed", num_steps, time.perf_counter() - started, str(failure))
-        return CheckResult(name, "passed", num_steps, time.perf_counter() - started, extra={"calls": num_calls})
-
-    return Check(name, run)
+    return scripted_check(name, "supports_caching", capabilities, num_steps, lambda: walk(impls, num_steps))
 
 
 def long_run_checks(impls: Mapping[str, Any], capabilities: Mapping[str, bool]) -> list[Check]:

@@ -78,6 +78,24 @@ class Check:
     run: Callable[[], CheckResult]
 
 
+def scripted_check(name: str, needs: str | None, capabilities: Mapping[str, bool], examples: int, run: Callable[[], int]) -> Check:
+    """A deterministic check in lockstep (a long run, a sweep): ``run()``
+    makes its calls and returns how many; skipped when the capability
+    ``needs`` is False, failed with the ``Divergence`` (its repro) it raises."""
+
+    def result() -> CheckResult:
+        if needs is not None and not capabilities.get(needs, True):
+            return CheckResult(name, "skipped", detail=f"{needs} is False")
+        started = time.perf_counter()
+        try:
+            num_calls = run()
+        except Divergence as failure:
+            return CheckResult(name, "failed", examples, time.perf_counter() - started, str(failure))
+        return CheckResult(name, "passed", examples, time.perf_counter() - started, extra={"calls": num_calls})
+
+    return Check(name, result)
+
+
 def capabilities_of(impl_cls: type, overrides: Mapping[str, bool] | None = None) -> dict[str, bool]:
     """Capability flags: the class's own ``supports_*`` attributes (default
     True), overridden by ``overrides``."""

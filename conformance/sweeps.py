@@ -17,13 +17,12 @@ printed. All of them take a couple of seconds.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from blockspace.conformance.lockstep import Divergence, Lockstep
-from blockspace.conformance.runner import Check, CheckResult
+from blockspace.conformance.runner import Check, scripted_check
 from blockspace.enums import Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
 
@@ -313,19 +312,10 @@ def sweep(impls: Mapping[str, Any], name: str) -> int:
 
 
 def sweep_check(impls: Mapping[str, Any], capabilities: Mapping[str, bool], name: str) -> Check:
-    needed = SWEEPS[name].needs
-
-    def run() -> CheckResult:
-        if needed is not None and not capabilities.get(needed, True):
-            return CheckResult(name, "skipped", detail=f"{needed} is False")
-        started = time.perf_counter()
-        try:
-            num_calls = sweep(impls, name)
-        except Divergence as failure:
-            return CheckResult(name, "failed", 1, time.perf_counter() - started, str(failure))
-        return CheckResult(name, "passed", 1, time.perf_counter() - started, extra={"calls": num_calls})
-
-    return Check(name, run)
+    """The sweep ``name`` of ``SWEEPS`` as a check; its examples are its plays."""
+    spec = SWEEPS[name]
+    num_plays = len(spec.gpu_sizes) * len(spec.cpu_sizes) * len(spec.variants)
+    return scripted_check(name, spec.needs, capabilities, num_plays, lambda: sweep(impls, name))
 
 
 def sweep_checks(impls: Mapping[str, Any], capabilities: Mapping[str, bool]) -> list[Check]:
