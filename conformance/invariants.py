@@ -24,7 +24,7 @@ sequences, what their tables should hold, and the configuration.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,17 @@ class World:
     def cross_content(self, request_id: str, index: int) -> tuple:
         tokens = self.encoders[request_id].get_token_ids()
         return (tuple(tokens[: (index + 1) * self.block_size]), "cross")
+
+
+def world_source(world: World, render: Callable[[Any], str]) -> str:
+    """``world`` as a ``World(...)`` expression of a repro script
+    (``render`` names the script's sequences)."""
+    fields = [f"{name}={getattr(world, name)!r}" for name in
+              ("block_size", "num_gpu_blocks", "num_cpu_blocks", "enable_caching", "sliding_window", "max_lookahead")]  # fmt: skip
+    for name in ("seqs", "written", "encoders", "dropped"):
+        mapping = getattr(world, name)
+        fields.append(f"{name}={{" + ", ".join(f"{key!r}: {render(value)}" for key, value in mapping.items()) + "}")
+    return f"World({', '.join(fields)})"
 
 
 # -- from snapshot() ----------------------------------------------------------------

@@ -545,13 +545,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def world_source(self) -> str:
         """The scheduler's view now, as a ``World(...)`` expression of the script."""
-        world, render = self.world, self.script.render_value
-        fields = [f"{name}={getattr(world, name)!r}" for name in
-                  ("block_size", "num_gpu_blocks", "num_cpu_blocks", "enable_caching", "sliding_window", "max_lookahead")]  # fmt: skip
-        for name in ("seqs", "written", "encoders", "dropped"):
-            mapping = getattr(world, name)
-            fields.append(f"{name}={{" + ", ".join(f"{key!r}: {render(value)}" for key, value in mapping.items()) + "}")
-        return f"World({', '.join(fields)})"
+        return invariants.world_source(self.world, self.script.render_value)
 
     def observe(self) -> None:
         """Ask every question that changes nothing, of every group: the

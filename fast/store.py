@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 
 from blockspace.fast import pool as P
@@ -63,11 +65,27 @@ class Store:
         trial.null_block = self.null_block.copy()
         return trial
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling and ``copy.deepcopy`` take each state as one buffer and
+        its layout, and the null block; the kernels' handles and the
+        memoryviews are made anew on the way back (``__setstate__``). Why
+        one buffer: pickle's own way with ~50 small arrays costs a few
+        microseconds each, and the conformance explorer pickles a manager at
+        every step; why anew: a handle is a pointer into this process, and a
+        copied view would still look at the old arrays."""
+        return {name: _packed(getattr(self, name)) for name in STATE_NAMES} | {"null_block": self.null_block}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name in STATE_NAMES:
+            setattr(self, name, _unpacked(*state[name]))  # through ``State``: a fresh handle and views
+        self.null_block = state["null_block"]
+
     def commit(self, trial: Store) -> None:
         self.gpu, self.keys, self.tables = trial.gpu, trial.keys, trial.tables
         self.null_block[:] = trial.null_block
 
 
+STATE_NAMES = ("gpu", "cpu", "keys", "tables", "tracker")
 MAX_KEY_TOKENS = 1 << 22  # the key table's token cells made at the start (32 MiB); past that it grows
 
 
@@ -81,6 +99,32 @@ def key_capacity(block_size: int, num_blocks: int) -> int:
     while capacity < 2 * num_blocks and 2 * capacity * block_size <= MAX_KEY_TOKENS:
         capacity *= 2
     return capacity
+
+
+def _packed(state: Any) -> tuple[type, tuple[tuple[str, tuple[int, ...]], ...], bytes]:
+    """A NamedTuple of arrays as its type, each array's dtype and shape, and
+    one buffer (each array's bytes padded to ``_ALIGN``: an unaligned array
+    is slower, and its memoryview cannot be indexed)."""
+    layout = tuple((array.dtype.char, array.shape) for array in state)  # native byte order
+    return type(state), layout, b"".join([_padded(array.tobytes()) for array in state])
+
+
+def _padded(data: bytes) -> bytes:
+    return data + bytes(-len(data) % _ALIGN)
+
+
+def _unpacked(kind: type, layout: tuple[tuple[str, tuple[int, ...]], ...], blob: bytes) -> Any:
+    """``_packed``'s NamedTuple again, its arrays writable views of one new buffer."""
+    buffer, offset, arrays = bytearray(blob), 0, []
+    for dtype_char, shape in layout:
+        dtype, count = np.dtype(dtype_char), math.prod(shape)
+        arrays.append(np.frombuffer(buffer, dtype, count, offset).reshape(shape))
+        offset += count * dtype.itemsize
+        offset += -offset % _ALIGN
+    return kind(*arrays)
+
+
+_ALIGN = 16
 
 
 def _copy(state: Any) -> Any:

@@ -60,6 +60,26 @@ class TableRows:
         self.cross_answers: dict[str, BlockIds] = {}  # a cross table never changes until freed
         self.access_times: dict[int, float | None] = {}  # seq_id -> last access_all_blocks_in_seq time
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """After pickling or ``copy.deepcopy``, the kept answers are
+        ``BlockIds`` again: a ``BlockIds`` pickles as a plain list (for
+        whoever holds one), but the manager hands these out as they are.
+        In place, and one answer for one list: the manager holds ``answers``
+        itself too, and ``prefixes`` tells a kept answer by identity."""
+        self.__dict__.update(state)
+        made: dict[int, BlockIds] = {}
+
+        def answer(ids: list[int]) -> BlockIds:
+            if id(ids) not in made:
+                made[id(ids)] = BlockIds(ids) if ids else EMPTY
+            return made[id(ids)]
+
+        for kept in (self.answers, self.stale, self.cross_answers):
+            for key, ids in kept.items():
+                kept[key] = answer(ids)
+        for key, (ids, prefix) in self.prefixes.items():
+            self.prefixes[key] = (answer(ids), answer(prefix))
+
     # -- rows -----------------------------------------------------------------------
     def row(self, seq: Any) -> int:
         row = self.of_seq.get(seq.seq_id)

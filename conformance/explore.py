@@ -1,0 +1,362 @@
+"""Exhaustive, breadth-first exploration of a scope, with every manager in lockstep.
+
+TLC's way, on a block manager: from the start state, play every move the
+scheduler may make (``protocol.py``), keep each state not seen before, and
+go on a layer at a time until a layer brings no new state (the scope is
+*exhausted*) or a budget runs out. After every call the managers must give
+the same value of the same type, or raise the same error and change
+nothing; after every move their ``snapshot()``s must be equal; every new
+state is asked every side-effect-free question and must pass the
+invariants. Because the search is breadth-first, the first failure found is
+one of the shortest: its path is replayed through a ``Lockstep`` and
+printed as the kit's runnable script, with no shrinking.
+
+**States** are told apart by a canonical form (``canonical``): the
+yardstick's snapshot and the scheduler's world (``World.state``), with one
+abstraction: access times are replaced by their ranks. Managers only ever
+compare times with each other (the evictor's order, the blocks' ages), so
+two states whose times are in the same order behave the same; the moves
+that use a time take it from the state (``moves``), never from the clock.
+``tests/test_explore.py`` checks this on merged pairs.
+
+**Cloning**: a state is kept as the pickle of its world and managers
+(both managers support pickling and ``copy.deepcopy``), loaded again for
+each move that changes it. **Workers**: a layer's frontier is cut into
+chunks of a fixed size, expanded by one forked process per core; their
+results are merged in frontier order, so the states, the counts and the
+first failure are the same for any number of workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from blockspace.conformance import invariants
+from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep, Outcome, disagreements
+from blockspace.conformance.protocol import Move, ScriptedWorld, World, make, moves, observe
+from blockspace.conformance.scope import Scope
+from blockspace.conformance.script import Script
+from blockspace.interfaces import load_manager_class
+from blockspace.snapshot import diff
+
+CHUNK = 32  # frontier states a worker expands at a time (fixed, so results do not depend on the workers)
+PURE = frozenset({  # calls that change nothing (spec §9): no snapshot after them
+    "can_allocate", "can_append_slots", "can_swap_in", "can_swap_out", "get_block_table",
+    "get_cross_block_table", "get_num_free_gpu_blocks", "get_num_free_cpu_blocks", "get_prefix_cache_hit_rate",
+})  # fmt: skip
+
+
+class Finding(Exception):
+    """The managers disagreed, or one broke an invariant, while exploring."""
+
+
+class LeanLock:
+    """``Lockstep.call`` without the call log, for exploring: the same
+    comparison of values, types and errors; snapshots after every call
+    that may change state, which must be equal (and unchanged after an
+    error). A failing path is replayed through a real ``Lockstep`` for its
+    repro (``replay``)."""
+
+    def __init__(self, managers: Mapping[str, Any], snapshots: dict[str, Any] | None = None) -> None:
+        self.managers = dict(managers)
+        self.snapshotting = [name for name, m in self.managers.items() if callable(getattr(m, "snapshot", None))]
+        self.snapshots = snapshots if snapshots is not None else self._take()
+        self.num_calls = 0
+
+    def _take(self) -> dict[str, Any]:
+        return {name: self.managers[name].snapshot() for name in self.snapshotting}
+
+    def call(self, method: str, *args: Any, quiet: bool = False) -> Outcome:
+        outcomes = {}
+        for name, manager in self.managers.items():
+            try:
+                outcomes[name] = Outcome(value=getattr(manager, method)(*args))
+            except Exception as error:  # noqa: BLE001 - every error is part of the comparison
+                outcomes[name] = Outcome(error=error)
+        self.num_calls += 1
+        if problems := disagreements(outcomes):
+            raise Finding(f"{method} disagrees:\n  " + "\n  ".join(problems))
+        first = next(iter(outcomes.values()))
+        if quiet or method in PURE:
+            return first
+        before, self.snapshots = self.snapshots, self._take()
+        if first.raised:
+            for name, snap in self.snapshots.items():
+                if snap != before[name]:
+                    changes = "\n    ".join(diff(before[name], snap)[:12])
+                    raise Finding(f"{method} raised {type(first.error).__name__} but changed {name}:\n    {changes}")
+        names = self.snapshotting
+        for name in names[1:]:
+            if self.snapshots[name] != self.snapshots[names[0]]:
+                changes = "\n    ".join(diff(self.snapshots[names[0]], self.snapshots[name])[:12])
+                raise Finding(f"state differs after {method} ({names[0]} vs {name}):\n    {changes}")
+        return first
+
+    @property
+    def yardstick(self) -> dict[str, Any]:
+        return self.snapshots[self.snapshotting[0]]
+
+
+# -- states -----------------------------------------------------------------------------------
+def times_of(snap: dict[str, Any]) -> list[float]:
+    """The access times a snapshot holds (-1 and None mean none), sorted."""
+    times = {block[3] for block in snap["blocks"]}
+    times.update(table["last_access"] for table in snap["tables"].values())
+    return sorted(t for t in times if t is not None and t >= 0)
+
+
+def canonical(snap: dict[str, Any], world: World) -> bytes:
+    """A digest of what decides a state's future: the snapshot, times
+    replaced by their ranks, and the world (module docstring)."""
+    rank = {t: i for i, t in enumerate(times_of(snap))}
+    tables = tuple(
+        (seq_id, tuple(t["blocks"]), t["num_tokens"], t["device"], rank.get(t["last_access"], t["last_access"]))
+        for seq_id, t in sorted(snap["tables"].items())
+    )
+    form = (
+        tuple((refs, cached, computed, rank.get(at, at)) for refs, cached, computed, at in snap["blocks"]),
+        tables,
+        tuple(sorted((k, tuple(v)) for k, v in snap["cross_tables"].items())),
+        tuple((device, tuple(snap["free"][device]), tuple(snap["evictable"][device])) for device in ("GPU", "CPU")),
+        tuple(snap["touched"]),
+        tuple(sorted(snap["hit_stats"].items())),
+        tuple(sorted(snap["tracker"].items())),
+        snap["null_block"],
+        world.state(),
+    )
+    return hashlib.blake2b(repr(form).encode(), digest_size=16).digest()
+
+
+def latest_time(snap: dict[str, Any]) -> float | None:
+    times = times_of(snap)
+    return times[-1] if times else None
+
+
+def check_state(world: World, lock: LeanLock) -> None:
+    """Every question that changes nothing, then the invariants: each
+    manager's own ``check_invariants()`` and the kit's, on each snapshot."""
+    observe(world, lock)
+    num_free = (lock.call("get_num_free_gpu_blocks").value, lock.call("get_num_free_cpu_blocks").value)
+    for name, manager in lock.managers.items():
+        if callable(getattr(manager, "check_invariants", None)):
+            try:
+                manager.check_invariants()
+            except Exception as error:  # noqa: BLE001 - any failure of the self-check is a finding
+                raise Finding(f"invariant broken in {name}: check_invariants() raised {type(error).__name__}: {error}") from None
+    view = world.invariant_world()
+    for name, snap in lock.snapshots.items():
+        if problems := invariants.check_snapshot(snap, view, num_free):
+            raise Finding(f"invariant broken in {name}:\n  " + "\n  ".join(problems[:12]))
+
+
+# -- one layer ----------------------------------------------------------------------------------
+@dataclass
+class Expansion:
+    """What expanding a chunk of the frontier found."""
+
+    new: list[tuple[bytes, bytes, tuple]] = field(default_factory=list)  # (key, state pickle, path)
+    transitions: int = 0
+    calls: int = 0
+    failure: tuple[tuple, str] | None = None  # (path, message) of the first failure
+
+
+def expand(chunk: list[tuple[bytes, tuple]], seen: set[bytes], successors: bool = True) -> Expansion:
+    """Check each state of ``chunk`` and (``successors``) play every move
+    enabled in it; keep the successors that are not in ``seen`` nor found
+    earlier in the chunk. Stops at the first failure."""
+    out, found = Expansion(), set()
+    for blob, path in chunk:
+        world, managers = pickle.loads(blob)
+        lock = LeanLock(managers)
+        try:
+            check_state(world, lock)
+        except Finding as failure:
+            out.failure = (path, str(failure))
+            return out
+        out.calls += lock.num_calls
+        if not successors:
+            continue
+        parent_snapshots, parent = lock.snapshots, canonical(lock.yardstick, world)
+        dirty = False
+        for move in moves(world, latest_time(lock.yardstick)):
+            if dirty:
+                world, managers = pickle.loads(blob)
+                lock = LeanLock(managers, parent_snapshots)
+            lock.num_calls = 0
+            try:
+                make(move, world, lock)
+            except Finding as failure:
+                out.failure = (path + (move,), str(failure))
+                return out
+            out.transitions += 1
+            out.calls += lock.num_calls
+            key = canonical(lock.yardstick, world)
+            dirty = key != parent
+            if dirty and key not in seen and key not in found:
+                found.add(key)
+                out.new.append((key, pickle.dumps((world, lock.managers), pickle.HIGHEST_PROTOCOL), path + (move,)))
+    return out
+
+
+_SEEN: set[bytes] = set()  # the states of earlier layers, as a forked worker inherits them
+
+
+def _expand_chunk(job: tuple[list[tuple[bytes, tuple]], bool]) -> Expansion:
+    return expand(job[0], _SEEN, job[1])
+
+
+def expand_layer(frontier: list[tuple[bytes, tuple]], seen: set[bytes], workers: int, successors: bool) -> list[Expansion]:
+    """The frontier's chunks expanded, in order, by ``workers`` processes
+    (forked, so each inherits ``seen`` without copying it over)."""
+    global _SEEN
+    jobs = [(frontier[i : i + CHUNK], successors) for i in range(0, len(frontier), CHUNK)]
+    _SEEN = seen
+    if workers <= 1 or len(jobs) <= 1:
+        return [_expand_chunk(job) for job in jobs]
+    with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+        return pool.map(_expand_chunk, jobs, chunksize=1)
+
+
+# -- the search -------------------------------------------------------------------------------
+@dataclass
+class Report:
+    """What an exploration found; ``theorem()`` says what it proves."""
+
+    scope: Scope
+    names: list[str]
+    states: int = 0
+    transitions: int = 0
+    calls: int = 0
+    depth: int = 0  # moves from the start to the deepest state reached
+    exhausted: bool = False
+    cut: str = ""  # why the search stopped early: "depth", "time", or a failure
+    seconds: float = 0.0
+    workers: int = 1
+    layers: list[int] = field(default_factory=list)  # new states at each depth
+    failure: str = ""  # the first failure, with its runnable repro
+    path: tuple = ()
+
+    @property
+    def passed(self) -> bool:
+        return not self.failure
+
+    def theorem(self) -> str:
+        first, *others = self.names
+        if self.failure:
+            return f"scope {self.scope.name}: {' and '.join(others)} disagree with {first} after {len(self.path)} moves"
+        figures = (f"{self.states:,} states, {self.transitions:,} transitions ({self.calls:,} calls), depth {self.depth}, "
+                   f"{self.seconds:.1f} s on {self.workers} worker(s), {self.rate():,.0f} transitions/s per worker")  # fmt: skip
+        if self.exhausted:
+            claim = "for every call sequence within the scope (every depth: no new state after"
+            claim += f" depth {self.depth})"
+        else:
+            claim = f"for every call sequence of at most {self.depth} moves within the scope (cut by {self.cut})"
+        return (f"scope {self.scope.name} [{self.scope.describe()}]: {claim}, {' and '.join(others)} return the values "
+                f"{first} returns and reach identical snapshots: {figures}, {'exhausted' if self.exhausted else 'not exhausted'}")  # fmt: skip
+
+    def rate(self) -> float:
+        return self.transitions / max(self.seconds * self.workers, 1e-9)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope.name, "settings": self.scope.describe(), "states": self.states,
+            "transitions": self.transitions, "calls": self.calls, "depth": self.depth, "exhausted": self.exhausted,
+            "cut": self.cut, "seconds": round(self.seconds, 2), "workers": self.workers, "layers": self.layers,
+            "transitions_per_s_per_worker": round(self.rate()), "theorem": self.theorem(),
+        }  # fmt: skip
+
+
+def build(impls: Mapping[str, Any], scope: Scope) -> dict[str, Any]:
+    """Fresh managers, one per implementation (name -> class or version name)."""
+    classes = {name: load_manager_class(impl) if isinstance(impl, str) else impl for name, impl in impls.items()}
+    return {name: cls(**scope.manager_kwargs()) for name, cls in classes.items()}
+
+
+def explore(
+    impls: Mapping[str, Any],
+    scope: Scope,
+    workers: int | None = None,
+    max_seconds: float | None = None,
+    on_layer: Callable[[int, int, int], None] | None = None,
+) -> Report:
+    """Breadth-first search of ``scope`` with ``impls`` in lockstep (the
+    first is the yardstick and must offer ``snapshot()``). ``on_layer(depth,
+    states, transitions)`` hears of each layer as it ends."""
+    workers = workers or os.cpu_count() or 1
+    report = Report(scope, list(impls), workers=workers)
+    started = time.perf_counter()
+    managers = build(impls, scope)
+    if not callable(getattr(next(iter(managers.values())), "snapshot", None)):
+        raise TypeError(f"the yardstick {next(iter(impls))!r} offers no snapshot(): the explorer needs one to tell states apart")
+    world = World(scope)
+    lock = LeanLock(managers)
+    seen = {canonical(lock.yardstick, world)}
+    frontier = [(pickle.dumps((world, managers), pickle.HIGHEST_PROTOCOL), ())]
+    report.layers.append(1)
+    while frontier:
+        at_bound = scope.max_depth is not None and report.depth >= scope.max_depth
+        out_of_time = max_seconds is not None and time.perf_counter() - started > max_seconds
+        results = expand_layer(frontier, seen, workers, successors=not (at_bound or out_of_time))
+        new = []
+        for result in results:
+            report.transitions += result.transitions
+            report.calls += result.calls
+            if result.failure is not None:
+                report.path, message = result.failure
+                report.failure = replay(impls, scope, report.path, message)
+                report.cut = "a failure"
+                break
+            for key, blob, path in result.new:
+                if key not in seen:
+                    seen.add(key)
+                    new.append((blob, path))
+        if report.failure:
+            break
+        if at_bound or out_of_time:
+            report.cut = "depth" if at_bound else "time"
+            break
+        frontier = new
+        if new:
+            report.depth += 1
+            report.layers.append(len(new))
+        if on_layer is not None:
+            on_layer(report.depth, len(seen), report.transitions)
+    report.states = len(seen)
+    report.exhausted = not report.cut
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+# -- a failure's repro --------------------------------------------------------------------------
+def replay(impls: Mapping[str, Any], scope: Scope, path: tuple, message: str) -> str:
+    """Play ``path`` through a ``Lockstep`` whose script logs every world
+    change and call: the failure with its runnable repro. A path found by
+    the explorer fails there too (the ``Lockstep`` compares snapshots after
+    every call, the explorer only after calls that may change state)."""
+    kwargs = scope.manager_kwargs()
+    script = Script(impls, kwargs)
+    lock = Lockstep.build(impls, script, **kwargs)
+    world = ScriptedWorld(scope, script)
+    try:
+        for move in path:
+            script.add(f"# move {describe(move)}")
+            make(move, world, lock)
+        observe(world, lock)
+        script.add(f"lock.verify({invariants.world_source(world.invariant_world(), script.render_value)}, "
+                   f"{script.render_value(dict(world.groups))})")  # fmt: skip
+        lock.verify(world.invariant_world(), world.groups)
+    except Divergence as failure:
+        return str(failure)
+    return f"{message}{REPRO_HEADING}(the replay through a Lockstep did not fail; the path was {list(path)!r})\n"
+
+
+def describe(move: Move) -> str:
+    name, *args = move
+    return f"{name}({', '.join(repr(a) for a in args)})"

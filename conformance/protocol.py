@@ -1,0 +1,489 @@
+"""The scheduler's moves, as the explorer enumerates them (spec §16).
+
+``World`` is the scheduler's side of a state: its requests (our own
+``SequenceGroup``s, in arrival order) and three counters the scope bounds.
+``moves(world)`` lists every move enabled in a state, in a fixed order, as
+plain tuples (a path of them replays a state); ``make(move, world, lock)``
+plays one: the world changes it makes, then its manager calls through
+``lock``, which compares every answer (``explore.LeanLock`` while
+exploring, a ``Lockstep`` when a failing path is replayed as a repro).
+
+Each world change goes through one ``World`` method. ``ScriptedWorld``
+makes the same changes by executing a line of Python in a ``Script``, so a
+replayed path prints as the runnable script of exactly what ran.
+
+The moves (``MOVES`` names them, with the families they are enabled in):
+
+* ``arrive(prompt, n)``: a request with one of the scope's prompts and ``n``
+  WAITING sequences (an encoder prompt too, for encoder-decoder);
+* ``admit(request, lookahead)``: (caching) ``get_num_cached_tokens`` of the
+  WAITING sequences, ``can_allocate``; OK: ``allocate``, RUNNING; LATER:
+  ``remove_seq_from_computed_blocks_tracker``; NEVER: FINISHED_IGNORED;
+  ``force(request)``: ``allocate`` without asking (works or fails cleanly);
+* ``append(seq, token, lookahead)``: the model computes the sequence and
+  samples ``token``; the next step asks ``can_append_slots`` and makes
+  ``append_slots`` whatever the answer (it works or fails cleanly);
+* ``access(seq, tie)``: ``access_all_blocks_in_seq`` at a new time, or at
+  the latest time the state holds (ties decide eviction order);
+* ``fork(seq)``, ``free(seq)``, ``recompute(request)``, ``swap_out(request)``
+  (``can_swap_out`` first, then the swap whatever it said), ``swap_in(request,
+  lookahead)``, ``abort(request)`` of a WAITING request;
+* caching: ``mark(request)``, ``common(request)`` (its running sequences, or
+  every running sequence with ``"*"``), ``count(seq)``, ``untrack(seq)``,
+  ``reset(device)``;
+* ``illegal(kind)``: one call the protocol forbids; it must raise the same
+  error everywhere and change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from blockspace.conformance import invariants
+from blockspace.conformance.scope import Scope
+from blockspace.conformance.script import Script
+from blockspace.enums import AllocStatus, Device, SequenceStatus
+from blockspace.sequence import Sequence, SequenceGroup
+
+RUNNING, SWAPPED, WAITING = SequenceStatus.RUNNING, SequenceStatus.SWAPPED, SequenceStatus.WAITING
+Move = tuple  # ("name", *arguments): plain data, so a path pickles and prints
+ILLEGAL = (
+    "append_unknown", "table_unknown", "append_swapped", "negative_lookahead", "append_negative",
+    "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bad_device", "encoder_unsupported",
+)  # fmt: skip
+
+
+class World:
+    """The scheduler's side of a state (see the module docstring)."""
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.groups: dict[str, SequenceGroup] = {}  # unfinished requests, in arrival order
+        self.num_requests = 0  # arrivals so far
+        self.num_preemptions = 0  # swap-outs and recomputes so far
+        self.next_seq_id = 1
+        self.clock = 1.0  # the next new access time (times only ever grow)
+        self.written: dict[int, int] = {}  # seq_id -> tokens its table holds (for the invariants)
+        self.dropped: dict[int, int] = {}  # seq_id -> leading entries a sliding window dropped
+
+    # -- the world changes (ScriptedWorld makes each from a line of Python) -------------
+    def new_request(self, prompt: list[int], n: int, encoder: list[int] | None) -> SequenceGroup:
+        self.num_requests += 1
+        ids = range(self.next_seq_id, self.next_seq_id + n + (encoder is not None))
+        self.next_seq_id += len(ids)
+        group = self.make_group(f"g{self.num_requests}", list(ids), prompt, encoder)
+        self.groups[group.request_id] = group
+        return group
+
+    def make_group(
+        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s"
+    ) -> SequenceGroup:
+        """A group of new sequences (``name``: what a script calls them; a
+        throw-away for a forbidden call is ``x<id>``)."""
+        seqs = [Sequence(seq_id, prompt) for seq_id in ids[: len(ids) - (encoder is not None)]]
+        return SequenceGroup(request_id, seqs, Sequence(ids[-1], encoder) if encoder is not None else None)
+
+    def set_status(self, seqs: list[Any], status: SequenceStatus) -> None:
+        for seq in seqs:
+            seq.status = status
+
+    def sample(self, seq: Any, token: int) -> None:
+        """The model step: every token computed, ``token`` sampled."""
+        seq.data.update_num_computed_tokens(seq.data.get_num_uncomputed_tokens())
+        seq.append_token_id(token)
+
+    def fork_seq(self, parent: Any) -> Any:
+        child = parent.fork(self.next_seq_id)
+        self.next_seq_id += 1
+        parent.group.add(child)
+        return child
+
+    def reset_for_recompute(self, seq: Any) -> None:
+        seq.data.reset_state_for_recompute()
+
+    # -- reading it ------------------------------------------------------------------------
+    def seqs(self, *statuses: SequenceStatus) -> list[Any]:
+        return [s for g in self.groups.values() for s in g.seqs if s.status in statuses]
+
+    def seq(self, seq_id: int) -> Any:
+        return next(s for g in self.groups.values() for s in g.seqs if s.seq_id == seq_id)
+
+    def with_status(self, status: SequenceStatus) -> list[SequenceGroup]:
+        return [g for g in self.groups.values() if g.get_seqs(status=status)]
+
+    def live(self, group: SequenceGroup) -> list[Any]:
+        return [s for s in group.seqs if not s.is_finished()]
+
+    def wrote(self, seq: Any) -> None:
+        """The table now holds every token of ``seq`` (a sliding window
+        dropped the entries before ``computed // bs - window blocks``)."""
+        self.written[seq.seq_id] = seq.get_len()
+        window = self.scope.sliding_window
+        if window is not None:
+            drops = seq.data.get_num_computed_tokens() // self.scope.block_size - (window // self.scope.block_size + 2)
+            self.dropped[seq.seq_id] = max(self.dropped.get(seq.seq_id, 0), drops)
+
+    def forget(self, seq: Any) -> None:
+        self.written.pop(seq.seq_id, None)
+        self.dropped.pop(seq.seq_id, None)
+
+    def invariant_world(self) -> invariants.World:
+        """The view ``invariants.check_snapshot`` takes."""
+        scope = self.scope
+        return invariants.World(
+            scope.block_size, scope.num_gpu_blocks, scope.num_cpu_blocks, scope.enable_caching, scope.sliding_window,
+            max(scope.lookaheads), {s.seq_id: s for s in self.seqs(RUNNING, SWAPPED)}, dict(self.written),
+            {g.request_id: g.encoder_seq for g in self.groups.values()
+             if g.is_encoder_decoder() and g.get_seqs(status=RUNNING) + g.get_seqs(status=SWAPPED)},
+            dict(self.dropped),
+        )  # fmt: skip
+
+    def close_if_done(self, group: SequenceGroup, lock: Any) -> None:
+        """A request whose sequences have all finished leaves the world
+        (its cross table is freed first)."""
+        if all(s.is_finished() for s in group.seqs):
+            if group.is_encoder_decoder():
+                lock.call("free_cross", group)
+            del self.groups[group.request_id]
+
+    def state(self) -> tuple:
+        """Everything of the world that decides what may happen next (the
+        explorer's canonical form takes it whole, beside the snapshot)."""
+        requests = tuple(
+            (g.request_id, tuple(g.encoder_seq.get_token_ids()) if g.encoder_seq is not None else None,
+             tuple((s.seq_id, s.status.value, tuple(s.get_token_ids()), s.data._num_computed_tokens,
+                    s.data._num_output_tokens, s.data._is_decoding) for s in g.seqs))
+            for g in self.groups.values()
+        )  # fmt: skip
+        return requests, self.num_requests, self.num_preemptions, self.next_seq_id
+
+
+class ScriptedWorld(World):
+    """The same world, each change executed from its own line of a ``Script``
+    (names ``s<seq_id>`` and the request ids), so a replay prints as what ran."""
+
+    def __init__(self, scope: Scope, script: Script) -> None:
+        super().__init__(scope)
+        self.script = script
+
+    def make_group(
+        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s"
+    ) -> SequenceGroup:
+        decoder_ids = ids[: len(ids) - (encoder is not None)]
+        for seq_id in decoder_ids:
+            self.script.do(f"{name}{seq_id} = Sequence({seq_id}, {prompt!r})")
+        cross = ""
+        if encoder is not None:
+            self.script.do(f"{name}{ids[-1]} = Sequence({ids[-1]}, {encoder!r})")
+            cross = f", {name}{ids[-1]}"
+        names = ", ".join(f"{name}{seq_id}" for seq_id in decoder_ids)
+        self.script.do(f"{request_id} = SequenceGroup({request_id!r}, [{names}]{cross})")
+        return self.script.get(request_id)
+
+    def set_status(self, seqs: list[Any], status: SequenceStatus) -> None:
+        for seq in seqs:
+            self.script.do(f"s{seq.seq_id}.status = SequenceStatus.{status.name}")
+
+    def sample(self, seq: Any, token: int) -> None:
+        uncomputed = seq.data.get_num_uncomputed_tokens()
+        self.script.do(f"s{seq.seq_id}.data.update_num_computed_tokens({uncomputed})")
+        self.script.do(f"s{seq.seq_id}.append_token_id({token})")
+
+    def fork_seq(self, parent: Any) -> Any:
+        child_id = self.next_seq_id
+        self.next_seq_id += 1
+        self.script.do(f"s{child_id} = s{parent.seq_id}.fork({child_id}); {parent.group.request_id}.add(s{child_id})")
+        return self.script.get(f"s{child_id}")
+
+    def reset_for_recompute(self, seq: Any) -> None:
+        self.script.do(f"s{seq.seq_id}.data.reset_state_for_recompute()")
+
+
+# -- which moves are enabled --------------------------------------------------------------------
+def moves(world: World, latest_time: float | None) -> list[Move]:
+    """Every move enabled in this state, in a fixed order. ``latest_time``:
+    the latest access time the managers' state holds (None: none), which an
+    ``access`` may tie with. Why from the state and not the clock: the
+    latest time handed out may have left the state (its blocks evicted),
+    and two states the explorer merges must offer the same moves."""
+    return list(_moves(world, world.scope, latest_time))
+
+
+def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Move]:
+    caching = scope.enable_caching
+    can_preempt = world.num_preemptions < scope.max_preemptions
+    if world.num_requests < scope.max_requests:
+        for p in range(len(scope.prompts)):
+            for n in scope.samples:
+                if scope.encoder_decoder:
+                    yield from (("arrive", p, n, e) for e in range(len(scope.prompts)))
+                else:
+                    yield ("arrive", p, n)
+    for group in world.with_status(WAITING):
+        yield from (("admit", group.request_id, la) for la in scope.lookaheads)
+        yield ("force", group.request_id)
+        yield ("abort", group.request_id)
+    for group in world.with_status(RUNNING):
+        running = group.get_seqs(status=RUNNING)
+        for seq in running:
+            if seq.get_len() < scope.max_len:
+                yield from (("append", seq.seq_id, t, la) for t in scope.alphabet for la in scope.lookaheads)
+            if caching:
+                yield ("access", seq.seq_id, None)
+                if latest_time is not None:
+                    yield ("access", seq.seq_id, latest_time)
+                yield ("count", seq.seq_id)
+                yield ("untrack", seq.seq_id)
+            if len(group.seqs) < scope.max_seqs:
+                yield ("fork", seq.seq_id)
+            yield ("free", seq.seq_id)
+        if caching:
+            yield ("mark", group.request_id)
+            yield ("common", group.request_id)
+        if can_preempt and scope.num_cpu_blocks:
+            yield ("swap_out", group.request_id)
+        if can_preempt and len(world.live(group)) == 1:
+            yield ("recompute", group.request_id)
+    for group in world.with_status(SWAPPED):
+        yield from (("swap_in", group.request_id, la) for la in scope.lookaheads)
+        for seq in group.get_seqs(status=SWAPPED):
+            if len(group.seqs) < scope.max_seqs:
+                yield ("fork", seq.seq_id)
+            yield ("free", seq.seq_id)
+    if caching:
+        if len(world.seqs(RUNNING)) > 1:
+            yield ("common", "*")
+        yield from (("reset", device) for device in (None, "GPU", "CPU"))
+    yield from (("illegal", kind) for kind in ILLEGAL if _illegal_enabled(world, kind))
+
+
+def _illegal_enabled(world: World, kind: str) -> bool:
+    scope = world.scope
+    if kind == "append_swapped":
+        return bool(world.seqs(SWAPPED))
+    if kind in ("append_negative", "allocate_twin"):
+        return bool(world.seqs(RUNNING))
+    if kind == "negative_lookahead":
+        return bool(world.groups)
+    if kind == "allocate_running":
+        return any(not g.get_seqs(status=WAITING) for g in world.with_status(RUNNING))
+    if kind == "fork_onto_live":
+        return len(world.seqs(RUNNING, SWAPPED)) >= 2
+    if kind == "encoder_unsupported":
+        return scope.enable_caching or scope.sliding_window is not None
+    return True
+
+
+# -- playing one ----------------------------------------------------------------------------
+def make(move: Move, world: World, lock: Any) -> None:
+    """Play ``move``: its world changes, and its manager calls through ``lock``."""
+    name, *args = move
+    PLAYS[name](world, lock, *args)
+
+
+def _arrive(world: World, lock: Any, prompt: int, n: int, encoder: int | None = None) -> None:
+    prompts = world.scope.prompts
+    world.new_request(prompts[prompt], n, prompts[encoder] if encoder is not None else None)
+
+
+def _admit(world: World, lock: Any, request_id: str, lookahead: int) -> None:
+    group = world.groups[request_id]
+    waiting = group.get_seqs(status=WAITING)
+    if world.scope.enable_caching:
+        for seq in waiting:
+            lock.call("get_num_cached_tokens", seq)
+    status = lock.call("can_allocate", group, lookahead)
+    if status.raised:
+        return
+    if status.value == AllocStatus.OK:
+        _allocate(world, lock, group)
+        return
+    if world.scope.enable_caching:
+        for seq in waiting:
+            lock.call("remove_seq_from_computed_blocks_tracker", seq)
+    if status.value == AllocStatus.NEVER:
+        world.set_status(waiting, SequenceStatus.FINISHED_IGNORED)
+        world.close_if_done(group, lock)
+
+
+def _allocate(world: World, lock: Any, group: SequenceGroup) -> None:
+    waiting = group.get_seqs(status=WAITING)
+    if not lock.call("allocate", group).raised:
+        world.set_status(waiting, RUNNING)
+        for seq in waiting:
+            world.wrote(seq)
+
+
+def _force(world: World, lock: Any, request_id: str) -> None:
+    _allocate(world, lock, world.groups[request_id])
+
+
+def _abort(world: World, lock: Any, request_id: str) -> None:
+    group = world.groups[request_id]
+    live = world.live(group)
+    world.set_status(live, SequenceStatus.FINISHED_ABORTED)
+    for seq in live:
+        lock.call("free", seq)
+        world.forget(seq)
+    world.close_if_done(group, lock)
+
+
+def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int) -> None:
+    seq = world.seq(seq_id)
+    world.sample(seq, token)
+    lock.call("can_append_slots", seq.group, lookahead)
+    if not lock.call("append_slots", seq, lookahead).raised:
+        world.wrote(seq)
+        lock.call("get_block_table", seq)
+
+
+def _access(world: World, lock: Any, seq_id: int, tie: float | None) -> None:
+    now = tie
+    if now is None:
+        now, world.clock = world.clock, world.clock + 1.0
+    lock.call("access_all_blocks_in_seq", world.seq(seq_id), now)
+
+
+def _fork(world: World, lock: Any, seq_id: int) -> None:
+    parent = world.seq(seq_id)
+    child = world.fork_seq(parent)
+    if lock.call("fork", parent, child).raised:
+        world.set_status([child], SequenceStatus.FINISHED_ABORTED)
+        return
+    if parent.seq_id in world.written:
+        world.written[child.seq_id] = world.written[parent.seq_id]
+        world.dropped[child.seq_id] = world.dropped.get(parent.seq_id, 0)
+    if world.scope.enable_caching:
+        lock.call("get_num_cached_tokens", child)
+
+
+def _free(world: World, lock: Any, seq_id: int) -> None:
+    seq = world.seq(seq_id)
+    world.set_status([seq], SequenceStatus.FINISHED_STOPPED)
+    lock.call("free", seq)
+    world.forget(seq)
+    world.close_if_done(seq.group, lock)
+
+
+def _recompute(world: World, lock: Any, request_id: str) -> None:
+    group = world.groups[request_id]
+    seq = group.get_seqs(status=RUNNING)[0]
+    world.num_preemptions += 1
+    world.set_status([seq], WAITING)
+    lock.call("free", seq)
+    world.forget(seq)
+    world.reset_for_recompute(seq)
+    if group.is_encoder_decoder():
+        lock.call("free_cross", group)
+
+
+def _swap(world: World, lock: Any, group: SequenceGroup, method: str, status: SequenceStatus, to: SequenceStatus) -> None:
+    seqs = group.get_seqs(status=status)
+    if not lock.call(method, group).raised:
+        world.set_status(seqs, to)
+
+
+def _swap_out(world: World, lock: Any, request_id: str) -> None:
+    group = world.groups[request_id]
+    world.num_preemptions += 1
+    lock.call("can_swap_out", group)
+    _swap(world, lock, group, "swap_out", RUNNING, SWAPPED)
+
+
+def _swap_in(world: World, lock: Any, request_id: str, lookahead: int) -> None:
+    group = world.groups[request_id]
+    lock.call("can_swap_in", group, lookahead)
+    _swap(world, lock, group, "swap_in", SWAPPED, RUNNING)
+
+
+def _mark(world: World, lock: Any, request_id: str) -> None:
+    lock.call("mark_blocks_as_computed", world.groups[request_id], 1)
+
+
+def _common(world: World, lock: Any, request_id: str) -> None:
+    seqs = world.seqs(RUNNING) if request_id == "*" else world.groups[request_id].get_seqs(status=RUNNING)
+    lock.call("get_common_computed_block_ids", seqs)
+
+
+def _count(world: World, lock: Any, seq_id: int) -> None:
+    lock.call("get_num_cached_tokens", world.seq(seq_id))
+
+
+def _untrack(world: World, lock: Any, seq_id: int) -> None:
+    lock.call("remove_seq_from_computed_blocks_tracker", world.seq(seq_id))
+
+
+def _reset(world: World, lock: Any, device: str | None) -> None:
+    if device is None:
+        lock.call("reset_prefix_cache")
+    else:
+        lock.call("reset_prefix_cache", Device[device])
+
+
+def _illegal(world: World, lock: Any, kind: str) -> None:
+    """A call the protocol forbids, on throw-away objects where it needs one
+    (they get ids no request of the scope reaches)."""
+    running, swapped = world.seqs(RUNNING), world.seqs(SWAPPED)
+    stranger = 10_000
+    if kind == "append_unknown":
+        lock.call("append_slots", world.make_group("bad", [stranger], [1, 2], None, "x").seqs[0], 0)
+    elif kind == "table_unknown":
+        lock.call("get_block_table", world.make_group("bad", [stranger], [1], None, "x").seqs[0])
+    elif kind == "append_swapped":
+        lock.call("append_slots", swapped[0], 0)
+    elif kind == "negative_lookahead":
+        group = next(iter(world.groups.values()))
+        for method in ("can_allocate", "can_append_slots", "can_swap_in"):
+            lock.call(method, group, -1)
+    elif kind == "append_negative":
+        lock.call("append_slots", running[0], -1)
+    elif kind == "allocate_twin":
+        twin = running[0]
+        lock.call("allocate", world.make_group("bad", [twin.seq_id], list(twin.get_token_ids()), None, "x"))
+    elif kind == "allocate_running":
+        lock.call("allocate", next(g for g in world.with_status(RUNNING) if not g.get_seqs(status=WAITING)))
+    elif kind == "fork_onto_live":
+        parent, child = world.seqs(RUNNING, SWAPPED)[:2]
+        lock.call("fork", parent, child)
+    elif kind == "bad_token":
+        lock.call("allocate", world.make_group("bad", [stranger], [1, -1, 2], None, "x"))
+    elif kind == "bad_device":
+        lock.call("get_prefix_cache_hit_rate", "tpu")
+    elif kind == "encoder_unsupported":
+        group = world.make_group("bad", [stranger, stranger + 1], [1, 2], [3], "x")
+        lock.call("can_allocate", group)
+        lock.call("allocate", group)
+
+
+PLAYS = {
+    "arrive": _arrive, "admit": _admit, "force": _force, "abort": _abort, "append": _append,
+    "access": _access, "fork": _fork, "free": _free, "recompute": _recompute, "swap_out": _swap_out,
+    "swap_in": _swap_in, "mark": _mark, "common": _common, "count": _count, "untrack": _untrack,
+    "reset": _reset, "illegal": _illegal,
+}  # fmt: skip
+
+
+def observe(world: World, lock: Any) -> None:
+    """Every question that changes nothing, asked in a state when it is first
+    reached: admission, append and swap answers at each lookahead, tables,
+    free counts and hit rates."""
+    scope = world.scope
+    for group in world.with_status(WAITING):
+        for la in scope.lookaheads:
+            lock.call("can_allocate", group, la, quiet=True)
+    for group in world.with_status(RUNNING):
+        for la in scope.lookaheads:
+            lock.call("can_append_slots", group, la, quiet=True)
+        lock.call("can_swap_out", group, quiet=True)
+    for group in world.with_status(SWAPPED):
+        for la in scope.lookaheads:
+            lock.call("can_swap_in", group, la, quiet=True)
+    for seq in world.seqs(RUNNING, SWAPPED):
+        lock.call("get_block_table", seq, quiet=True)
+    for request_id in world.invariant_world().encoders:
+        lock.call("get_cross_block_table", world.groups[request_id], quiet=True)
+    lock.call("get_num_free_gpu_blocks", quiet=True)
+    lock.call("get_num_free_cpu_blocks", quiet=True)
+    for device in (Device.GPU, Device.CPU):
+        lock.call("get_prefix_cache_hit_rate", device, quiet=True)

@@ -1,0 +1,163 @@
+"""Scopes: the small worlds the explorer exhausts (``explore.py``).
+
+A scope is a handful of named values: the managers' configuration and the
+bounds of the scheduler that drives them. Everything the explorer may do in
+a state is derived from it (``protocol.py``), so two runs of one scope walk
+the same state space, and a theorem about a scope says exactly what was
+checked. Why small: by the small-scope hypothesis (Alloy's), most bugs of a
+state machine show up in small instances, and a small instance can be
+*exhausted*, where a large one can only be sampled.
+
+``SCOPES`` names the documented ones, one family each plus ``default`` (the
+one CI exhausts); ``scope_from`` builds one from a name and ``key=value``
+changes, and says which key or value is wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from blockspace.conformance.pool_config import ManagerConfig
+
+
+@dataclass(frozen=True)
+class Scope(ManagerConfig):
+    """A family's configuration and the scheduler's bounds.
+
+    ``prompt_lengths`` x ``alphabet`` gives every prompt a request may
+    have (all strings of those lengths); ``samples`` the sequences a
+    request may start with, ``max_seqs`` how many it may reach by forks.
+    ``max_requests`` arrivals over a run, ``max_preemptions`` swap-outs and
+    recomputes over a run (each brings a later ``allocate`` or ``swap_in``,
+    so the hit counters stay bounded), ``max_len`` the longest sequence.
+    ``max_depth`` cuts the search (None: until no new state is found)."""
+
+    name: str = "custom"
+    family: str = "plain"
+    max_requests: int = 2
+    samples: tuple[int, ...] = (1,)
+    max_seqs: int = 2
+    prompt_lengths: tuple[int, ...] = (1, 3)
+    alphabet: tuple[int, ...] = (1, 2)
+    max_len: int = 4
+    lookaheads: tuple[int, ...] = (0,)
+    max_preemptions: int = 1
+    max_depth: int | None = None
+
+    @property
+    def prompts(self) -> list[list[int]]:
+        """Every prompt a request may carry, shortest first."""
+        return [list(p) for n in self.prompt_lengths for p in itertools.product(self.alphabet, repeat=n)]
+
+    def manager_kwargs(self) -> dict[str, Any]:
+        """The managers' constructor arguments."""
+        (block_size, num_gpu_blocks, num_cpu_blocks), keywords = self.args()
+        return dict(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, **keywords)
+
+    def describe(self) -> str:
+        """The scope as ``key=value`` pairs, as ``--scope-set`` takes them."""
+        skip = {"name", "encoder_decoder"}
+        return " ".join(f"{key}={_show(value)}" for key, value in asdict(self).items() if key not in skip)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+FAMILIES = ("plain", "caching", "sliding_window", "swap", "encoder_decoder")
+
+SCOPES = {
+    # CI exhausts this one (tests/test_explore.py): sharing, copy-on-write, eviction,
+    # promotion, a dry pool and a swap all happen in it.
+    "default": Scope(name="default", family="swap", block_size=2, num_gpu_blocks=3, num_cpu_blocks=2,
+                     enable_caching=True, max_requests=2, prompt_lengths=(2, 3), alphabet=(1, 2), max_len=4),
+    "plain": Scope(name="plain", family="plain", block_size=2, num_gpu_blocks=4, num_cpu_blocks=0,
+                   max_requests=3, samples=(1, 2), max_seqs=2, prompt_lengths=(1, 3), max_len=5, lookaheads=(0, 2)),
+    "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=4, num_cpu_blocks=0,
+                     enable_caching=True, max_requests=3, prompt_lengths=(2, 3), max_len=5),
+    "sliding_window": Scope(name="sliding_window", family="sliding_window", block_size=1, num_gpu_blocks=5,
+                            num_cpu_blocks=0, sliding_window=1, max_requests=2, prompt_lengths=(2, 4),
+                            max_len=6, lookaheads=(0, 1)),
+    "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=4, num_cpu_blocks=2,
+                  enable_caching=True, max_requests=3, prompt_lengths=(2, 3), max_len=5, max_preemptions=2),
+    "encoder_decoder": Scope(name="encoder_decoder", family="encoder_decoder", block_size=2, num_gpu_blocks=4,
+                             num_cpu_blocks=2, encoder_decoder=True, max_requests=2, prompt_lengths=(1, 3),
+                             max_len=4),
+}  # fmt: skip
+
+FAMILY_CAPABILITY = {  # the capability a scope's family needs from a manager (None: every manager)
+    "plain": None,
+    "caching": "supports_caching",
+    "sliding_window": "supports_sliding_window",
+    "swap": None,
+    "encoder_decoder": "supports_encoder_decoder",
+}
+
+
+class ScopeError(ValueError):
+    """A scope name, key or value that does not make a scope."""
+
+
+def _parse(field_type: Any, text: str) -> Any:
+    """``text`` as a value of a ``Scope`` field's type."""
+    kind = str(field_type)
+    if "tuple" in kind:
+        return tuple(int(part) for part in text.split(",") if part and part != "-")
+    if text in ("None", "none", "") and "None" in kind:
+        return None
+    if "bool" in kind:
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(text)
+        return text.lower() in ("true", "1")
+    if "float" in kind:
+        return float(text)
+    if "int" in kind:
+        return int(text)
+    return text
+
+
+def check_scope(scope: Scope) -> None:
+    """Raise ``ScopeError`` naming the first value that makes no scope."""
+    problems = [
+        (scope.family not in FAMILIES, f"family must be one of {', '.join(FAMILIES)}"),
+        (scope.block_size < 1, "block_size must be >= 1"),
+        (scope.num_gpu_blocks < 1 or scope.num_cpu_blocks < 0, "num_gpu_blocks must be >= 1, num_cpu_blocks >= 0"),
+        (not 0 <= scope.watermark < 1, "watermark must be in [0, 1)"),
+        (scope.max_requests < 0 or scope.max_preemptions < 0, "max_requests and max_preemptions must be >= 0"),
+        (not scope.samples or min(scope.samples) < 1, "samples must be >= 1"),
+        (scope.max_seqs < max(scope.samples or (1,)), "max_seqs must be >= every value of samples"),
+        (not scope.alphabet or min(scope.alphabet) < 0, "alphabet must hold token ids >= 0"),
+        (not scope.prompt_lengths or min(scope.prompt_lengths) < 0, "prompt_lengths must be >= 0"),
+        (not scope.lookaheads or min(scope.lookaheads) < 0, "lookaheads must be >= 0"),
+        (scope.max_len < max(scope.prompt_lengths or (0,)), "max_len must be >= the longest prompt"),
+        (scope.max_depth is not None and scope.max_depth < 0, "max_depth must be >= 0"),
+        (scope.enable_caching and scope.sliding_window is not None, "prefix caching and a sliding window exclude each other"),
+        (scope.encoder_decoder and (scope.enable_caching or scope.sliding_window is not None),
+         "encoder_decoder needs caching off and no sliding window"),
+    ]  # fmt: skip
+    for wrong, why in problems:
+        if wrong:
+            raise ScopeError(f"scope {scope.name!r}: {why}")
+
+
+def scope_from(name: str, changes: list[str] | None = None) -> Scope:
+    """The scope ``name`` (from ``SCOPES``) with ``key=value`` changes."""
+    if name not in SCOPES:
+        raise ScopeError(f"unknown scope {name!r}: known are {', '.join(SCOPES)}")
+    scope = SCOPES[name]
+    types = {f.name: f.type for f in fields(Scope)}
+    for change in changes or ():
+        key, sep, text = change.partition("=")
+        if not sep or key not in types or key == "name":
+            raise ScopeError(f"{change!r} is not key=value with a key of {', '.join(k for k in types if k != 'name')}")
+        try:
+            value = _parse(types[key], text)
+        except ValueError:
+            raise ScopeError(f"{change!r}: {text!r} is not a value of {key}") from None
+        scope = replace(scope, **{key: value})
+    check_scope(scope)
+    return scope
