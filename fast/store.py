@@ -18,9 +18,8 @@ arrays (what kernels get, ``<name>_ref``; ``fast/handles.py``), and
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import numpy as np
 
