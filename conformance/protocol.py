@@ -54,6 +54,16 @@ ILLEGAL = (
 )  # fmt: skip
 
 
+SEQ_IDS = 10  # request k's sequences are 10k, 10k+1, ... and its encoder 10k+9
+
+
+def child_id(group: SequenceGroup) -> int:
+    """A fork's id: the next of its request's. Why per request: with one
+    counter for all, two requests forking in either order would give the
+    same state two names."""
+    return group.seqs[0].seq_id + len(group.seqs)
+
+
 class World:
     """The scheduler's side of a state (see the module docstring)."""
 
@@ -62,7 +72,6 @@ class World:
         self.groups: dict[str, SequenceGroup] = {}  # unfinished requests, in arrival order
         self.num_requests = 0  # arrivals so far
         self.num_preemptions = 0  # swap-outs and recomputes so far
-        self.next_seq_id = 1
         self.clock = 1.0  # the next new access time (times only ever grow)
         self.written: dict[int, int] = {}  # seq_id -> tokens its table holds (for the invariants)
         self.dropped: dict[int, int] = {}  # seq_id -> leading entries a sliding window dropped
@@ -70,9 +79,9 @@ class World:
     # -- the world changes (ScriptedWorld makes each from a line of Python) -------------
     def new_request(self, prompt: list[int], n: int, encoder: list[int] | None) -> SequenceGroup:
         self.num_requests += 1
-        ids = range(self.next_seq_id, self.next_seq_id + n + (encoder is not None))
-        self.next_seq_id += len(ids)
-        group = self.make_group(f"g{self.num_requests}", list(ids), prompt, encoder)
+        first = SEQ_IDS * self.num_requests
+        ids = [first + i for i in range(n)] + ([first + SEQ_IDS - 1] if encoder is not None else [])
+        group = self.make_group(f"g{self.num_requests}", ids, prompt, encoder)
         self.groups[group.request_id] = group
         return group
 
@@ -94,8 +103,7 @@ class World:
         seq.append_token_id(token)
 
     def fork_seq(self, parent: Any) -> Any:
-        child = parent.fork(self.next_seq_id)
-        self.next_seq_id += 1
+        child = parent.fork(child_id(parent.group))
         parent.group.add(child)
         return child
 
@@ -156,7 +164,7 @@ class World:
                     s.data._num_output_tokens, s.data._is_decoding) for s in g.seqs))
             for g in self.groups.values()
         )  # fmt: skip
-        return requests, self.num_requests, self.num_preemptions, self.next_seq_id
+        return requests, self.num_requests, self.num_preemptions
 
 
 class ScriptedWorld(World):
@@ -191,10 +199,9 @@ class ScriptedWorld(World):
         self.script.do(f"s{seq.seq_id}.append_token_id({token})")
 
     def fork_seq(self, parent: Any) -> Any:
-        child_id = self.next_seq_id
-        self.next_seq_id += 1
-        self.script.do(f"s{child_id} = s{parent.seq_id}.fork({child_id}); {parent.group.request_id}.add(s{child_id})")
-        return self.script.get(f"s{child_id}")
+        new_id = child_id(parent.group)
+        self.script.do(f"s{new_id} = s{parent.seq_id}.fork({new_id}); {parent.group.request_id}.add(s{new_id})")
+        return self.script.get(f"s{new_id}")
 
     def reset_for_recompute(self, seq: Any) -> None:
         self.script.do(f"s{seq.seq_id}.data.reset_state_for_recompute()")
@@ -228,8 +235,10 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
         running = group.get_seqs(status=RUNNING)
         for seq in running:
             if seq.get_len() < scope.max_len:
-                yield from (("append", seq.seq_id, t, la) for t in scope.alphabet for la in scope.lookaheads)
-            if caching:
+                times = (None, latest_time) if caching and latest_time is not None else (None,)
+                yield from (("append", seq.seq_id, t, la, now) for t in scope.alphabet for la in scope.lookaheads
+                            for now in times)  # fmt: skip
+            if caching and scope.free_calls:
                 yield ("access", seq.seq_id, None)
                 if latest_time is not None:
                     yield ("access", seq.seq_id, latest_time)
@@ -238,7 +247,7 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
             if len(group.seqs) < scope.max_seqs:
                 yield ("fork", seq.seq_id)
             yield ("free", seq.seq_id)
-        if caching:
+        if caching and scope.free_calls:
             yield ("mark", group.request_id)
             yield ("common", group.request_id)
         if can_preempt and scope.num_cpu_blocks:
@@ -252,7 +261,7 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
                 yield ("fork", seq.seq_id)
             yield ("free", seq.seq_id)
     if caching:
-        if len(world.seqs(RUNNING)) > 1:
+        if scope.free_calls and len(world.seqs(RUNNING)) > 1:
             yield ("common", "*")
         yield from (("reset", device) for device in (None, "GPU", "CPU"))
     yield from (("illegal", kind) for kind in ILLEGAL if _illegal_enabled(world, kind))
@@ -329,13 +338,22 @@ def _abort(world: World, lock: Any, request_id: str) -> None:
     world.close_if_done(group, lock)
 
 
-def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int) -> None:
+def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int, now: float | None) -> None:
+    """One decode step of one sequence, as vLLM's scheduler makes it; with
+    caching also its access at a new time or at the state's latest one
+    (``now``: a step stamps all its sequences with one time), its group's
+    common computed blocks, and their marking."""
     seq = world.seq(seq_id)
     world.sample(seq, token)
     lock.call("can_append_slots", seq.group, lookahead)
-    if not lock.call("append_slots", seq, lookahead).raised:
-        world.wrote(seq)
-        lock.call("get_block_table", seq)
+    if lock.call("append_slots", seq, lookahead).raised:
+        return
+    world.wrote(seq)
+    lock.call("get_block_table", seq)
+    if world.scope.enable_caching:
+        _access(world, lock, seq_id, now)
+        _common(world, lock, seq.group.request_id)
+        _mark(world, lock, seq.group.request_id)
 
 
 def _access(world: World, lock: Any, seq_id: int, tie: float | None) -> None:

@@ -44,6 +44,7 @@ class Scope(ManagerConfig):
     max_len: int = 4
     lookaheads: tuple[int, ...] = (0,)
     max_preemptions: int = 1
+    free_calls: bool = False  # the cache calls as moves of their own, in every order (else where vLLM makes them)
     max_depth: int | None = None
 
     @property
@@ -129,7 +130,7 @@ def check_scope(scope: Scope) -> None:
         (not 0 <= scope.watermark < 1, "watermark must be in [0, 1)"),
         (scope.max_requests < 0 or scope.max_preemptions < 0, "max_requests and max_preemptions must be >= 0"),
         (not scope.samples or min(scope.samples) < 1, "samples must be >= 1"),
-        (scope.max_seqs < max(scope.samples or (1,)), "max_seqs must be >= every value of samples"),
+        (scope.max_seqs < max(scope.samples or (1,)) or scope.max_seqs > 9, "max_seqs must be >= every value of samples, and at most 9"),
         (not scope.alphabet or min(scope.alphabet) < 0, "alphabet must hold token ids >= 0"),
         (not scope.prompt_lengths or min(scope.prompt_lengths) < 0, "prompt_lengths must be >= 0"),
         (not scope.lookaheads or min(scope.lookaheads) < 0, "lookaheads must be >= 0"),
