@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from blockspace.reference import ReferenceBlockSpaceManager
+from blockspace.reference.allocator import BlockAllocator, CachingAllocator
 
 
 class _FifoRelease:
@@ -22,14 +23,22 @@ class _FifoRelease:
             self.free_ids.append(self.free_ids.popleft())
 
 
+class _FifoAllocator(_FifoRelease, BlockAllocator):
+    pass
+
+
+class _FifoCachingAllocator(_FifoRelease, CachingAllocator):
+    pass
+
+
 class FifoFreeList(ReferenceBlockSpaceManager):
     """Reuses the least recently freed block first (vLLM reuses the most
     recently freed one: its free list is LIFO, spec §5 / §14.21)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        for allocator in (self.gpu, self.cpu):
-            allocator.__class__ = type(f"Fifo{type(allocator).__name__}", (_FifoRelease, type(allocator)), {})
+        for allocator in (self.gpu, self.cpu):  # classes of this module: the manager still pickles
+            allocator.__class__ = _FifoCachingAllocator if isinstance(allocator, CachingAllocator) else _FifoAllocator
 
 
 class WatermarkOffByOne(ReferenceBlockSpaceManager):

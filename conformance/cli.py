@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from blockspace.conformance.runner import CAPABILITIES, PROFILES, capabilities_of, checks_for, with_changes
+from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
 from blockspace.interfaces import load_manager_class
 
 FEATURES = {name.removeprefix("supports_"): name for name in CAPABILITIES}
@@ -39,6 +40,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--without", choices=sorted(FEATURES), action="append", default=[], help="a feature the implementation lacks"
     )
+    parser.add_argument("--scope", metavar="NAME", action="append",
+                        help=f"a scope the explorer exhausts (any profile; exhaustive's default: default): {', '.join(SCOPES)}")
+    parser.add_argument("--scope-set", metavar="KEY=VALUE", action="append", default=[],
+                        help="change a value of every --scope, e.g. num_gpu_blocks=5, alphabet=1,2, max_depth=8")
+    parser.add_argument("--workers", type=int, metavar="N", help="explorer processes (default: one per core)")
     return parser.parse_args(argv)
 
 
@@ -59,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.shrink_budget is not None and not args.shrink_budget > 0:
         print(f"error: --shrink-budget must be > 0 seconds, got {args.shrink_budget}", file=sys.stderr)
         return 2
+    if args.workers is not None and args.workers < 1:
+        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    try:
+        names = args.scope or (list(PROFILES[args.profile].scopes or ["default"]) if args.scope_set else [])
+        scopes = [scope_from(name, args.scope_set) for name in names]
+    except ScopeError as error:
+        print(f"error: --scope/--scope-set: {error}", file=sys.stderr)
+        return 2
     profile = PROFILES[args.profile]
     if args.examples:
         profile = with_changes(profile, max_examples=args.examples)
@@ -70,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         names[1] += " (2)"
     impls = {names[0]: against_cls, names[1]: impl_cls}
     reporter = Reporter(profile.shrink_seconds)
-    every_check = checks_for(impls, profile, capabilities, reporter.found)
+    every_check = checks_for(impls, profile, capabilities, reporter.found, scopes, args.workers)
     unmatched = [text for text in args.only or () if not any(text in check.name for check in every_check)]
     if unmatched:
         names = ", ".join(check.name for check in every_check)
@@ -161,6 +176,9 @@ def print_summary(report: dict[str, Any]) -> None:
     totals = report["totals"]
     table.add_row("total", f"{totals['failed']} failed", str(totals["examples"]), f"{totals['seconds']:.1f}", "")
     console.print(table)
+    for check in report["checks"]:
+        if "theorem" in check and check["status"] == "passed":
+            console.print(f"{check['name']}: {check['theorem']}", markup=False, highlight=False, soft_wrap=True)
     for check in report["checks"]:
         if check["status"] == "failed":
             console.rule(f"[bold red]{escape(check['name'])}")

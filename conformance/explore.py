@@ -41,7 +41,8 @@ from typing import Any
 from blockspace.conformance import invariants
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep, Outcome, disagreements
 from blockspace.conformance.protocol import Move, ScriptedWorld, World, make, moves, observe
-from blockspace.conformance.scope import Scope
+from blockspace.conformance.runner import Check, CheckResult
+from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
 from blockspace.conformance.script import Script
 from blockspace.interfaces import load_manager_class
 from blockspace.snapshot import diff
@@ -298,7 +299,10 @@ def explore(
     world = World(scope)
     lock = LeanLock(managers)
     seen = {canonical(lock.yardstick, world)}
-    frontier = [(pickle.dumps((world, managers), pickle.HIGHEST_PROTOCOL), ())]
+    try:
+        frontier = [(pickle.dumps((world, managers), pickle.HIGHEST_PROTOCOL), ())]
+    except Exception as error:  # noqa: BLE001 - any reason a manager does not pickle
+        raise TypeError(f"the explorer keeps states as pickles, and a manager does not pickle: {error}") from None
     report.layers.append(1)
     while frontier:
         at_bound = scope.max_depth is not None and report.depth >= scope.max_depth
@@ -360,3 +364,25 @@ def replay(impls: Mapping[str, Any], scope: Scope, path: tuple, message: str) ->
 def describe(move: Move) -> str:
     name, *args = move
     return f"{name}({', '.join(repr(a) for a in args)})"
+
+
+# -- as a check of the kit ----------------------------------------------------------------------
+def explore_check(impls: Mapping[str, Any], scope: Scope | str, capabilities: Mapping[str, bool], workers: int | None = None) -> Check:
+    """``explore[<scope>]``: the scope exhausted (or cut by its ``max_depth``);
+    passed with its theorem, failed with the first failure's repro; skipped
+    when the implementation lacks the family's capability."""
+    scope = SCOPES[scope] if isinstance(scope, str) else scope
+    name = f"explore[{scope.name}]"
+
+    def run() -> CheckResult:
+        needed = FAMILY_CAPABILITY[scope.family]
+        if needed is not None and not capabilities.get(needed, True):
+            return CheckResult(name, "skipped", detail=f"{needed} is False")
+        try:
+            report = explore(impls, scope, workers)
+        except TypeError as error:  # a manager without snapshot() as the yardstick, or one that does not pickle
+            return CheckResult(name, "failed", detail=f"cannot explore: {error}")
+        detail = report.theorem() + ("\n" + report.failure if report.failure else "")
+        return CheckResult(name, "passed" if report.passed else "failed", report.states, report.seconds, detail, report.as_dict())
+
+    return Check(name, run)

@@ -10,7 +10,7 @@ on what each profile means.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,6 +39,7 @@ class Profile:
     symbolic: bool = False
     shrink_seconds: float = 20.0  # time allowed to shrink a family's failure, from when it is found
     reduce_repro: bool = True  # after Hypothesis' share of that time, delete lines from the repro (reduce.py)
+    scopes: tuple[str, ...] = ()  # scopes the explorer exhausts (explore.py), by name (scope.SCOPES)
 
 
 PROFILES = {
@@ -47,7 +48,10 @@ PROFILES = {
     "quick": Profile("quick", max_examples=100, step_count=40, trace_requests=12, derandomize=False),
     "full": Profile("full", max_examples=2000, step_count=80, trace_requests=200, derandomize=False),
     "symbolic": Profile("symbolic", max_examples=25, step_count=12, trace_requests=0, derandomize=True, symbolic=True),
-}
+    # Breadth-first and exhaustive: no sampling, so nothing to derandomize or shrink.
+    "exhaustive": Profile("exhaustive", max_examples=0, step_count=0, trace_requests=0, derandomize=True,
+                          scopes=("default",)),
+}  # fmt: skip
 
 CAPABILITIES = ("supports_caching", "supports_sliding_window", "supports_encoder_decoder")
 
@@ -206,18 +210,26 @@ def machine_checks(
 
 
 def checks_for(
-    impls: Mapping[str, Any], profile: Profile, capabilities: Mapping[str, bool], on_failure: FirstFailure | None = None
+    impls: Mapping[str, Any],
+    profile: Profile,
+    capabilities: Mapping[str, bool],
+    on_failure: FirstFailure | None = None,
+    scopes: Sequence[Any] = (),
+    workers: int | None = None,
 ) -> list[Check]:
-    """Every check of a profile, in the order they run."""
-    from blockspace.conformance import long_runs, sweeps, symbolic, trace
+    """Every check of a profile, in the order they run (``scopes``: the
+    explorer's, instead of the profile's, as names or ``Scope``s, explored
+    by ``workers`` processes, default one per core)."""
+    from blockspace.conformance import explore, long_runs, sweeps, symbolic, trace
 
-    checks = machine_checks(impls, profile, capabilities, on_failure)
+    checks = machine_checks(impls, profile, capabilities, on_failure) if profile.max_examples else []
     if profile.trace_requests:
         checks += trace.trace_checks(impls, profile.trace_requests, capabilities)
         checks += long_runs.long_run_checks(impls, capabilities)
         checks += sweeps.sweep_checks(impls, capabilities)
     if profile.symbolic:
         checks += symbolic.symbolic_checks(impls, profile)
+    checks += [explore.explore_check(impls, scope, capabilities, workers) for scope in scopes or profile.scopes]
     return checks
 
 

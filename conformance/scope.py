@@ -72,22 +72,26 @@ def _show(value: Any) -> str:
 FAMILIES = ("plain", "caching", "sliding_window", "swap", "encoder_decoder")
 
 SCOPES = {
-    # CI exhausts this one (tests/test_explore.py): sharing, copy-on-write, eviction,
-    # promotion, a dry pool and a swap all happen in it.
-    "default": Scope(name="default", family="swap", block_size=2, num_gpu_blocks=3, num_cpu_blocks=2,
-                     enable_caching=True, max_requests=2, prompt_lengths=(2, 3), alphabet=(1, 2), max_len=4),
-    "plain": Scope(name="plain", family="plain", block_size=2, num_gpu_blocks=4, num_cpu_blocks=0,
-                   max_requests=3, samples=(1, 2), max_seqs=2, prompt_lengths=(1, 3), max_len=5, lookaheads=(0, 2)),
-    "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=4, num_cpu_blocks=0,
-                     enable_caching=True, max_requests=3, prompt_lengths=(2, 3), max_len=5),
-    "sliding_window": Scope(name="sliding_window", family="sliding_window", block_size=1, num_gpu_blocks=5,
-                            num_cpu_blocks=0, sliding_window=1, max_requests=2, prompt_lengths=(2, 4),
-                            max_len=6, lookaheads=(0, 1)),
-    "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=4, num_cpu_blocks=2,
-                  enable_caching=True, max_requests=3, prompt_lengths=(2, 3), max_len=5, max_preemptions=2),
-    "encoder_decoder": Scope(name="encoder_decoder", family="encoder_decoder", block_size=2, num_gpu_blocks=4,
-                             num_cpu_blocks=2, encoder_decoder=True, max_requests=2, prompt_lengths=(1, 3),
-                             max_len=4),
+    # CI exhausts this one (tests/test_explore.py) in well under a minute: sharing by forks and
+    # by prefix, copy-on-write, eviction, promotion and a dry pool happen in it (swaps: "swap").
+    "default": Scope(name="default", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
+                     enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
+                     max_len=2, max_preemptions=0),
+    "plain": Scope(name="plain", family="plain", block_size=2, num_gpu_blocks=3, num_cpu_blocks=0,
+                   max_requests=2, max_seqs=2, prompt_lengths=(1, 2), alphabet=(1, 2), max_len=3,
+                   lookaheads=(0, 2), max_preemptions=1),
+    "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
+                     enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1, 2),
+                     max_len=2, max_preemptions=0),
+    "sliding_window": Scope(name="sliding_window", family="sliding_window", block_size=1, num_gpu_blocks=4,
+                            num_cpu_blocks=0, sliding_window=1, max_requests=2, max_seqs=2, prompt_lengths=(2,),
+                            alphabet=(1,), max_len=4, max_preemptions=1),
+    "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
+                  enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
+                  max_len=2, max_preemptions=1),
+    "encoder_decoder": Scope(name="encoder_decoder", family="encoder_decoder", block_size=2, num_gpu_blocks=3,
+                             num_cpu_blocks=1, encoder_decoder=True, max_requests=2, max_seqs=2,
+                             prompt_lengths=(1,), alphabet=(1,), max_len=2, max_preemptions=1),
 }  # fmt: skip
 
 FAMILY_CAPABILITY = {  # the capability a scope's family needs from a manager (None: every manager)

@@ -1,0 +1,142 @@
+"""The explorer (conformance/explore.py): exhaustion, determinism across
+workers, a broken manager's shortest repro run as printed, the soundness
+of the time abstraction, and the pickling it clones managers with."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import subprocess
+import sys
+
+import pytest
+from numba import config
+
+from blockspace.conformance import Divergence
+from blockspace.conformance.explore import LeanLock, build, canonical, explore
+from blockspace.conformance.protocol import World, make, moves
+from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
+
+PAIR = {"reference": "reference", "fast": "fast"}
+# Without JIT the fast kernels run as Python, some fifty times slower: the default
+# scope is then explored to a depth, with the same checks, instead of exhausted.
+DEFAULT_CHANGES = ["max_depth=5"] if config.DISABLE_JIT else []
+
+
+def test_the_default_scope_is_exhausted_and_the_theorem_says_so() -> None:
+    report = explore(PAIR, scope_from("default", DEFAULT_CHANGES), workers=2)
+    assert report.passed, report.failure
+    assert report.states == sum(report.layers) and report.transitions > report.states
+    if not DEFAULT_CHANGES:
+        assert report.exhausted and report.depth > 5
+        assert "within the scope (every depth" in report.theorem() and report.theorem().endswith("exhausted")
+
+
+def test_any_number_of_workers_finds_the_same_states() -> None:
+    scope = scope_from("caching", ["max_depth=3"])
+    one, two = (explore(PAIR, scope, workers=n) for n in (1, 2))
+    figures = [(r.states, r.transitions, r.calls, r.layers, r.depth) for r in (one, two)]
+    assert figures[0] == figures[1]
+
+
+def test_a_broken_manager_fails_with_a_shortest_repro_that_runs_as_printed() -> None:
+    broken = {"reference": "reference", "FifoFreeList": "blockspace.conformance.broken:FifoFreeList"}
+    report = explore(broken, scope_from("plain", ["max_depth=4"]), workers=1)
+    assert not report.passed
+    # A FIFO free list shows at the second allocation after a free: arrive, admit,
+    # arrive, admit, free would be five moves; breadth-first finds three.
+    assert [move[0] for move in report.path] == ["arrive", "admit", "free"]
+    message, _, repro = report.failure.partition("Repro (runnable):\n")
+    assert "free" in message
+    with pytest.raises(Divergence, match="free"):
+        exec(compile(repro, "<repro>", "exec"), {})
+
+
+def _play(path: list[tuple], scope_name: str = "caching") -> tuple[World, LeanLock]:
+    scope = SCOPES[scope_name]
+    world, lock = World(scope), LeanLock(build(PAIR, scope))
+    for move in path:
+        make(move, world, lock)
+    return world, lock
+
+
+def _outcomes(world: World, lock: LeanLock, depth: int) -> list:
+    """Every move sequence of ``depth`` moves from this state: what each
+    call answered (values and error types) and the canonical state after
+    each move, in order."""
+    if depth == 0:
+        return []
+    blob = pickle.dumps((world, lock.managers))
+    seen = []
+    times = [block[3] for block in lock.yardstick["blocks"] if block[3] >= 0]
+    for move in moves(world, max(times) if times else None):
+        world2, managers = pickle.loads(blob)
+        answers: list = []
+        recorder = LeanLock(managers)
+        original = recorder.call
+
+        def call(method, *args, quiet=False, _record=answers, _call=original):  # noqa: ANN001, ANN202
+            outcome = _call(method, *args, quiet=quiet)
+            _record.append((method, type(outcome.error).__name__ if outcome.raised else repr(outcome.value)))
+            return outcome
+
+        recorder.call = call
+        make(move, world2, recorder)
+        seen.append((move[0], answers, canonical(recorder.yardstick, world2), _outcomes(world2, recorder, depth - 1)))
+    return seen
+
+
+def test_states_merged_by_their_time_ranks_behave_the_same() -> None:
+    """Two states whose access times differ but keep their order get one
+    canonical form; every sequence of two moves from each gives the same
+    answers and the same canonical states."""
+    prompt = [("arrive", 2, 1), ("arrive", 3, 1), ("admit", "g1", 0), ("admit", "g2", 0)]
+    early = _play(prompt + [("append", 10, 1, 0, None), ("append", 20, 2, 0, None)])
+    late_world, late_lock = _play(prompt + [("append", 10, 1, 0, None)])
+    late_world.clock += 40.0  # the second access comes much later: other times, the same order
+    make(("append", 20, 2, 0, None), late_world, late_lock)
+    assert early[1].yardstick != late_lock.yardstick  # the raw times differ
+    assert canonical(early[1].yardstick, early[0]) == canonical(late_lock.yardstick, late_world)
+    a, b = _outcomes(*early, 2), _outcomes(late_world, late_lock, 2)
+    strip = lambda tree: [(name, answers, key, strip(rest)) for name, answers, key, rest in tree]  # noqa: E731
+    assert strip(a) == strip(b) and len(a) > 10
+
+
+def test_pickled_and_deep_copied_managers_go_on_in_lockstep() -> None:
+    """The explorer's clones: a manager pickled (or deep-copied) halfway
+    answers every later call as the original does, with the same types."""
+    path = [("arrive", 0, 1), ("admit", "g1", 0), ("append", 10, 1, 0, None), ("fork", 10), ("arrive", 5, 1),
+            ("admit", "g2", 0), ("append", 11, 2, 0, None), ("swap_out", "g2")]  # fmt: skip
+    scope = SCOPES["swap"]
+    world, lock = World(scope), LeanLock(build(PAIR, scope))
+    for move in path[:4]:
+        make(move, world, lock)
+    for clone in (lambda value: pickle.loads(pickle.dumps(value)), copy.deepcopy):
+        managers2 = clone(lock.managers)
+        mixed = {"original fast": lock.managers["fast"], "cloned fast": managers2["fast"], "cloned reference": managers2["reference"]}
+        both = LeanLock(mixed)
+        world3 = copy.deepcopy(world)  # the same world for all three: each call goes to every manager
+        for move in path[4:]:
+            make(move, world3, both)
+        both.call("get_block_table", world3.seq(10))
+        assert both.snapshots["cloned fast"] == both.snapshots["cloned reference"]
+
+
+def test_scopes_refuse_bad_values_by_name() -> None:
+    with pytest.raises(ScopeError, match="nosuch"):
+        scope_from("nosuch")
+    with pytest.raises(ScopeError, match="num_gpu_blocks"):
+        scope_from("default", ["num_gpu_blocks=0"])
+    with pytest.raises(ScopeError, match="max_depth"):
+        scope_from("default", ["max_depth=x"])
+    assert scope_from("default", ["alphabet=1,2,3"]).alphabet == (1, 2, 3)
+
+
+def test_the_command_prints_the_theorem() -> None:
+    command = [sys.executable, "-m", "blockspace", "conformance", "--impl", "fast", "--against", "reference",
+               "--profile", "exhaustive", "--scope", "plain", "--scope-set", "max_depth=2", "--workers", "1"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "explore[plain]: scope plain [" in done.stdout and "at most 2 moves" in done.stdout
+    bad = subprocess.run(command[:-4] + ["--scope-set", "lookaheads=x"], capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --scope/--scope-set")
