@@ -78,7 +78,7 @@ SCOPES = {
                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                      max_len=2, max_preemptions=0),
     "plain": Scope(name="plain", family="plain", block_size=2, num_gpu_blocks=3, num_cpu_blocks=0,
-                   max_requests=2, max_seqs=2, prompt_lengths=(1, 2), alphabet=(1, 2), max_len=3,
+                   max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1, 2), max_len=3,
                    lookaheads=(0, 2), max_preemptions=1),
     "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1, 2),

@@ -22,8 +22,10 @@ from typing import Any, ClassVar
 import pytest
 
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
+from blockspace.conformance.explore import explore_check
 from blockspace.conformance.long_runs import RUNS, long_run_check
 from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
+from blockspace.conformance.scope import SCOPES
 from blockspace.conformance.sweeps import SWEEPS, sweep_check
 from blockspace.conformance.trace import VARIANTS, trace_check
 from blockspace.interfaces import BlockSpaceManager, load_manager_class
@@ -45,6 +47,8 @@ class ManagerConformance:
     supports_sliding_window: ClassVar[bool] = True
     supports_encoder_decoder: ClassVar[bool] = True
     supports_snapshot: ClassVar[bool | None] = None  # None: use snapshot() when the class has one
+    exhaustive_scopes: ClassVar[tuple[str, ...]] = ("default",)  # scopes test_exhaustive explores (scope.SCOPES)
+    explore_workers: ClassVar[int | None] = None  # the explorer's processes (None: one per core)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -117,6 +121,14 @@ class ManagerConformance:
     @pytest.mark.parametrize("name", list(SWEEPS))
     def test_sweep(self, name: str) -> None:
         self.require(sweep_check(self.impls(), self.capabilities(), name).run())
+
+    @pytest.mark.parametrize("scope", list(SCOPES))
+    def test_exhaustive(self, scope: str) -> None:
+        """The explorer over ``scope``, when the class lists it in
+        ``exhaustive_scopes`` (the others take minutes: by hand)."""
+        if scope not in self.exhaustive_scopes:
+            pytest.skip(f"{scope!r} is not in exhaustive_scopes {self.exhaustive_scopes}")
+        self.require(explore_check(self.impls(), scope, self.capabilities(), self.explore_workers).run())
 
     @pytest.mark.parametrize("variant", list(VARIANTS))
     def test_trace_replay(self, variant: str) -> None:
