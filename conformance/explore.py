@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import pickle
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ from blockspace.conformance.protocol import Move, ScriptedWorld, World, make, mo
 from blockspace.conformance.runner import Check, CheckResult
 from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
 from blockspace.conformance.script import Script
+from blockspace.conformance.vllm_manager import Excluded
 from blockspace.interfaces import load_manager_class
 from blockspace.snapshot import diff
 
@@ -82,6 +84,10 @@ class LeanLock:
             except Exception as error:  # noqa: BLE001 - every error is part of the comparison
                 outcomes[name] = Outcome(error=error)
         self.num_calls += 1
+        if excluded := [o.error for o in outcomes.values() if isinstance(o.error, Excluded)]:
+            if quiet or method in PURE:  # a question vLLM cannot be asked here: not asked
+                return next(iter(outcomes.values()))
+            raise excluded[0]
         if problems := disagreements(outcomes):
             raise Finding(f"{method} disagrees:\n  " + "\n  ".join(problems))
         first = next(iter(outcomes.values()))
@@ -164,6 +170,7 @@ class Expansion:
 
     new: list[tuple[bytes, bytes, tuple]] = field(default_factory=list)  # (key, state pickle, path)
     transitions: int = 0
+    excluded: Counter[str] = field(default_factory=Counter)  # moves a manager cannot be compared on, by reason
     calls: int = 0
     failure: tuple[tuple, str] | None = None  # (path, message) of the first failure
 
@@ -196,6 +203,10 @@ def expand(chunk: list[tuple[bytes, tuple]], seen: set[bytes], successors: bool 
             except Finding as failure:
                 out.failure = (path + (move,), str(failure))
                 return out
+            except Excluded as reason:  # not compared, and its state dropped (others may have changed)
+                out.excluded[str(reason)] += 1
+                dirty = True
+                continue
             out.transitions += 1
             out.calls += lock.num_calls
             key = canonical(lock.yardstick, world)
@@ -241,6 +252,7 @@ class Report:
     seconds: float = 0.0
     workers: int = 1
     layers: list[int] = field(default_factory=list)  # new states at each depth
+    excluded: Counter[str] = field(default_factory=Counter)  # transitions not compared, by §14 item
     failure: str = ""  # the first failure, with its runnable repro
     path: tuple = ()
 
@@ -259,6 +271,9 @@ class Report:
             claim += f" depth {self.depth})"
         else:
             claim = f"for every call sequence of at most {self.depth} moves within the scope (cut by {self.cut})"
+        if self.excluded:
+            claim += (f", leaving out the {sum(self.excluded.values()):,} transitions that meet vLLM's crashes, half-done "
+                      f"operations or nondeterminism ({'; '.join(f'{k}: {v:,}' for k, v in self.excluded.most_common())})")  # fmt: skip
         return (f"scope {self.scope.name} [{self.scope.describe()}]: {claim}, {' and '.join(others)} return the values "
                 f"{first} returns and reach identical snapshots: {figures}, {'exhausted' if self.exhausted else 'not exhausted'}")  # fmt: skip
 
@@ -270,7 +285,8 @@ class Report:
             "scope": self.scope.name, "settings": self.scope.describe(), "states": self.states,
             "transitions": self.transitions, "calls": self.calls, "depth": self.depth, "exhausted": self.exhausted,
             "cut": self.cut, "seconds": round(self.seconds, 2), "workers": self.workers, "layers": self.layers,
-            "transitions_per_s_per_worker": round(self.rate()), "theorem": self.theorem(),
+            "transitions_per_s_per_worker": round(self.rate()), "excluded": dict(self.excluded),
+            "theorem": self.theorem(),
         }  # fmt: skip
 
 
@@ -312,6 +328,7 @@ def explore(
         for result in results:
             report.transitions += result.transitions
             report.calls += result.calls
+            report.excluded.update(result.excluded)
             if result.failure is not None:
                 report.path, message = result.failure
                 report.failure = replay(impls, scope, report.path, message)

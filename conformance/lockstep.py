@@ -93,6 +93,16 @@ def mismatch(a: Any, b: Any, where: str = "value") -> str | None:
     return None
 
 
+def same_error(expected: BaseException | None, got: BaseException | None) -> bool:
+    """The same error type (or both none); or, from a manager that raises
+    built-in errors where blockspace raises named ones (vLLM's, through
+    ``vllm_manager.ForeignError``), an error of that built-in kind."""
+    if type(expected) is type(got):
+        return True
+    kind = getattr(got, "builtin", None)
+    return expected is not None and kind is not None and isinstance(expected, kind)
+
+
 def disagreements(outcomes: Mapping[str, Outcome]) -> list[str]:
     """How each manager's outcome differs from the yardstick's (the first):
     another error type, or another value (``mismatch``)."""
@@ -100,7 +110,7 @@ def disagreements(outcomes: Mapping[str, Outcome]) -> list[str]:
     problems = []
     for name, outcome in others:
         if first.raised or outcome.raised:
-            if type(first.error) is not type(outcome.error):
+            if not same_error(first.error, outcome.error):
                 problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}")
         elif why := mismatch(first.value, outcome.value):
             problems.append(f"{first_name} {first.describe()}\n  {name} {outcome.describe()}\n  ({why})")

@@ -1,38 +1,42 @@
 """The scheduler's moves, as the explorer enumerates them (spec §16).
 
 ``World`` is the scheduler's side of a state: its requests (our own
-``SequenceGroup``s, in arrival order) and three counters the scope bounds.
-``moves(world)`` lists every move enabled in a state, in a fixed order, as
-plain tuples (a path of them replays a state); ``make(move, world, lock)``
-plays one: the world changes it makes, then its manager calls through
-``lock``, which compares every answer (``explore.LeanLock`` while
-exploring, a ``Lockstep`` when a failing path is replayed as a repro).
+``SequenceGroup``s, in arrival order), the counts of arrivals and
+preemptions the scope bounds, and a clock. ``moves(world, latest_time)``
+lists every move enabled in a state, in a fixed order, as plain tuples (a
+path of them replays a state); ``make(move, world, lock)`` plays one: the
+world changes it makes, then its manager calls through ``lock``, which
+compares every answer (``explore.LeanLock`` while exploring, a ``Lockstep``
+when a failing path is replayed as a repro).
 
 Each world change goes through one ``World`` method. ``ScriptedWorld``
 makes the same changes by executing a line of Python in a ``Script``, so a
 replayed path prints as the runnable script of exactly what ran.
 
-The moves (``MOVES`` names them, with the families they are enabled in):
+The moves (``PLAYS`` maps each name to its play):
 
-* ``arrive(prompt, n)``: a request with one of the scope's prompts and ``n``
-  WAITING sequences (an encoder prompt too, for encoder-decoder);
+* ``arrive(prompt, n[, encoder])``: a request with one of the scope's
+  prompts and ``n`` WAITING sequences (and an encoder prompt, for
+  encoder-decoder);
 * ``admit(request, lookahead)``: (caching) ``get_num_cached_tokens`` of the
   WAITING sequences, ``can_allocate``; OK: ``allocate``, RUNNING; LATER:
   ``remove_seq_from_computed_blocks_tracker``; NEVER: FINISHED_IGNORED;
   ``force(request)``: ``allocate`` without asking (works or fails cleanly);
-* ``append(seq, token, lookahead)``: the model computes the sequence and
-  samples ``token``; the next step asks ``can_append_slots`` and makes
-  ``append_slots`` whatever the answer (it works or fails cleanly);
-* ``access(seq, tie)``: ``access_all_blocks_in_seq`` at a new time, or at
-  the latest time the state holds (ties decide eviction order);
+  ``abort(request)``: a WAITING request given up;
+* ``append(seq, token, lookahead, now)``: the model computes the sequence
+  and samples ``token``; the next step asks ``can_append_slots`` and makes
+  ``append_slots`` whatever the answer (it works or fails cleanly); with
+  caching it then stamps the sequence at ``now`` (None: a new time, else
+  the latest time the state holds, as one step stamps all its sequences
+  with one time), asks its group's common computed blocks and marks them;
 * ``fork(seq)``, ``free(seq)``, ``recompute(request)``, ``swap_out(request)``
-  (``can_swap_out`` first, then the swap whatever it said), ``swap_in(request,
-  lookahead)``, ``abort(request)`` of a WAITING request;
-* caching: ``mark(request)``, ``common(request)`` (its running sequences, or
-  every running sequence with ``"*"``), ``count(seq)``, ``untrack(seq)``,
-  ``reset(device)``;
-* ``illegal(kind)``: one call the protocol forbids; it must raise the same
-  error everywhere and change nothing.
+  (``can_swap_out`` first, then the swap whatever it said) and
+  ``swap_in(request, lookahead)`` (likewise with ``can_swap_in``);
+* caching: ``reset(device)``; with the scope's ``free_calls`` also
+  ``access(seq, now)``, ``count(seq)``, ``untrack(seq)``, ``mark(request)``
+  and ``common(request)`` (``"*"``: every running sequence) on their own;
+* ``illegal(kind)``: a call the protocol forbids (``ILLEGAL``); it must
+  raise the same error everywhere and change nothing.
 """
 
 from __future__ import annotations
