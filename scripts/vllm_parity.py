@@ -43,8 +43,11 @@ Then make a venv that sees both the stand-in package and blockspace::
     /tmp/vllmenv/bin/pip install -e . --no-deps      # from the repository root
     /tmp/vllmenv/bin/python scripts/vllm_parity.py --seconds 600 --jobs 2
 
-The reference needs nothing else; for ``--impl fast`` drop ``--no-deps``
-(numpy, numba). A full vLLM 0.9.2 installation should serve as well (not
+The reference needs nothing else but the kit's view of vLLM's state
+(``blockspace.conformance.vllm_manager``, the ``[conformance]`` extra: drop
+``--no-deps`` and install ``-e '.[conformance]'``), and numpy and numba for
+``--impl fast``. ``../shared/vllm/setup.sh`` makes a venv with the real
+vLLM 0.9.2 that serves as well. A full vLLM 0.9.2 installation should serve as well (not
 tried: it needs a CUDA build of torch).
 
 Usage
@@ -97,6 +100,7 @@ from blockspace.enums import Device, SequenceStatus
 from blockspace.errors import InvariantError
 from blockspace.interfaces import load_manager_class
 from blockspace.sequence import Sequence, SequenceData, SequenceGroup
+from blockspace.conformance.vllm_manager import vllm_snapshot  # the kit's view of vLLM's state
 from blockspace.snapshot import diff
 
 WAITING, RUNNING, SWAPPED = SequenceStatus.WAITING, SequenceStatus.RUNNING, SequenceStatus.SWAPPED
@@ -303,69 +307,6 @@ def _normalise(name: str, value: Any) -> Any:
     if isinstance(value, list):
         return [tuple(v) if isinstance(v, tuple) else v for v in value]
     return value
-
-
-def vllm_snapshot(manager: Any, vllm_device: type) -> dict[str, Any]:
-    """vLLM's state in the form of ``blockspace.snapshot`` (reads internals)."""
-    num_gpu = manager.num_total_gpu_blocks
-    allocators = manager.block_allocator._allocators
-    caching = manager.enable_caching
-    blocks: list = []
-    free: dict[str, list[int]] = {}
-    evictable: dict[str, list[int]] = {}
-    hit_stats: dict[str, tuple] = {}
-    for name in ("GPU", "CPU"):
-        allocator = allocators[vllm_device[name]]
-        refcounts = allocator._refcounter._refcounts
-        ids = sorted(refcounts)
-        if not caching:
-            free[name] = list(allocator._free_block_indices)
-            evictable[name] = []
-            hit_stats[name] = (0, 0.0, 0, 0)
-            blocks += [(refcounts[i], False, False, -1.0) for i in ids]
-            continue
-        free[name] = list(allocator._hashless_allocator._free_block_indices)
-        idle = allocator.evictor.free_table
-        evictable[name] = sorted(idle, key=lambda i: (idle[i].last_accessed, -idle[i].num_hashed_tokens, i))
-        cached_ids = set(allocator._cached_blocks.values())
-        for i in ids:
-            tracker = allocator._block_tracker[i]
-            when = idle[i].last_accessed if i in idle else tracker.last_accessed
-            blocks.append((refcounts[i], i in cached_ids, bool(tracker.computed), float(when)))
-        metric = allocator.metric_data
-        hit_stats[name] = (
-            metric.num_completed_blocks,
-            metric.completed_block_cache_hit_rate,
-            metric.num_incompleted_block_queries,
-            metric.num_incompleted_block_hit,
-        )
-    last_access = manager._last_access_blocks_tracker._seq_last_access
-    tracker = manager._computed_blocks_tracker
-    null_block = manager.block_allocator._null_block
-    return {
-        "tables": {
-            seq_id: {
-                "blocks": list(table.physical_block_ids),
-                "num_tokens": table._num_full_slots,
-                "device": "CPU" if table.physical_block_ids and table.physical_block_ids[-1] >= num_gpu else "GPU",
-                "last_access": last_access.get(seq_id),
-            }
-            for seq_id, table in manager.block_tables.items()
-        },
-        "cross_tables": {r: list(t.physical_block_ids) for r, t in manager.cross_block_tables.items()},
-        "blocks": blocks,
-        "free": free,
-        "evictable": evictable,
-        "touched": sorted(allocators[vllm_device.GPU]._touched_blocks) if caching else [],
-        "hit_stats": hit_stats,
-        "tracker": {
-            i: (len(tracker._seq_id_to_blocks_hashes.get(i, [])), n)
-            for i, n in tracker._seq_id_to_num_tokens_computed.items()
-        }
-        if caching
-        else {},
-        "null_block": None if null_block is None else null_block.block_id,
-    }
 
 
 class Harness:
