@@ -99,8 +99,11 @@ def same_error(expected: BaseException | None, got: BaseException | None) -> boo
     ``vllm_manager.ForeignError``), an error of that built-in kind."""
     if type(expected) is type(got):
         return True
-    kind = getattr(got, "builtin", None)
-    return expected is not None and kind is not None and isinstance(expected, kind)
+    if expected is None or got is None:
+        return False
+    foreign, other = (got, expected) if hasattr(got, "builtin") else (expected, got)
+    kind = getattr(foreign, "builtin", None)
+    return kind is not None and isinstance(other, kind)
 
 
 def disagreements(outcomes: Mapping[str, Outcome]) -> list[str]:
