@@ -139,6 +139,7 @@ class VllmManager:
         self.vllm = SelfAttnBlockSpaceManager(block_size, num_gpu_blocks, num_cpu_blocks, watermark, sliding_window,
                                               enable_caching)  # fmt: skip
         self.device = VllmDevice
+        self.unshared: set[int] = set()  # sequences whose shared blocks a swap un-shared (§14.5)
         for attribute in ("block_size", "num_total_gpu_blocks", "num_total_cpu_blocks", "watermark",
                           "sliding_window", "enable_caching"):  # fmt: skip
             setattr(self, attribute, getattr(self.vllm, attribute))
@@ -194,9 +195,14 @@ class VllmManager:
 
     def append_slots(self, seq: Any, num_lookahead_slots: int = 0) -> list[tuple[int, int]]:
         self._lookahead(num_lookahead_slots)
+        table = self.vllm.block_tables.get(seq.seq_id)
+        on_cpu = table is not None and any(b >= self.num_total_gpu_blocks for b in table.physical_block_ids)
+        self._exclude_if(on_cpu, "an append to a swapped-out sequence (vLLM does not check it)")
+        self._after_unsharing(seq)
         return self._run(self.vllm.append_slots, seq, num_lookahead_slots, half_done=NO_FREE_BLOCKS)
 
     def fork(self, parent_seq: Any, child_seq: Any) -> None:
+        self._after_unsharing(parent_seq)
         self._exclude_if(self._dropped(parent_seq.seq_id), "§14.4 fork after a sliding-window drop")
         self._exclude_if(child_seq.seq_id in self.vllm.block_tables, "§15 fork onto a child with a table")
         self._run(self.vllm.fork, parent_seq, child_seq)
@@ -213,15 +219,33 @@ class VllmManager:
         self._swap_checks(seq_group)
         return self._run(self.vllm.can_swap_out, seq_group)
 
-    def swap_in(self, seq_group: Any) -> list[tuple[int, int]]:
+    def _swap(self, swap: Any, seq_group: Any) -> list[tuple[int, int]]:
+        """The swap is compared (its pairs are §14.5's, which blockspace
+        reproduces); but when the group's tables shared blocks, vLLM's
+        forked tables share block *objects* whose ids the swap rewrote, and
+        what it does with them afterwards is not its tables' story (it
+        asserts in an append, miscounts references in a free): later calls
+        on those sequences are left out."""
         self._swap_checks(seq_group)
-        return self._run(self.vllm.swap_in, seq_group, half_done=NO_FREE_BLOCKS)
+        for seq in seq_group.get_seqs():
+            self._after_unsharing(seq)
+        ids = [b for s in seq_group.get_seqs() for b in getattr(self.vllm.block_tables.get(s.seq_id), "physical_block_ids", [])]
+        pairs = self._run(swap, seq_group, half_done=NO_FREE_BLOCKS)
+        if len(ids) != len(set(ids)):
+            self.unshared.update(s.seq_id for s in seq_group.get_seqs())
+        return pairs
+
+    def _after_unsharing(self, seq: Any) -> None:
+        self._exclude_if(seq.seq_id in self.unshared, "§14.5 a call on a table whose shared blocks a swap un-shared")
+
+    def swap_in(self, seq_group: Any) -> list[tuple[int, int]]:
+        return self._swap(self.vllm.swap_in, seq_group)
 
     def swap_out(self, seq_group: Any) -> list[tuple[int, int]]:
-        self._swap_checks(seq_group)
-        return self._run(self.vllm.swap_out, seq_group, half_done=NO_FREE_BLOCKS)
+        return self._swap(self.vllm.swap_out, seq_group)
 
     def free(self, seq: Any) -> None:
+        self._after_unsharing(seq)
         table = self.vllm.block_tables.get(seq.seq_id)
         if self.enable_caching and table is not None:
             self._exclude_if(not self._tracked(seq.seq_id), "§14.12 free of a sequence the tracker does not know")

@@ -314,7 +314,11 @@ class PromotionGivesNothing(ReferenceBlockSpaceManager):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.gpu.promote_gain = lambda key: 0
+        self.gpu.promote_gain = _no_gain  # a module-level function: the manager still pickles (the explorer)
+
+
+def _no_gain(key):
+    return 0
 
 
 def test_the_sweeps_meet_the_pool_margin_and_print_the_play():
