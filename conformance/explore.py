@@ -274,8 +274,10 @@ class Report:
         if self.excluded:
             claim += (f", leaving out the {sum(self.excluded.values()):,} transitions that meet vLLM's crashes, half-done "
                       f"operations or nondeterminism ({'; '.join(f'{k}: {v:,}' for k, v in self.excluded.most_common())})")  # fmt: skip
-        return (f"scope {self.scope.name} [{self.scope.describe()}]: {claim}, {' and '.join(others)} return the values "
-                f"{first} returns and reach identical snapshots: {figures}, {'exhausted' if self.exhausted else 'not exhausted'}")  # fmt: skip
+        verbs = ("returns", "reaches") if len(others) == 1 else ("return", "reach")
+        return (f"scope {self.scope.name} [{self.scope.describe()}]: {claim}, {' and '.join(others)} {verbs[0]} the "
+                f"values {first} returns and {verbs[1]} identical snapshots: {figures}, "
+                f"{'exhausted' if self.exhausted else 'not exhausted'}")  # fmt: skip
 
     def rate(self) -> float:
         return self.transitions / max(self.seconds * self.workers, 1e-9)

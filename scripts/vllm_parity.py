@@ -96,11 +96,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from blockspace.conformance.vllm_manager import vllm_snapshot  # the kit's view of vLLM's state
 from blockspace.enums import Device, SequenceStatus
 from blockspace.errors import InvariantError
 from blockspace.interfaces import load_manager_class
 from blockspace.sequence import Sequence, SequenceData, SequenceGroup
-from blockspace.conformance.vllm_manager import vllm_snapshot  # the kit's view of vLLM's state
 from blockspace.snapshot import diff
 
 WAITING, RUNNING, SWAPPED = SequenceStatus.WAITING, SequenceStatus.RUNNING, SequenceStatus.SWAPPED
