@@ -7,7 +7,7 @@ blockspace's interface, so the kit compares it like any implementation:
         --against reference --profile exhaustive --scope plain
 
 vLLM is imported only when one is built (it is never a dependency): in an
-environment that has it (``../shared/vllm/setup.sh`` makes one), and an
+environment that has it (docs/performance.md says how to make one), and an
 ``ImportError`` naming it elsewhere.
 
 What is normalised, as the spec maps it:

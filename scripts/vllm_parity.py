@@ -46,9 +46,8 @@ Then make a venv that sees both the stand-in package and blockspace::
 The reference needs nothing else but the kit's view of vLLM's state
 (``blockspace.conformance.vllm_manager``, the ``[conformance]`` extra: drop
 ``--no-deps`` and install ``-e '.[conformance]'``), and numpy and numba for
-``--impl fast``. ``../shared/vllm/setup.sh`` makes a venv with the real
-vLLM 0.9.2 that serves as well. A full vLLM 0.9.2 installation should serve as well (not
-tried: it needs a CUDA build of torch).
+``--impl fast``. The CPU venv of docs/performance.md, with the real vLLM
+0.9.2's wheel, serves as well.
 
 Usage
 -----

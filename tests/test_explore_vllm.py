@@ -2,12 +2,12 @@
 within the default scope the reference and vLLM agree on every compared transition,
 and every transition left out is one of the spec's named §14 / §15 corners.
 
-Needs vLLM 0.9.2 (``../shared/vllm/setup.sh`` makes a venv with it, then
+Needs vLLM 0.9.2 (a CPU venv as docs/performance.md makes it, then
 ``pip install -e '.[conformance]'`` there); skipped elsewhere."""
 
 import pytest
 
-NEEDS = "needs vLLM 0.9.2 (../shared/vllm/setup.sh)"
+NEEDS = "needs vLLM 0.9.2 (a venv set up by hand, see docs/performance.md)"
 vllm = pytest.importorskip("vllm", reason=NEEDS)
 if getattr(vllm, "__version__", None) != "0.9.2":
     pytest.skip(f"{NEEDS}; this is vLLM {getattr(vllm, '__version__', '?')}", allow_module_level=True)
