@@ -168,7 +168,7 @@ def run_mutant(workdir: Path, name: str, source: str, timeout: float, profile: s
         verdict = "survived" if done.returncode == 0 else "killed"
         why = (done.stdout.strip().splitlines() or [""])[-1]
     except subprocess.TimeoutExpired:  # quick: a hang; full: a long campaign cut short, not a kill
-        verdict, why = ("killed", "timeout") if profile == "quick" else ("survived", f"not killed in {timeout:.0f} s")
+        verdict, why = ("killed", "timeout") if profile != "full" else ("survived", f"not killed in {timeout:.0f} s")
     finally:
         target.write_text(original)
     return verdict, time.perf_counter() - started, why
@@ -213,6 +213,8 @@ def probe(target: str, profile: str = "quick") -> int:
     def killed_by_traces(num_requests: int) -> bool:
         return killed_by([*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})])
 
+    if profile == "exhaustive":  # the explorer alone: the CI scope whole, every family's to a depth
+        return 1 if killed_by(exhaustive_checks(impls)) else print("survived") or 0
     if killed_by(sweep_checks(impls, {})):  # deterministic and the cheapest: first
         return 1
     for done in range(rounds):
@@ -229,13 +231,30 @@ def probe(target: str, profile: str = "quick") -> int:
     return 0
 
 
+MUTATION_DEPTH = 8  # the family scopes' cut for a mutant (the default scope is exhausted whole)
+
+
+def exhaustive_checks(impls: dict[str, str]) -> list:
+    """The explorer's checks a mutant faces: ``default`` exhausted (as CI
+    runs it), then each family's scope cut at ``MUTATION_DEPTH`` moves, on
+    one worker (the campaign runs mutants side by side)."""
+    from dataclasses import replace
+
+    from blockspace.conformance.explore import explore_check
+    from blockspace.conformance.scope import SCOPES
+
+    scopes = [SCOPES["default"]] + [replace(scope, max_depth=MUTATION_DEPTH) for name, scope in SCOPES.items() if name != "default"]
+    return [explore_check(impls, scope, {}, workers=1) for scope in scopes]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blockspace.conformance.mutation")
     parser.add_argument("--probe", choices=sorted(TARGETS), help=argparse.SUPPRESS)
     parser.add_argument("--target", choices=sorted(TARGETS), default="reference", help="what to mutate")
-    parser.add_argument("--profile", choices=("quick", "full"), default="quick", help="the kit's profile each mutant faces")
+    parser.add_argument("--profile", choices=("quick", "full", "exhaustive"), default="quick", help="the kit's profile each mutant faces")
     parser.add_argument("--sample", type=int, default=0, help="mutants drawn at random (0: all)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first", type=int, default=0, help="only the first N mutants of the sample (0: all)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per mutant before it counts as hung")
     parser.add_argument("--workdir", default="/tmp/blockspace-mutation")
@@ -250,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         build_workdir(workdir)
     mutants = enumerate_mutants(TARGETS[args.target], sources_in(workdirs[0]))
     chosen = random.Random(args.seed).sample(mutants, args.sample) if 0 < args.sample < len(mutants) else mutants
+    chosen = chosen[: args.first] if args.first > 0 else chosen
     if args.rerun:
         with open(args.rerun) as handle:
             survivors = {(r["file"], r["line_number"], r["index"]) for r in json.load(handle)["results"] if r["verdict"] == "survived"}
