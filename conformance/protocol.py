@@ -488,8 +488,9 @@ PLAYS = {
 
 def observe(world: World, lock: Any) -> None:
     """Every question that changes nothing, asked in a state when it is first
-    reached: admission, append and swap answers at each lookahead, tables,
-    free counts and hit rates."""
+    reached: admission, append and swap answers at each lookahead, tables
+    and hit rates (the free counts come with the invariants: ``explore.check_state``,
+    ``Lockstep.verify``)."""
     scope = world.scope
     for group in world.with_status(WAITING):
         for la in scope.lookaheads:
@@ -505,7 +506,5 @@ def observe(world: World, lock: Any) -> None:
         lock.call("get_block_table", seq, quiet=True)
     for request_id in world.invariant_world().encoders:
         lock.call("get_cross_block_table", world.groups[request_id], quiet=True)
-    lock.call("get_num_free_gpu_blocks", quiet=True)
-    lock.call("get_num_free_cpu_blocks", quiet=True)
     for device in (Device.GPU, Device.CPU):
         lock.call("get_prefix_cache_hit_rate", device, quiet=True)
