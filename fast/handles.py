@@ -8,10 +8,10 @@ manager keeps each state as a NamedTuple (what Python code reads) and a
 ``StructRef`` over the very same arrays (what kernels get): writes by a
 kernel are writes to the NamedTuple's arrays.
 
-``State`` keeps the two in step: assigning ``store.gpu = pool`` also sets
-``store.gpu_ref`` to a fresh handle (``fast/store.py``), and ``store.gpu_view``
-to memoryviews of its arrays. Under ``NUMBA_DISABLE_JIT=1`` the handle
-is the NamedTuple itself.
+``State`` keeps the two in step: after ``store.gpu = pool``,
+``store.gpu_ref`` is a fresh handle (``fast/store.py``), and ``store.gpu_view``
+memoryviews of its arrays. Under ``NUMBA_DISABLE_JIT=1`` the handle is the
+NamedTuple itself.
 """
 
 from __future__ import annotations
@@ -109,9 +109,13 @@ def handle(state: Any) -> Any:
 
 
 class State:
-    """An attribute holding a state NamedTuple; setting it also sets
-    ``<name>_ref`` to its handle, and ``<name>_view`` to the same NamedTuple
-    over memoryviews of the same arrays. Reads go straight to the instance dict.
+    """An attribute holding a state NamedTuple. Reads go straight to the
+    instance dict. Its handle (``<name>_ref``) and the same NamedTuple over
+    memoryviews of the same arrays (``<name>_view``) are made on their first
+    read after each assignment (``Derived``): a state is replaced rarely
+    (growth, a batch's trial) and read often, and a manager loaded from a
+    pickle (the conformance explorer loads one per move) may never need some
+    of them.
 
     Why views: Python code that reads one cell (a row's token count, a free
     count) pays about 80 ns for ``array.item(i)`` and 30 ns for
@@ -122,6 +126,22 @@ class State:
         self.name = name
 
     def __set__(self, holder: Any, value: Any) -> None:
-        holder.__dict__[self.name] = value
-        holder.__dict__[self.name + "_ref"] = handle(value)
-        holder.__dict__[self.name + "_view"] = type(value)(*(memoryview(array) for array in value))
+        held = holder.__dict__
+        held[self.name] = value
+        held.pop(self.name + "_ref", None)
+        held.pop(self.name + "_view", None)
+
+
+class Derived:
+    """A holder of ``State`` attributes: ``<name>_ref`` and ``<name>_view``
+    are made on a miss (``__getattr__`` runs only when the instance dict has
+    no such entry) and kept until ``<name>`` is set again."""
+
+    def __getattr__(self, name: str) -> Any:
+        state, _, kind = name.rpartition("_")
+        if kind not in ("ref", "view") or not isinstance(getattr(type(self), state, None), State) or state not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = self.__dict__[state]
+        made = handle(value) if kind == "ref" else type(value)(*(memoryview(array) for array in value))
+        self.__dict__[name] = made
+        return made

@@ -22,13 +22,15 @@ def _fail(what: str) -> None:
 
 def free_list(pool: P.Pool) -> list[int]:
     """The uncached free blocks, front of the deque first."""
-    size = len(pool.free_ids)
+    ring = pool.free_ids.tolist()
     head, count = int(pool.meta[P.FREE_HEAD]), int(pool.meta[P.NUM_FREE_IDS])
-    return pool.free_ids[(head + np.arange(count)) % size].tolist()
+    return ring[head : head + count] + ring[: max(0, head + count - len(ring))]
 
 
 def evictable(pool: P.Pool) -> list[int]:
     """The idle cached blocks in eviction order (oldest, deepest, smallest id)."""
+    if pool.meta[P.NUM_IDLE] == 0:
+        return []
     idle = np.flatnonzero(pool.heap_pos[: pool.meta[P.NUM_BLOCKS]] >= 0)
     order = np.lexsort((idle, -pool.idle_depth[idle], pool.idle_time[idle]))
     return (idle[order] + pool.meta[P.FIRST_ID]).tolist()

@@ -18,7 +18,6 @@ arrays (what kernels get, ``<name>_ref``; ``fast/handles.py``), and
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -27,10 +26,10 @@ from blockspace.fast import pool as P
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.content import new_keys
-from blockspace.fast.handles import State
+from blockspace.fast.handles import Derived, State
 
 
-class Store:
+class Store(Derived):
     """The kernels' state (see the module docstring)."""
 
     gpu, cpu, keys, tables, tracker = State(), State(), State(), State(), State()
@@ -76,7 +75,7 @@ class Store:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name in STATE_NAMES:
-            setattr(self, name, _unpacked(*state[name]))  # through ``State``: a fresh handle and views
+            setattr(self, name, _unpacked(*state[name]))  # through ``State``: handles and views made when first read
         self.null_block = state["null_block"]
 
     def commit(self, trial: Store) -> None:
@@ -100,27 +99,25 @@ def key_capacity(block_size: int, num_blocks: int) -> int:
     return capacity
 
 
-def _packed(state: Any) -> tuple[type, tuple[tuple[str, tuple[int, ...]], ...], bytes]:
-    """A NamedTuple of arrays as its type, each array's dtype and shape, and
-    one buffer (each array's bytes padded to ``_ALIGN``: an unaligned array
-    is slower, and its memoryview cannot be indexed)."""
-    layout = tuple((array.dtype.char, array.shape) for array in state)  # native byte order
-    return type(state), layout, b"".join([_padded(array.tobytes()) for array in state])
+def _packed(state: Any) -> tuple[type, tuple[tuple[str, tuple[int, ...], int], ...], bytes]:
+    """A NamedTuple of arrays as its type, each array's dtype (as its
+    character), shape and offset, and one buffer (each array's bytes padded to ``_ALIGN``: an
+    unaligned array is slower, and its memoryview cannot be indexed)."""
+    layout, offset = [], 0
+    for array in state:
+        layout.append((array.dtype.char, array.shape, offset))  # native byte order
+        offset += array.nbytes + -array.nbytes % _ALIGN
+    return type(state), tuple(layout), b"".join([_padded(array.tobytes()) for array in state])
 
 
 def _padded(data: bytes) -> bytes:
     return data + bytes(-len(data) % _ALIGN)
 
 
-def _unpacked(kind: type, layout: tuple[tuple[str, tuple[int, ...]], ...], blob: bytes) -> Any:
+def _unpacked(kind: type, layout: tuple[tuple[str, tuple[int, ...], int], ...], blob: bytes) -> Any:
     """``_packed``'s NamedTuple again, its arrays writable views of one new buffer."""
-    buffer, offset, arrays = bytearray(blob), 0, []
-    for dtype_char, shape in layout:
-        dtype, count = np.dtype(dtype_char), math.prod(shape)
-        arrays.append(np.frombuffer(buffer, dtype, count, offset).reshape(shape))
-        offset += count * dtype.itemsize
-        offset += -offset % _ALIGN
-    return kind(*arrays)
+    buffer = bytearray(blob)
+    return kind(*[np.ndarray(shape, dtype, buffer, offset) for dtype, shape, offset in layout])
 
 
 _ALIGN = 16
