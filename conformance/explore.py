@@ -45,8 +45,9 @@ from blockspace.conformance.protocol import Move, ScriptedWorld, World, make, mo
 from blockspace.conformance.runner import Check, CheckResult
 from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
 from blockspace.conformance.script import Script
+from blockspace.conformance.steps import decode_step, row_misuse
 from blockspace.conformance.vllm_manager import Excluded
-from blockspace.interfaces import load_manager_class
+from blockspace.interfaces import load_manager_class, offers_rows
 from blockspace.snapshot import diff
 
 CHUNK = 32  # frontier states a worker expands at a time (fixed, so results do not depend on the workers)
@@ -76,34 +77,58 @@ class LeanLock:
     def _take(self) -> dict[str, Any]:
         return {name: self.managers[name].snapshot() for name in self.snapshotting}
 
+    @property
+    def offers_rows(self) -> bool:
+        return any(offers_rows(manager) for manager in self.managers.values())
+
     def call(self, method: str, *args: Any, quiet: bool = False) -> Outcome:
+        return self.run(method, lambda manager: getattr(manager, method)(*args), quiet or method in PURE)
+
+    def row_step(self, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> Outcome:
+        """``Lockstep.row_step``: a decode step through the row API where a
+        manager offers it, through the calls elsewhere (``steps.py``)."""
+        return self.run("row_step", lambda manager: decode_step(manager, groups, lookahead, access_time, guarded))
+
+    def row_misuse(self, seqs: list[Any]) -> None:
+        """``Lockstep.row_misuse``: the row API's documented answers at its
+        edges, on every manager that offers it, changing nothing."""
+        for name, manager in self.managers.items():
+            if offers_rows(manager):
+                if problems := row_misuse(manager, seqs):
+                    raise Finding(f"invariant broken in {name}'s row API:\n  " + "\n  ".join(problems))
+                if name in self.snapshots and manager.snapshot() != self.snapshots[name]:
+                    raise Finding(f"row_misuse changed {name}:\n    " + "\n    ".join(diff(self.snapshots[name], manager.snapshot())[:12]))
+
+    def run(self, what: str, run: Callable[[Any], Any], pure: bool = False) -> Outcome:
+        """``run(manager)`` on every manager, compared; then (unless ``pure``)
+        their snapshots."""
         outcomes = {}
         for name, manager in self.managers.items():
             try:
-                outcomes[name] = Outcome(value=getattr(manager, method)(*args))
+                outcomes[name] = Outcome(value=run(manager))
             except Exception as error:  # noqa: BLE001 - every error is part of the comparison
                 outcomes[name] = Outcome(error=error)
         self.num_calls += 1
         if excluded := [o.error for o in outcomes.values() if isinstance(o.error, Excluded)]:
-            if quiet or method in PURE:  # a question vLLM cannot be asked here: not asked
+            if pure:  # a question vLLM cannot be asked here: not asked
                 return next(iter(outcomes.values()))
             raise excluded[0]
         if problems := disagreements(outcomes):
-            raise Finding(f"{method} disagrees:\n  " + "\n  ".join(problems))
+            raise Finding(f"{what} disagrees:\n  " + "\n  ".join(problems))
         first = next(iter(outcomes.values()))
-        if quiet or method in PURE:
+        if pure:
             return first
         before, self.snapshots = self.snapshots, self._take()
         if first.raised:
             for name, snap in self.snapshots.items():
                 if snap != before[name]:
                     changes = "\n    ".join(diff(before[name], snap)[:12])
-                    raise Finding(f"{method} raised {type(first.error).__name__} but changed {name}:\n    {changes}")
+                    raise Finding(f"{what} raised {type(first.error).__name__} but changed {name}:\n    {changes}")
         names = self.snapshotting
         for name in names[1:]:
             if self.snapshots[name] != self.snapshots[names[0]]:
                 changes = "\n    ".join(diff(self.snapshots[names[0]], self.snapshots[name])[:12])
-                raise Finding(f"state differs after {method} ({names[0]} vs {name}):\n    {changes}")
+                raise Finding(f"state differs after {what} ({names[0]} vs {name}):\n    {changes}")
         return first
 
     @property

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from blockspace.conformance.script import Script
-from blockspace.conformance.steps import DeviceMirror, calls_step, row_misuse, rows_step, running, table_arrays
+from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, running, table_arrays
 from blockspace.extras import missing_modules
 from blockspace.interfaces import load_manager_class, offers_rows
 from blockspace.snapshot import diff
@@ -264,10 +264,8 @@ class Lockstep:
         guard = "" if guarded else ", guarded=False"
         line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r}{guard})"
         first = self._each_manager(
-            "row_step", line, lambda manager: (rows_step if offers_rows(manager) else calls_step)(
-                manager, groups, num_lookahead_slots, access_time, guarded
-            )
-        )  # fmt: skip
+            "row_step", line, lambda manager: decode_step(manager, groups, num_lookahead_slots, access_time, guarded)
+        )
         self._take_snapshots()
         self.compare_snapshots("row_step")
         self.check_device_tables(groups)

@@ -1,11 +1,16 @@
-"""How strong is the kit? Mutation testing of the reference core and of the
-fast manager's kernels.
+"""How strong is the kit? Mutation testing of the reference core, of the
+fast manager's kernels and of the Python layer around them.
 
 Each mutant is one small change made by mutmut's mutation operators (``<``
 -> ``<=``, ``+ 1`` -> ``+ 2``, ``and`` -> ``or``, a dropped argument, ...),
-in the reference core (``--target reference``) or inside the ``@njit``
+in the reference core (``--target reference``), inside the ``@njit``
 kernels of the fast manager (``--target fast``; they run as plain Python
-under ``NUMBA_DISABLE_JIT=1``, so a mutant costs no compile). The kit must
+under ``NUMBA_DISABLE_JIT=1``, so a mutant costs no compile), or in the
+fast manager's Python layer, every line outside its kernels (``--target
+fast-python``: table and tracker rows, key space, appends, swaps, the row
+and batch APIs, the store, the argument checks, the manager; the kernels
+are compiled once per work directory and loaded from Numba's cache after,
+since a mutant never touches them). The kit must
 tell the mutated manager apart from a pristine copy of the reference: the
 quick profile (the sweeps, every state-machine family, then the trace
 replays and the long runs; no shrinking, we only ask *whether* it fails) runs
@@ -15,6 +20,7 @@ or hangs), *survived* otherwise. The score is killed / all.
 
     python -m blockspace.conformance.mutation --sample 200 --workers 2 --out mutants.json
     python -m blockspace.conformance.mutation --target fast --sample 300 --seed 1 --out fast-mutants.json
+    python -m blockspace.conformance.mutation --target fast-python --sample 100 --seed 1 --out python-mutants.json
     python -m blockspace.conformance.mutation --target fast --rerun fast-mutants.json --profile full --timeout 600
 
 The full profile (2000 examples a family, in 20 rounds of 100: the first
@@ -63,7 +69,19 @@ FAST_KERNELS = (  # the modules of the fast manager's @njit kernels; only lines 
     "fast/table.py",
     "fast/tracker.py",
 )
-TARGETS = {"reference": CORE, "fast": FAST_KERNELS}
+FAST_PYTHON = (  # the fast manager's Python layer; only lines outside its kernels are mutated
+    "fast/appends.py",
+    "fast/batch.py",
+    "fast/checks.py",
+    "fast/key_space.py",
+    "fast/manager.py",
+    "fast/rows.py",
+    "fast/store.py",
+    "fast/swaps.py",
+    "fast/table_rows.py",
+    "fast/tracker_rows.py",
+)
+TARGETS = {"reference": CORE, "fast": FAST_KERNELS, "fast-python": FAST_PYTHON}
 PACKAGES = {
     "blockspace": "blockspace",
     "reference": "blockspace/reference",
@@ -95,17 +113,17 @@ def _operators() -> SimpleNamespace:
     return SimpleNamespace(mutation_types_to_apply=set(mutations_by_type) - SKIPPED_TYPES, covered_lines_by_filename=None)
 
 
-def enumerate_mutants(files: tuple[str, ...] = CORE, root: Path = ROOT) -> list[tuple[str, object]]:
-    """Every (file, mutmut mutation id) of the files under ``root`` (of a fast
-    module: inside its kernels)."""
+def enumerate_mutants(target: str = "reference", root: Path = ROOT) -> list[tuple[str, object]]:
+    """Every (file, mutmut mutation id) of ``target``'s files under ``root``
+    (``fast``: inside the kernels; ``fast-python``: outside them)."""
     from mutmut import ALL, Context, list_mutations
 
     mutants = []
-    for name in files:
+    for name in TARGETS[target]:
         source = (root / name).read_text()
-        inside = kernel_lines(source) if name.startswith("fast/") else None
+        kernels = kernel_lines(source)
         for mutation_id in list_mutations(Context(source=source, mutation_id=ALL, filename=name, config=_operators())):
-            if inside is None or mutation_id.line_number in inside:
+            if target == "reference" or (mutation_id.line_number in kernels) == (target == "fast"):
                 mutants.append((name, mutation_id))
     return mutants
 
@@ -146,14 +164,19 @@ def sources_in(workdir: Path) -> Path:
     return workdir / "pkg" / "blockspace"
 
 
-def run_mutant(workdir: Path, name: str, source: str, timeout: float, profile: str = "quick") -> tuple[str, float, str]:
-    """Install one mutant in ``workdir``, probe it, restore the original."""
+def run_mutant(
+    workdir: Path, name: str, source: str, timeout: float, profile: str = "quick", jit: bool = False
+) -> tuple[str, float, str]:
+    """Install one mutant in ``workdir``, probe it, restore the original.
+    Without ``jit`` the kernels run as Python (a kernel mutant costs no
+    compile); with it they are compiled, once, into the work directory's
+    Numba cache (a mutant of the Python layer leaves them as they are)."""
     package = Path(name).parent.name  # "reference" or "fast"
     target = workdir / "pkg" / "blockspace" / package / Path(name).name
     original = target.read_text()
     target.write_text(source)
     env = dict(os.environ, PYTHONPATH=f"{workdir / 'pkg'}{os.pathsep}{workdir / 'pristine'}", PYTHONDONTWRITEBYTECODE="1")
-    if package == "fast":
+    if package == "fast" and not jit:
         env["NUMBA_DISABLE_JIT"] = "1"  # the kernels run as the mutated Python, with no compile
     started = time.perf_counter()
     try:
@@ -249,7 +272,7 @@ def exhaustive_checks(impls: dict[str, str]) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blockspace.conformance.mutation")
-    parser.add_argument("--probe", choices=sorted(TARGETS), help=argparse.SUPPRESS)
+    parser.add_argument("--probe", choices=("reference", "fast"), help=argparse.SUPPRESS)
     parser.add_argument("--target", choices=sorted(TARGETS), default="reference", help="what to mutate")
     parser.add_argument("--profile", choices=("quick", "full", "exhaustive"), default="quick", help="the kit's profile each mutant faces")
     parser.add_argument("--sample", type=int, default=0, help="mutants drawn at random (0: all)")
@@ -267,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     workdirs = [Path(args.workdir) / f"w{i}" for i in range(args.workers)]
     for workdir in workdirs:
         build_workdir(workdir)
-    mutants = enumerate_mutants(TARGETS[args.target], sources_in(workdirs[0]))
+    mutants = enumerate_mutants(args.target, sources_in(workdirs[0]))
     chosen = random.Random(args.seed).sample(mutants, args.sample) if 0 < args.sample < len(mutants) else mutants
     chosen = chosen[: args.first] if args.first > 0 else chosen
     if args.rerun:
@@ -282,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             name, mutation_id = item
             source = mutated_source(name, mutation_id, sources_in(workdir))
-            verdict, seconds, why = run_mutant(workdir, name, source, args.timeout, args.profile)
+            verdict, seconds, why = run_mutant(workdir, name, source, args.timeout, args.profile, jit=args.target == "fast-python")
         finally:
             free.append(workdir)
         record = {

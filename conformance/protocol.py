@@ -29,6 +29,11 @@ The moves (``PLAYS`` maps each name to its play):
   caching it then stamps the sequence at ``now`` (None: a new time, else
   the latest time the state holds, as one step stamps all its sequences
   with one time), asks its group's common computed blocks and marks them;
+* ``step(token, lookahead, guarded)``: a decode step of every running
+  group whose tables are not empty, each sequence sampling ``token``, made
+  at once through the row API where a manager offers it and through the
+  per-sequence calls elsewhere (``steps.py``; ``guarded``: only if every
+  group fits), then with caching each group's marking;
 * ``fork(seq)``, ``free(seq)``, ``recompute(request)``, ``swap_out(request)``
   (``can_swap_out`` first, then the swap whatever it said) and
   ``swap_in(request, lookahead)`` (likewise with ``can_swap_in``);
@@ -123,6 +128,11 @@ class World:
 
     def with_status(self, status: SequenceStatus) -> list[SequenceGroup]:
         return [g for g in self.groups.values() if g.get_seqs(status=status)]
+
+    def row_groups(self) -> list[SequenceGroup]:
+        """Running groups whose running sequences all have a non-empty table:
+        what an array-level scheduler batches in one step."""
+        return [g for g in self.with_status(RUNNING) if all(self.written.get(s.seq_id) for s in g.get_seqs(status=RUNNING))]
 
     def live(self, group: SequenceGroup) -> list[Any]:
         return [s for s in group.seqs if not s.is_finished()]
@@ -258,6 +268,9 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
             yield ("swap_out", group.request_id)
         if can_preempt and len(world.live(group)) == 1:
             yield ("recompute", group.request_id)
+    row_groups = world.row_groups()
+    if row_groups and all(s.get_len() < scope.max_len for g in row_groups for s in g.get_seqs(status=RUNNING)):
+        yield from (("step", t, la, guarded) for t in scope.alphabet for la in scope.lookaheads for guarded in (True, False))
     for group in world.with_status(SWAPPED):
         yield from (("swap_in", group.request_id, la) for la in scope.lookaheads)
         for seq in group.get_seqs(status=SWAPPED):
@@ -358,6 +371,24 @@ def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int, no
         _access(world, lock, seq_id, now)
         _common(world, lock, seq.group.request_id)
         _mark(world, lock, seq.group.request_id)
+
+
+def _step(world: World, lock: Any, token: int, lookahead: int, guarded: bool) -> None:
+    """One decode step of the row groups, as an array-level scheduler makes
+    it (``Lockstep.row_step``), at a new time."""
+    groups = world.row_groups()
+    seqs = [s for g in groups for s in g.get_seqs(status=RUNNING)]
+    for seq in seqs:
+        world.sample(seq, token)
+    now, world.clock = world.clock, world.clock + 1.0
+    outcome = lock.row_step(groups, lookahead, now, guarded)
+    if outcome.raised or not outcome.value[0]:
+        return
+    for seq in seqs:
+        world.wrote(seq)
+    if world.scope.enable_caching:
+        for group in groups:
+            _mark(world, lock, group.request_id)
 
 
 def _access(world: World, lock: Any, seq_id: int, tie: float | None) -> None:
@@ -479,7 +510,7 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
 
 
 PLAYS = {
-    "arrive": _arrive, "admit": _admit, "force": _force, "abort": _abort, "append": _append,
+    "arrive": _arrive, "admit": _admit, "force": _force, "abort": _abort, "append": _append, "step": _step,
     "access": _access, "fork": _fork, "free": _free, "recompute": _recompute, "swap_out": _swap_out,
     "swap_in": _swap_in, "mark": _mark, "common": _common, "count": _count, "untrack": _untrack,
     "reset": _reset, "illegal": _illegal,
@@ -489,7 +520,8 @@ PLAYS = {
 def observe(world: World, lock: Any) -> None:
     """Every question that changes nothing, asked in a state when it is first
     reached: admission, append and swap answers at each lookahead, tables
-    and hit rates (the free counts come with the invariants: ``explore.check_state``,
+    and hit rates, and the row API at its edges where a manager offers it
+    (the free counts come with the invariants: ``explore.check_state``,
     ``Lockstep.verify``)."""
     scope = world.scope
     for group in world.with_status(WAITING):
@@ -508,3 +540,5 @@ def observe(world: World, lock: Any) -> None:
         lock.call("get_cross_block_table", world.groups[request_id], quiet=True)
     for device in (Device.GPU, Device.CPU):
         lock.call("get_prefix_cache_hit_rate", device, quiet=True)
+    if lock.offers_rows and (row_groups := world.row_groups()):
+        lock.row_misuse([s for g in row_groups for s in g.get_seqs(status=RUNNING)])

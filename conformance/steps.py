@@ -100,6 +100,11 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
     return (True, fits, [tuple(pair) for pair in pairs.tolist()], tables, slots, computed)
 
 
+def decode_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:
+    """The step the way ``manager`` offers it: its row API, else the calls."""
+    return (rows_step if offers_rows(manager) else calls_step)(manager, groups, lookahead, access_time, guarded)
+
+
 def table_arrays(manager: Any, seqs: list[Any]) -> tuple[int, list[list[int]]]:
     """(width, rows padded with -1) of the sequences' block tables."""
     if offers_rows(manager):

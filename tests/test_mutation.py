@@ -1,7 +1,8 @@
-"""The mutation driver picks its targets right: in a fast module, only the
-lines of the ``@njit`` kernels (the Python around them is not the target)."""
+"""The mutation driver picks its targets right: in a kernel module, only the
+lines of the ``@njit`` kernels (``fast``); in the Python layer, only the
+lines outside them (``fast-python``)."""
 
-from blockspace.conformance.mutation import FAST_KERNELS, ROOT, TARGETS, kernel_lines
+from blockspace.conformance.mutation import FAST_KERNELS, FAST_PYTHON, ROOT, TARGETS, enumerate_mutants, kernel_lines
 
 
 def test_kernel_lines_are_the_bodies_of_njit_functions_only():
@@ -21,3 +22,12 @@ def test_every_fast_kernel_module_is_a_target_and_has_kernels():
     njit_modules = {f"fast/{path.name}" for path in (ROOT / "fast").glob("*.py") if "@njit" in path.read_text()}
     # not targets: the handles' constructors, the kernel index (no kernel of its own), the CUDA kernels
     assert njit_modules - set(FAST_KERNELS) <= {"fast/handles.py", "fast/kernels.py", "fast/cuda_tables.py"}
+
+
+def test_the_python_layer_target_is_every_line_outside_the_kernels():
+    mutants = enumerate_mutants("fast-python")
+    assert {name for name, _ in mutants} == set(FAST_PYTHON)
+    for name in FAST_PYTHON:
+        inside = kernel_lines((ROOT / name).read_text())
+        assert not any(m.line_number in inside for n, m in mutants if n == name), name
+    assert not set(FAST_PYTHON) & set(FAST_KERNELS)
