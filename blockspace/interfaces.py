@@ -125,4 +125,17 @@ def offers_rows(manager: Any) -> bool:
     return all(callable(getattr(manager, name, None)) for name in ROW_API)
 
 
-__all__ = ["AllocStatus", "BlockSpaceManager", "MANAGER_CLASSES", "ROW_API", "load_manager_class", "offers_rows"]
+# The batched step on Sequence objects a manager may offer (the fast
+# manager's ``fast/batch.py``): one call for all running sequences.
+BATCH_API = ("can_append_slots_batch", "append_slots_batch")
+
+
+def offers_batch(manager: Any) -> bool:
+    """Does ``manager`` offer every method of ``BATCH_API``?"""
+    return all(callable(getattr(manager, name, None)) for name in BATCH_API)
+
+
+__all__ = [
+    "AllocStatus", "BATCH_API", "BlockSpaceManager", "MANAGER_CLASSES", "ROW_API", "load_manager_class", "offers_batch",
+    "offers_rows",
+]  # fmt: skip

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blockspace.conformance import invariants
-from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep, Outcome, disagreements
+from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep, Outcome, config_problems, disagreements
 from blockspace.conformance.protocol import Move, ScriptedWorld, World, make, moves, observe
 from blockspace.conformance.runner import Check, CheckResult
 from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
@@ -84,10 +84,10 @@ class LeanLock:
     def call(self, method: str, *args: Any, quiet: bool = False) -> Outcome:
         return self.run(method, lambda manager: getattr(manager, method)(*args), quiet or method in PURE)
 
-    def row_step(self, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> Outcome:
-        """``Lockstep.row_step``: a decode step through the row API where a
-        manager offers it, through the calls elsewhere (``steps.py``)."""
-        return self.run("row_step", lambda manager: decode_step(manager, groups, lookahead, access_time, guarded))
+    def row_step(self, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True, way: str = "rows") -> Outcome:
+        """``Lockstep.row_step``: a decode step ``way`` (the row API or the
+        batched calls) where a manager offers it, through the calls elsewhere."""
+        return self.run("row_step", lambda manager: decode_step(manager, groups, lookahead, access_time, guarded, way))
 
     def row_misuse(self, seqs: list[Any]) -> None:
         """``Lockstep.row_misuse``: the row API's documented answers at its
@@ -172,8 +172,11 @@ def latest_time(snap: dict[str, Any]) -> float | None:
 
 
 def check_state(world: World, lock: LeanLock) -> None:
-    """Every question that changes nothing, then the invariants: each
-    manager's own ``check_invariants()`` and the kit's, on each snapshot."""
+    """Every question that changes nothing, then the invariants: the
+    configuration attributes, each manager's own ``check_invariants()`` and
+    the kit's, on each snapshot."""
+    if problems := config_problems(lock.managers):
+        raise Finding("the configuration attributes differ:\n  " + "\n  ".join(problems))
     observe(world, lock)
     num_free = (lock.call("get_num_free_gpu_blocks").value, lock.call("get_num_free_cpu_blocks").value)
     for name, manager in lock.managers.items():
@@ -287,8 +290,9 @@ class Report:
 
     def theorem(self) -> str:
         first, *others = self.names
+        verbs = ("returns", "reaches", "disagrees") if len(others) == 1 else ("return", "reach", "disagree")
         if self.failure:
-            return f"scope {self.scope.name}: {' and '.join(others)} disagree with {first} after {len(self.path)} moves"
+            return f"scope {self.scope.name}: {' and '.join(others)} {verbs[2]} with {first} after {len(self.path)} moves"
         figures = (f"{self.states:,} states, {self.transitions:,} transitions ({self.calls:,} calls), depth {self.depth}, "
                    f"{self.seconds:.1f} s on {self.workers} worker(s), {self.rate():,.0f} transitions/s per worker")  # fmt: skip
         if self.exhausted:
@@ -299,7 +303,6 @@ class Report:
         if self.excluded:
             claim += (f", leaving out the {sum(self.excluded.values()):,} transitions that meet vLLM's crashes, half-done "
                       f"operations or nondeterminism ({'; '.join(f'{k}: {v:,}' for k, v in self.excluded.most_common())})")  # fmt: skip
-        verbs = ("returns", "reaches") if len(others) == 1 else ("return", "reach")
         return (f"scope {self.scope.name} [{self.scope.describe()}]: {claim}, {' and '.join(others)} {verbs[0]} the "
                 f"values {first} returns and {verbs[1]} identical snapshots: {figures}, "
                 f"{'exhausted' if self.exhausted else 'not exhausted'}")  # fmt: skip
@@ -390,9 +393,9 @@ def replay(impls: Mapping[str, Any], scope: Scope, path: tuple, message: str) ->
     every call, the explorer only after calls that may change state)."""
     kwargs = scope.manager_kwargs()
     script = Script(impls, kwargs)
-    lock = Lockstep.build(impls, script, **kwargs)
-    world = ScriptedWorld(scope, script)
     try:
+        lock = Lockstep.build(impls, script, **kwargs)
+        world = ScriptedWorld(scope, script)
         for move in path:
             script.add(f"# move {describe(move)}")
             make(move, world, lock)

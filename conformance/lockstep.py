@@ -140,6 +140,18 @@ def built_from(managers: Mapping[str, Any]) -> tuple[dict[str, type], dict[str, 
     return impls, config
 
 
+def config_problems(managers: Mapping[str, Any]) -> list[str]:
+    """Where a manager's configuration attributes (``CONFIG_ATTRIBUTES``)
+    differ from the yardstick's: schedulers and vLLM's own code read them."""
+    first_name, first = next(iter(managers.items()))
+    return [
+        f"{name}.{attr} is {getattr(manager, attr)!r}, {first_name}.{attr} is {getattr(first, attr)!r}"
+        for name, manager in managers.items()
+        for attr in CONFIG_ATTRIBUTES.values()
+        if hasattr(first, attr) and getattr(manager, attr, None) != getattr(first, attr)
+    ]
+
+
 class Lockstep:
     """N managers that must agree on every call.
 
@@ -163,17 +175,9 @@ class Lockstep:
         self.check_config()
 
     def check_config(self) -> None:
-        """Every manager keeps its configuration in vLLM's attributes
-        (``CONFIG_ATTRIBUTES``) with the yardstick's values: schedulers and
-        vLLM's own code read them."""
-        first_name, first = next(iter(self.managers.items()))
-        problems = [
-            f"{name}.{attr} is {getattr(manager, attr)!r}, {first_name}.{attr} is {getattr(first, attr)!r}"
-            for name, manager in self.managers.items()
-            for attr in CONFIG_ATTRIBUTES.values()
-            if hasattr(first, attr) and getattr(manager, attr, None) != getattr(first, attr)
-        ]
-        if problems:
+        """Every manager keeps its configuration in vLLM's attributes with the
+        yardstick's values (``config_problems``)."""
+        if problems := config_problems(self.managers):
             self.fail("the configuration attributes differ:\n  " + "\n  ".join(problems))
 
     @classmethod
@@ -249,11 +253,14 @@ class Lockstep:
                 changes = "\n    ".join(diff(self.snapshots[names[0]], self.snapshots[name])[:12])
                 self.fail(f"state differs after {after} ({names[0]} vs {name}):\n    {changes}")
 
-    def row_step(self, groups: list[Any], num_lookahead_slots: int, access_time: float, guarded: bool = True) -> Outcome:
-        """One decode step of ``groups`` as an array-level scheduler makes it
-        where a manager offers the row API (``blockspace.interfaces.ROW_API``,
-        found by its methods), and as the per-sequence calls elsewhere
-        (``conformance/steps.py``): every manager must give the same
+    def row_step(
+        self, groups: list[Any], num_lookahead_slots: int, access_time: float, guarded: bool = True, way: str = "rows"
+    ) -> Outcome:
+        """One decode step of ``groups`` ``way``: through the row API
+        (``blockspace.interfaces.ROW_API``) as an array-level scheduler makes
+        it, or through the batched calls (``BATCH_API``), where a manager
+        offers that way (found by its methods), and as the per-sequence calls
+        elsewhere (``conformance/steps.py``): every manager must give the same
         (appended, fits of each group, copy-on-write pairs, block tables,
         slots, computed blocks) and end in the same state. A guarded step
         appends only if every group fits; an unguarded one appends
@@ -261,10 +268,10 @@ class Lockstep:
         (``table_delta``; needs the ``[gpu]`` extra) must then have its
         deltas rebuild the step's tables exactly."""
         self.script.catch_up()
-        guard = "" if guarded else ", guarded=False"
-        line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r}{guard})"
+        options = ("" if guarded else ", guarded=False") + ("" if way == "rows" else f", way={way!r}")
+        line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r}{options})"
         first = self._each_manager(
-            "row_step", line, lambda manager: decode_step(manager, groups, num_lookahead_slots, access_time, guarded)
+            "row_step", line, lambda manager: decode_step(manager, groups, num_lookahead_slots, access_time, guarded, way)
         )
         self._take_snapshots()
         self.compare_snapshots("row_step")

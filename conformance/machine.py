@@ -29,7 +29,7 @@ from blockspace.conformance import invariants
 from blockspace.conformance.configs import Config, family_configs
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
 from blockspace.conformance.script import Script
-from blockspace.conformance.steps import calls_step
+from blockspace.conformance.steps import WAYS, calls_step
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.errors import NoFreeBlocksError
 
@@ -255,9 +255,9 @@ class ConformanceMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.lock is not None and self.lock.offers_rows and self.row_groups())
     @rule(data=st.data())
     def row_step(self, data: st.DataObject) -> None:
-        """A decode step of those groups through the row API where a manager
-        offers it (``Lockstep.row_step``), sometimes without asking whether
-        it fits first, then the model step."""
+        """A decode step of those groups through the row API or the batched
+        calls where a manager offers them (``Lockstep.row_step``), sometimes
+        without asking whether it fits first, then the model step."""
         groups = self.row_groups()
         if data.draw(st.integers(0, 3), label="misuse") == 0:
             self.lock.row_misuse([s for g in groups for s in g.get_seqs(status=RUNNING)])
@@ -265,7 +265,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         guarded = data.draw(st.sampled_from((True, True, False)), label="guarded")
         if not guarded and data.draw(st.booleans(), label="at the edge"):
             lookahead = self.edge_lookahead(lambda trial, slots: calls_step(trial, groups, slots, 0.0, False), data)
-        outcome = self.lock.row_step(groups, lookahead, self.clock, guarded)
+        way = data.draw(st.sampled_from(sorted(WAYS)), label="way")
+        outcome = self.lock.row_step(groups, lookahead, self.clock, guarded, way)
         if outcome.raised or not outcome.value[0]:
             return
         for group in groups:

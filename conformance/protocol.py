@@ -23,17 +23,19 @@ The moves (``PLAYS`` maps each name to its play):
   ``remove_seq_from_computed_blocks_tracker``; NEVER: FINISHED_IGNORED;
   ``force(request)``: ``allocate`` without asking (works or fails cleanly);
   ``abort(request)``: a WAITING request given up;
-* ``append(seq, token, lookahead, now)``: the model computes the sequence
-  and samples ``token``; the next step asks ``can_append_slots`` and makes
+* ``append(seq, token, lookahead, now[, count])``: the model computes the
+  sequence and samples ``token`` (``count`` times: the scope's
+  ``new_tokens``); the next step asks ``can_append_slots`` and makes
   ``append_slots`` whatever the answer (it works or fails cleanly); with
   caching it then stamps the sequence at ``now`` (None: a new time, else
   the latest time the state holds, as one step stamps all its sequences
   with one time), asks its group's common computed blocks and marks them;
-* ``step(token, lookahead, guarded)``: a decode step of every running
+* ``step(token, lookahead, guarded, way)``: a decode step of every running
   group whose tables are not empty, each sequence sampling ``token``, made
-  at once through the row API where a manager offers it and through the
-  per-sequence calls elsewhere (``steps.py``; ``guarded``: only if every
-  group fits), then with caching each group's marking;
+  at once ``way`` (``"rows"``: the row API; ``"batch"``: the batched calls)
+  where a manager offers it and through the per-sequence calls elsewhere
+  (``steps.py``; ``guarded``: only if every group fits), then with caching
+  each group's marking;
 * ``fork(seq)``, ``free(seq)``, ``recompute(request)``, ``swap_out(request)``
   (``can_swap_out`` first, then the swap whatever it said) and
   ``swap_in(request, lookahead)`` (likewise with ``can_swap_in``);
@@ -52,6 +54,7 @@ from typing import Any
 from blockspace.conformance import invariants
 from blockspace.conformance.scope import Scope
 from blockspace.conformance.script import Script
+from blockspace.conformance.steps import WAYS
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
 
@@ -59,7 +62,7 @@ RUNNING, SWAPPED, WAITING = SequenceStatus.RUNNING, SequenceStatus.SWAPPED, Sequ
 Move = tuple  # ("name", *arguments): plain data, so a path pickles and prints
 ILLEGAL = (
     "append_unknown", "table_unknown", "append_swapped", "negative_lookahead", "append_negative",
-    "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bad_device", "encoder_unsupported",
+    "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bool_token", "bad_device", "encoder_unsupported",
 )  # fmt: skip
 
 
@@ -248,10 +251,10 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
     for group in world.with_status(RUNNING):
         running = group.get_seqs(status=RUNNING)
         for seq in running:
-            if seq.get_len() < scope.max_len:
-                times = (None, latest_time) if caching and latest_time is not None else (None,)
-                yield from (("append", seq.seq_id, t, la, now) for t in scope.alphabet for la in scope.lookaheads
-                            for now in times)  # fmt: skip
+            times = (None, latest_time) if caching and latest_time is not None else (None,)
+            for count in (k for k in scope.new_tokens if seq.get_len() + k <= scope.max_len):
+                yield from (("append", seq.seq_id, t, la, now, *((count,) if count != 1 else ()))
+                            for t in scope.alphabet for la in scope.lookaheads for now in times)  # fmt: skip
             if caching and scope.free_calls:
                 yield ("access", seq.seq_id, None)
                 if latest_time is not None:
@@ -270,7 +273,8 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
             yield ("recompute", group.request_id)
     row_groups = world.row_groups()
     if row_groups and all(s.get_len() < scope.max_len for g in row_groups for s in g.get_seqs(status=RUNNING)):
-        yield from (("step", t, la, guarded) for t in scope.alphabet for la in scope.lookaheads for guarded in (True, False))
+        yield from (("step", t, la, guarded, way) for t in scope.alphabet for la in scope.lookaheads
+                    for guarded in (True, False) for way in WAYS)  # fmt: skip
     for group in world.with_status(SWAPPED):
         yield from (("swap_in", group.request_id, la) for la in scope.lookaheads)
         for seq in group.get_seqs(status=SWAPPED):
@@ -355,13 +359,14 @@ def _abort(world: World, lock: Any, request_id: str) -> None:
     world.close_if_done(group, lock)
 
 
-def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int, now: float | None) -> None:
+def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int, now: float | None, count: int = 1) -> None:
     """One decode step of one sequence, as vLLM's scheduler makes it; with
     caching also its access at a new time or at the state's latest one
     (``now``: a step stamps all its sequences with one time), its group's
     common computed blocks, and their marking."""
     seq = world.seq(seq_id)
-    world.sample(seq, token)
+    for _ in range(count):
+        world.sample(seq, token)
     lock.call("can_append_slots", seq.group, lookahead)
     if lock.call("append_slots", seq, lookahead).raised:
         return
@@ -373,7 +378,7 @@ def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int, no
         _mark(world, lock, seq.group.request_id)
 
 
-def _step(world: World, lock: Any, token: int, lookahead: int, guarded: bool) -> None:
+def _step(world: World, lock: Any, token: int, lookahead: int, guarded: bool, way: str) -> None:
     """One decode step of the row groups, as an array-level scheduler makes
     it (``Lockstep.row_step``), at a new time."""
     groups = world.row_groups()
@@ -381,7 +386,7 @@ def _step(world: World, lock: Any, token: int, lookahead: int, guarded: bool) ->
     for seq in seqs:
         world.sample(seq, token)
     now, world.clock = world.clock, world.clock + 1.0
-    outcome = lock.row_step(groups, lookahead, now, guarded)
+    outcome = lock.row_step(groups, lookahead, now, guarded, way)
     if outcome.raised or not outcome.value[0]:
         return
     for seq in seqs:
@@ -501,6 +506,8 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
         lock.call("fork", parent, child)
     elif kind == "bad_token":
         lock.call("allocate", world.make_group("bad", [stranger], [1, -1, 2], None, "x"))
+    elif kind == "bool_token":  # True is an int to Python, and no token id
+        lock.call("allocate", world.make_group("bad", [stranger], [True, 2], None, "x"))
     elif kind == "bad_device":
         lock.call("get_prefix_cache_hit_rate", "tpu")
     elif kind == "encoder_unsupported":

@@ -32,6 +32,9 @@ class Scope(ManagerConfig):
     ``max_requests`` arrivals over a run, ``max_preemptions`` swap-outs and
     recomputes over a run (each brings a later ``allocate`` or ``swap_in``,
     so the hit counters stay bounded), ``max_len`` the longest sequence.
+    ``new_tokens``: how many tokens an append's decode step may have
+    sampled (two: one append then covers two new slots, which may cross a
+    block edge, as speculative decoding makes it).
     ``max_depth`` cuts the search (None: until no new state is found)."""
 
     name: str = "custom"
@@ -43,6 +46,7 @@ class Scope(ManagerConfig):
     alphabet: tuple[int, ...] = (1, 2)
     max_len: int = 4
     lookaheads: tuple[int, ...] = (0,)
+    new_tokens: tuple[int, ...] = (1,)  # tokens one decode step samples (more: speculative decoding)
     max_preemptions: int = 1
     free_calls: bool = False  # the cache calls as moves of their own, in every order (else where vLLM makes them)
     max_depth: int | None = None
@@ -138,6 +142,7 @@ def check_scope(scope: Scope) -> None:
         (not scope.alphabet or min(scope.alphabet) < 0, "alphabet must hold token ids >= 0"),
         (not scope.prompt_lengths or min(scope.prompt_lengths) < 0, "prompt_lengths must be >= 0"),
         (not scope.lookaheads or min(scope.lookaheads) < 0, "lookaheads must be >= 0"),
+        (not scope.new_tokens or min(scope.new_tokens) < 1, "new_tokens must be >= 1"),
         (scope.max_len < max(scope.prompt_lengths or (0,)), "max_len must be >= the longest prompt"),
         (scope.max_depth is not None and scope.max_depth < 0, "max_depth must be >= 0"),
         (scope.enable_caching and scope.sliding_window is not None, "prefix caching and a sliding window exclude each other"),

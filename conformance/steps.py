@@ -1,9 +1,10 @@
 """One decode step, two ways: the per-sequence calls and the row API.
 
 ``Lockstep.row_step`` runs a decode step of several running sequences in
-every manager: through the row API (``blockspace.interfaces.ROW_API``)
-where a manager offers it, as an array-level scheduler makes it, and
-through the per-sequence v0 calls elsewhere. Both ways answer the same
+every manager, one of two ways: through the row API
+(``blockspace.interfaces.ROW_API``), as an array-level scheduler makes it,
+or through the batched calls on Sequence objects (``BATCH_API``), where a
+manager offers that way, and through the per-sequence v0 calls elsewhere. Both ways answer the same
 tuple, so the step is differential like every other call:
 
     (appended, fits of each group, copy-on-write pairs, block tables, slots, computed blocks)
@@ -24,8 +25,9 @@ longest table's, as documented, so the width is compared too.
 
 ``row_misuse`` makes row-API calls at the edge of what is allowed, for
 managers that offer it (the reference has no rows to compare with): rows
-that are no live sequence's must raise ``UnknownSequenceError``, and a
-group of no rows fits.
+that are no live sequence's must raise ``UnknownSequenceError``, a group
+of no rows fits, and with prefix caching token ids that do not match a
+row's length raise ``InvalidArgumentError``.
 
 ``DeviceMirror`` is a host copy of a device block table fed only by a
 manager's ``table_delta()`` answers, for managers that keep one in sync.
@@ -39,8 +41,9 @@ from typing import Any
 import numpy as np
 
 from blockspace.enums import SequenceStatus
-from blockspace.errors import NoFreeBlocksError, UnknownSequenceError
-from blockspace.interfaces import offers_rows
+from blockspace.errors import InvalidArgumentError, NoFreeBlocksError, UnknownSequenceError
+from blockspace.extras import missing_modules
+from blockspace.interfaces import offers_batch, offers_rows
 
 STEP_TOKENS = (1, 0, 2, 5)  # slots a sequence's step asks for (capped at its tokens): decode, none, chunks
 
@@ -68,6 +71,22 @@ def calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: flo
         manager.__dict__.clear()
         manager.__dict__.update(backup.__dict__)
         raise
+    return (True, fits, pairs, *_after_appends(manager, seqs, access_time))
+
+
+def batch_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:
+    """The step through the batched calls on Sequence objects (``BATCH_API``)."""
+    seqs = running(groups)
+    fits = manager.can_append_slots_batch(groups, lookahead)
+    if guarded and not all(fits):
+        return (False, fits, [], [], [], [])
+    pairs = [tuple(pair) for pair in manager.append_slots_batch(seqs, lookahead)]
+    return (True, fits, pairs, *_after_appends(manager, seqs, access_time))
+
+
+def _after_appends(manager: Any, seqs: list[Any], access_time: float) -> tuple[list, list, list]:
+    """(block tables, slots, computed blocks) of a step after its appends,
+    through the per-sequence calls."""
     tables = [list(manager.get_block_table(seq)) for seq in seqs]
     bs = manager.block_size
     slots = [
@@ -78,11 +97,12 @@ def calls_step(manager: Any, groups: list[Any], lookahead: int, access_time: flo
     for seq in seqs:
         manager.access_all_blocks_in_seq(seq, access_time)
     computed = [len(manager.get_common_computed_block_ids([seq])) for seq in seqs]
-    return (True, fits, pairs, tables, slots, computed)
+    return tables, slots, computed
 
 
 def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:
-    """The step through the row API."""
+    """The step through the row API (and its tensor forms, where offered:
+    they must hold what the arrays hold)."""
     seqs = running(groups)
     rows = manager.rows_of(seqs)
     lengths = [seq.get_len() for seq in seqs]
@@ -93,16 +113,39 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
     tokens = [seq.get_token_ids() for seq in seqs]
     computed_tokens = [seq.data.get_num_computed_tokens() for seq in seqs]
     pairs = manager.append_slots_rows(rows, lengths, lookahead, token_ids=tokens, num_computed_tokens=computed_tokens)
-    tables = [[block for block in row if block != -1] for row in manager.block_table_array(rows, -1).tolist()]
+    padded = manager.block_table_array(rows, -1)
+    tables = [[block for block in row if block != -1] for row in padded.tolist()]
     slots = manager.slot_mapping_array(rows, step_tokens(seqs)).tolist()
+    _same_as_tensors(manager, rows, seqs, padded.tolist(), slots)
     manager.access_all_blocks_rows(rows, access_time)
     computed = manager.num_computed_blocks_rows(rows, tokens, [seq.is_prefill() for seq in seqs]).tolist()
     return (True, fits, [tuple(pair) for pair in pairs.tolist()], tables, slots, computed)
 
 
-def decode_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True) -> tuple:
-    """The step the way ``manager`` offers it: its row API, else the calls."""
-    return (rows_step if offers_rows(manager) else calls_step)(manager, groups, lookahead, access_time, guarded)
+def _same_as_tensors(manager: Any, rows: np.ndarray, seqs: list[Any], padded: list, slots: list) -> None:
+    """``block_tables`` and ``slot_mapping`` (torch tensors) hold what the
+    arrays hold, of rows and of sequences, where a manager offers them and
+    torch imports."""
+    if not callable(getattr(manager, "block_tables", None)) or missing_modules("bench"):
+        return
+    for chosen in (rows, list(seqs)):
+        tensors = manager.block_tables(chosen, -1).tolist(), manager.slot_mapping(chosen, step_tokens(seqs)).tolist()
+        if tensors != (padded, slots):
+            raise AssertionError(f"block_tables and slot_mapping gave {tensors}; the arrays {(padded, slots)}")
+
+
+WAYS = {"rows": rows_step, "batch": batch_step}  # a step's way -> how a manager offering it makes the step
+
+
+def decode_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True, way: str = "rows") -> tuple:
+    """The step the way ``way`` where ``manager`` offers it (``offers``),
+    else through the per-sequence calls."""
+    step = WAYS[way] if offers(manager, way) else calls_step
+    return step(manager, groups, lookahead, access_time, guarded)
+
+
+def offers(manager: Any, way: str) -> bool:
+    return offers_rows(manager) if way == "rows" else offers_batch(manager)
 
 
 def table_arrays(manager: Any, seqs: list[Any]) -> tuple[int, list[list[int]]]:
@@ -138,6 +181,16 @@ def row_misuse(manager: Any, seqs: list[Any]) -> list[str]:
         return [*problems, f"can_append_slots_rows with an empty first group raised {type(error).__name__}: {error}"]
     if with_empty != [True, *together]:
         problems.append(f"can_append_slots_rows with an empty first group answered {with_empty}, not {[True, *together]}")
+    if getattr(manager, "enable_caching", False):  # each row's token ids must be as long as its length says
+        for i in range(len(seqs)):
+            wrong = [seq.get_token_ids() + ([1] if j == i else []) for j, seq in enumerate(seqs)]
+            try:
+                manager.append_slots_rows(rows, lengths, 0, token_ids=wrong, num_computed_tokens=lengths)
+                problems.append(f"append_slots_rows accepted token_ids[{i}] one longer than seq_lens[{i}]")
+            except InvalidArgumentError:
+                pass
+            except Exception as error:  # noqa: BLE001
+                problems.append(f"append_slots_rows with a wrong token_ids[{i}] raised {type(error).__name__}, not InvalidArgumentError")
     return problems
 
 
