@@ -316,7 +316,7 @@ class Report:
             "transitions": self.transitions, "calls": self.calls, "depth": self.depth, "exhausted": self.exhausted,
             "cut": self.cut, "seconds": round(self.seconds, 2), "workers": self.workers, "layers": self.layers,
             "transitions_per_s_per_worker": round(self.rate()), "excluded": dict(self.excluded),
-            "theorem": self.theorem(),
+            "theorem": self.theorem(), "failure_moves": len(self.path) if self.failure else None,
         }  # fmt: skip
 
 

@@ -228,8 +228,9 @@ def probe(target: str, profile: str = "quick") -> int:
 
     def killed_by(checks: list) -> bool:
         for check in checks:
-            if check.run().status == "failed":
-                print(f"killed by {check.name}")
+            if (result := check.run()).status == "failed":
+                moves = result.extra.get("failure_moves")  # the explorer's: the shortest failing path
+                print(f"killed by {check.name}" + (f" in {moves} moves" if moves is not None else ""))
                 return True
         return False
 
