@@ -504,8 +504,9 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
     elif kind == "fork_onto_live":
         parent, child = world.seqs(RUNNING, SWAPPED)[:2]
         lock.call("fork", parent, child)
-    elif kind == "bad_token":
+    elif kind == "bad_token":  # a negative id, and a value that is no int at all
         lock.call("allocate", world.make_group("bad", [stranger], [1, -1, 2], None, "x"))
+        lock.call("allocate", world.make_group("bad", [stranger], [1, 0.5], None, "x"))
     elif kind == "bool_token":  # True is an int to Python, and no token id
         lock.call("allocate", world.make_group("bad", [stranger], [True, 2], None, "x"))
     elif kind == "bad_device":

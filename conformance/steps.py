@@ -123,9 +123,15 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
 
 
 def _same_as_tensors(manager: Any, rows: np.ndarray, seqs: list[Any], padded: list, slots: list) -> None:
-    """``block_tables`` and ``slot_mapping`` (torch tensors) hold what the
-    arrays hold, of rows and of sequences, where a manager offers them and
-    torch imports."""
+    """The row API's other forms hold what its arrays hold: the slot of each
+    sequence's last token for a count of one (``slot_mapping_array``'s
+    default), and where a manager offers them and torch imports,
+    ``block_tables`` and ``slot_mapping`` (torch tensors) of rows and of
+    sequences."""
+    bs = manager.block_size
+    last = [padded[i][(seq.get_len() - 1) // bs] * bs + (seq.get_len() - 1) % bs for i, seq in enumerate(seqs)]
+    if (one := manager.slot_mapping_array(rows).tolist()) != last:
+        raise AssertionError(f"slot_mapping_array of one token each gave {one}; the tables give {last}")
     if not callable(getattr(manager, "block_tables", None)) or missing_modules("bench"):
         return
     for chosen in (rows, list(seqs)):
