@@ -293,7 +293,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             bank = PROMPT_BANK[data.draw(st.integers(0, len(PROMPT_BANK) - 1), label="bank")]
             tokens = (bank[seq.get_len() :] + [1] * num_tokens)[:num_tokens]
         else:
-            tokens = [data.draw(st.integers(1, 3), label="token") for _ in range(num_tokens)]
+            tokens = [data.draw(st.integers(0, 3), label="token") for _ in range(num_tokens)]  # 0 is a token id too
         for token in tokens:
             self.do(f"s{seq.seq_id}.append_token_id({token})")
 

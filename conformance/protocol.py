@@ -61,7 +61,7 @@ from blockspace.sequence import Sequence, SequenceGroup
 RUNNING, SWAPPED, WAITING = SequenceStatus.RUNNING, SequenceStatus.SWAPPED, SequenceStatus.WAITING
 Move = tuple  # ("name", *arguments): plain data, so a path pickles and prints
 ILLEGAL = (
-    "append_unknown", "table_unknown", "append_swapped", "negative_lookahead", "append_negative",
+    "append_unknown", "table_unknown", "append_swapped", "negative_lookahead", "append_negative", "append_fraction",
     "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bool_token", "bad_device", "encoder_unsupported",
 )  # fmt: skip
 
@@ -292,7 +292,7 @@ def _illegal_enabled(world: World, kind: str) -> bool:
     scope = world.scope
     if kind == "append_swapped":
         return bool(world.seqs(SWAPPED))
-    if kind in ("append_negative", "allocate_twin"):
+    if kind in ("append_negative", "append_fraction", "allocate_twin"):
         return bool(world.seqs(RUNNING))
     if kind == "negative_lookahead":
         return bool(world.groups)
@@ -496,6 +496,8 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
             lock.call(method, group, -1)
     elif kind == "append_negative":
         lock.call("append_slots", running[0], -1)
+    elif kind == "append_fraction":
+        lock.call("append_slots", running[0], 1.5)
     elif kind == "allocate_twin":
         twin = running[0]
         lock.call("allocate", world.make_group("bad", [twin.seq_id], list(twin.get_token_ids()), None, "x"))

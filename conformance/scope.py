@@ -85,7 +85,7 @@ SCOPES = {
                    max_requests=2, max_seqs=2, prompt_lengths=(1, 2), alphabet=(1,), max_len=3,
                    lookaheads=(0, 2), max_preemptions=1),
     "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
-                     enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1, 2),
+                     enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(0, 1),
                      max_len=2, max_preemptions=0),
     "sliding_window": Scope(name="sliding_window", family="sliding_window", block_size=1, num_gpu_blocks=4,
                             num_cpu_blocks=0, sliding_window=1, max_requests=2, max_seqs=2, prompt_lengths=(2,),

@@ -173,7 +173,8 @@ class VllmManager:
             raise ForeignError(error) from None
 
     def _lookahead(self, num_lookahead_slots: int) -> None:
-        self._exclude_if(num_lookahead_slots < 0, "negative lookahead (vLLM does not check it)")
+        self._exclude_if(type(num_lookahead_slots) is not int or num_lookahead_slots < 0,
+                         "a lookahead that is no int or negative (vLLM does not check it)")  # fmt: skip
 
     # -- the interface ----------------------------------------------------------------------------
     def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
@@ -183,7 +184,8 @@ class VllmManager:
 
     def allocate(self, seq_group: Any) -> None:
         waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
-        self._exclude_if(any(t < 0 for s in waiting for t in s.get_token_ids()), "a negative token id (vLLM does not check it)")
+        self._exclude_if(any(type(t) is not int or t < 0 for s in waiting for t in s.get_token_ids()),
+                         "a token id that is no int or negative (vLLM does not check it)")  # fmt: skip
         self._exclude_if(len(waiting) > 1 and not waiting[0].get_token_ids(), "§15 an empty prompt for several sequences")
         self._exclude_if(seq_group.is_encoder_decoder() and (self.enable_caching or self.sliding_window is not None),
                          "§14.18 encoder-decoder refused after its tables were made")  # fmt: skip
