@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from blockspace.conformance import invariants
 from blockspace.conformance.configs import Config, family_configs
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
+from blockspace.conformance.protocol import BAD_LOOKAHEADS, BAD_PROMPTS
 from blockspace.conformance.script import Script
 from blockspace.conformance.steps import WAYS, calls_step
 from blockspace.enums import AllocStatus, Device, SequenceStatus
@@ -496,7 +497,7 @@ class ConformanceMachine(RuleBasedStateMachine):
                 self.lock.call(method, data.draw(st.sampled_from(groups)), -1)
         elif kind == 4 and live:
             seq = data.draw(st.sampled_from(live))
-            self.lock.call("append_slots", seq, -1)
+            self.lock.call("append_slots", seq, data.draw(st.sampled_from(BAD_LOOKAHEADS)))
         elif kind == 5 and live:
             seq = data.draw(st.sampled_from(live))
             self.scratch(f"Sequence({seq.seq_id}, {list(seq.get_token_ids())!r})")
@@ -509,7 +510,8 @@ class ConformanceMachine(RuleBasedStateMachine):
             parent, child = data.draw(st.permutations(live))[:2]
             self.lock.call("fork", parent, child)
         elif kind == 8:
-            bad = self.scratch(f"SequenceGroup('bad{self.num_scratch}', [Sequence({fresh_id}, [1, -1, 2])])")
+            prompt = data.draw(st.sampled_from(BAD_PROMPTS))
+            bad = self.scratch(f"SequenceGroup('bad{self.num_scratch}', [Sequence({fresh_id}, {prompt!r})])")
             self.lock.call("allocate", bad)
         elif kind == 9:
             self.lock.call("get_prefix_cache_hit_rate", "tpu")

@@ -61,9 +61,13 @@ from blockspace.sequence import Sequence, SequenceGroup
 RUNNING, SWAPPED, WAITING = SequenceStatus.RUNNING, SequenceStatus.SWAPPED, SequenceStatus.WAITING
 Move = tuple  # ("name", *arguments): plain data, so a path pickles and prints
 ILLEGAL = (
-    "append_unknown", "table_unknown", "append_swapped", "negative_lookahead", "append_negative", "append_fraction",
-    "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bool_token", "bad_device", "encoder_unsupported",
+    "append_unknown", "table_unknown", "append_swapped", "negative_lookahead", "append_negative",
+    "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bad_device", "encoder_unsupported",
 )  # fmt: skip
+# Prompts that hold a value that is no token id: a negative one, one that is no int, and True (an
+# int to Python): short, and long enough (over 32 tokens) for the fast manager's vectorised check.
+BAD_PROMPTS = ([1, -1, 2], [1, 0.5], [True, 2], [2] * 40 + [True])
+BAD_LOOKAHEADS = (-1, 1.5)
 
 
 SEQ_IDS = 10  # request k's sequences are 10k, 10k+1, ... and its encoder 10k+9
@@ -292,7 +296,7 @@ def _illegal_enabled(world: World, kind: str) -> bool:
     scope = world.scope
     if kind == "append_swapped":
         return bool(world.seqs(SWAPPED))
-    if kind in ("append_negative", "append_fraction", "allocate_twin"):
+    if kind in ("append_negative", "allocate_twin"):
         return bool(world.seqs(RUNNING))
     if kind == "negative_lookahead":
         return bool(world.groups)
@@ -495,9 +499,8 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
         for method in ("can_allocate", "can_append_slots", "can_swap_in"):
             lock.call(method, group, -1)
     elif kind == "append_negative":
-        lock.call("append_slots", running[0], -1)
-    elif kind == "append_fraction":
-        lock.call("append_slots", running[0], 1.5)
+        for lookahead in BAD_LOOKAHEADS:
+            lock.call("append_slots", running[0], lookahead)
     elif kind == "allocate_twin":
         twin = running[0]
         lock.call("allocate", world.make_group("bad", [twin.seq_id], list(twin.get_token_ids()), None, "x"))
@@ -506,11 +509,9 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
     elif kind == "fork_onto_live":
         parent, child = world.seqs(RUNNING, SWAPPED)[:2]
         lock.call("fork", parent, child)
-    elif kind == "bad_token":  # a negative id, and a value that is no int at all
-        lock.call("allocate", world.make_group("bad", [stranger], [1, -1, 2], None, "x"))
-        lock.call("allocate", world.make_group("bad", [stranger], [1, 0.5], None, "x"))
-    elif kind == "bool_token":  # True is an int to Python, and no token id
-        lock.call("allocate", world.make_group("bad", [stranger], [True, 2], None, "x"))
+    elif kind == "bad_token":
+        for prompt in BAD_PROMPTS:
+            lock.call("allocate", world.make_group("bad", [stranger], prompt, None, "x"))
     elif kind == "bad_device":
         lock.call("get_prefix_cache_hit_rate", "tpu")
     elif kind == "encoder_unsupported":
