@@ -21,7 +21,8 @@ MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32 by the fast manager
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    """An integer that is no bool (a plain ``int`` answers first: the ABC check costs more)."""
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def check_config(

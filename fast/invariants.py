@@ -41,10 +41,11 @@ def _blocks(pool: P.Pool, caching: bool) -> list[tuple[int, bool, bool, float]]:
     refcount = pool.refcount[:n].tolist()
     if not caching:
         return [(ref, False, False, P.NEVER_ACCESSED) for ref in refcount]
-    idle = pool.heap_pos[:n] >= 0
-    times = np.where(idle, pool.idle_time[:n], pool.last_access[:n]).tolist()
-    cached = (pool.block_key[:n] >= 0).tolist()
-    return list(zip(refcount, cached, pool.computed[:n].tolist(), times))
+    columns = (pool.heap_pos, pool.idle_time, pool.last_access, pool.block_key, pool.computed)
+    return [
+        (ref, key >= 0, computed, idle_time if heap_pos >= 0 else last_access)  # an idle block's time is its idle time
+        for ref, heap_pos, idle_time, last_access, key, computed in zip(refcount, *(column[:n].tolist() for column in columns))
+    ]
 
 
 def _hit_stats(pool: P.Pool) -> tuple[int, float, int, int]:

@@ -8,9 +8,11 @@ import pytest
 from blockspace import AllocStatus, Device, Sequence, SequenceGroup, SequenceStatus
 from blockspace.conformance import Divergence, Lockstep
 from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
+from blockspace.conformance.explore import explore
 from blockspace.conformance.long_runs import long_run_checks
 from blockspace.conformance.reduce import failure_of, reduce
 from blockspace.conformance.runner import PROFILES, REPRO, run_machine, with_changes
+from blockspace.conformance.scope import SCOPES
 from blockspace.conformance.sweeps import SWEEPS, sweep_check, sweep_checks
 from blockspace.extras import missing_modules
 from blockspace.fast import FastBlockSpaceManager
@@ -327,3 +329,15 @@ def test_the_sweeps_meet_the_pool_margin_and_print_the_play():
     assert result.status == "failed", "no play met the margin where a promotion's block counts"
     assert result.detail.startswith("in shared_writes(2, True) with 3 GPU and 0 CPU blocks: append_slots disagrees"), result.detail[:300]
     assert raises_as_printed(repro_of(result.detail)).startswith("append_slots disagrees")
+
+
+def test_the_explorer_meets_a_promotion_that_pays_for_a_copy_and_a_forgotten_watermark():
+    """The two broken managers the family scopes missed: the speculative
+    scope's two-token append fills a block onto its cached twin and then
+    copies a shared one, with the pool dry (six moves); a configuration
+    attribute is compared in the first state (no move)."""
+    promotion = explore({"reference": "reference", "broken": PromotionGivesNothing}, SCOPES["speculative"], workers=1)
+    assert [move[0] for move in promotion.path] == ["arrive", "admit", "append", "fork", "append", "append"]
+    assert promotion.path[-1][-1] == 2 and "append_slots disagrees" in promotion.failure  # two new tokens
+    watermark = explore({"reference": "reference", "broken": ForgetsItsWatermark}, SCOPES["default"], workers=1)
+    assert watermark.path == () and "broken.watermark is None" in watermark.failure
