@@ -82,7 +82,7 @@ SCOPES = {
                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                      max_len=2, max_preemptions=0),
     "plain": Scope(name="plain", family="plain", block_size=2, num_gpu_blocks=3, num_cpu_blocks=1, watermark=0.34,
-                   max_requests=2, max_seqs=2, prompt_lengths=(1, 2), alphabet=(1,), max_len=3,
+                   max_requests=2, max_seqs=2, prompt_lengths=(1, 2), alphabet=(0,), max_len=2,
                    lookaheads=(0, 2), max_preemptions=1),
     "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(0, 1),
@@ -90,6 +90,12 @@ SCOPES = {
     "sliding_window": Scope(name="sliding_window", family="sliding_window", block_size=1, num_gpu_blocks=4,
                             num_cpu_blocks=0, sliding_window=1, max_requests=2, max_seqs=2, prompt_lengths=(2,),
                             alphabet=(1,), max_len=4, max_preemptions=1),
+    # Appends of two sampled tokens (speculative decoding) across a block edge, with lookahead
+    # blocks ahead: a write that fills a block onto its cached twin frees one, which a copy-on-write
+    # later in the same append may need (the others' blocks of two never cross an edge in one append).
+    "speculative": Scope(name="speculative", family="caching", block_size=3, num_gpu_blocks=3, num_cpu_blocks=0,
+                         enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
+                         max_len=4, lookaheads=(0, 3), new_tokens=(1, 2), max_preemptions=0),
     "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                   max_len=2, max_preemptions=1),
