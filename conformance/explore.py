@@ -173,10 +173,10 @@ def latest_time(snap: dict[str, Any]) -> float | None:
 
 def check_state(world: World, lock: LeanLock) -> None:
     """Every question that changes nothing, then the invariants: the
-    configuration attributes, each manager's own ``check_invariants()`` and
+    configuration (``lockstep.config_problems``), each manager's own ``check_invariants()`` and
     the kit's, on each snapshot."""
     if problems := config_problems(lock.managers):
-        raise Finding("the configuration attributes differ:\n  " + "\n  ".join(problems))
+        raise Finding("the configuration differs:\n  " + "\n  ".join(problems))
     observe(world, lock)
     num_free = (lock.call("get_num_free_gpu_blocks").value, lock.call("get_num_free_cpu_blocks").value)
     for name, manager in lock.managers.items():

@@ -24,7 +24,7 @@ from typing import Any
 from blockspace.conformance.script import Script
 from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, running, table_arrays
 from blockspace.extras import missing_modules
-from blockspace.interfaces import load_manager_class, offers_rows
+from blockspace.interfaces import BATCH_API, ROW_API, load_manager_class, offers_rows
 from blockspace.snapshot import diff
 
 REPRO_HEADING = "\n\nRepro (runnable):\n"  # between a Divergence's message and its script
@@ -142,14 +142,23 @@ def built_from(managers: Mapping[str, Any]) -> tuple[dict[str, type], dict[str, 
 
 def config_problems(managers: Mapping[str, Any]) -> list[str]:
     """Where a manager's configuration attributes (``CONFIG_ATTRIBUTES``)
-    differ from the yardstick's: schedulers and vLLM's own code read them."""
+    differ from the yardstick's (schedulers and vLLM's own code read them),
+    and where a manager offers the row or batch API in part: the kit finds
+    an API by its methods, so a manager that lost one of them would
+    otherwise be stepped through the per-sequence calls, unchecked."""
     first_name, first = next(iter(managers.items()))
-    return [
+    problems = [
         f"{name}.{attr} is {getattr(manager, attr)!r}, {first_name}.{attr} is {getattr(first, attr)!r}"
         for name, manager in managers.items()
         for attr in CONFIG_ATTRIBUTES.values()
         if hasattr(first, attr) and getattr(manager, attr, None) != getattr(first, attr)
     ]
+    for name, manager in managers.items():
+        for api, methods in (("ROW_API", ROW_API), ("BATCH_API", BATCH_API)):
+            missing = [method for method in methods if not callable(getattr(manager, method, None))]
+            if 0 < len(missing) < len(methods):
+                problems.append(f"{name} offers {api} in part: no {', '.join(missing)}")
+    return problems
 
 
 class Lockstep:
@@ -176,9 +185,9 @@ class Lockstep:
 
     def check_config(self) -> None:
         """Every manager keeps its configuration in vLLM's attributes with the
-        yardstick's values (``config_problems``)."""
+        yardstick's values, and offers an API whole or not at all (``config_problems``)."""
         if problems := config_problems(self.managers):
-            self.fail("the configuration attributes differ:\n  " + "\n  ".join(problems))
+            self.fail("the configuration differs:\n  " + "\n  ".join(problems))
 
     @classmethod
     def build(cls, impls: Mapping[str, Any], script: Script | None = None, every_call: bool = True, **config: Any) -> Lockstep:

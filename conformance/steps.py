@@ -112,7 +112,8 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
         return (False, fits, [], [], [], [])
     tokens = [seq.get_token_ids() for seq in seqs]
     computed_tokens = [seq.data.get_num_computed_tokens() for seq in seqs]
-    pairs = manager.append_slots_rows(rows, lengths, lookahead, token_ids=tokens, num_computed_tokens=computed_tokens)
+    mixed = [np.array(ids, np.int64) if i % 2 else ids for i, ids in enumerate(tokens)]  # lists and arrays: both are taken
+    pairs = manager.append_slots_rows(rows, lengths, lookahead, token_ids=mixed, num_computed_tokens=computed_tokens)
     padded = manager.block_table_array(rows, -1)
     tables = [[block for block in row if block != -1] for row in padded.tolist()]
     slots = manager.slot_mapping_array(rows, step_tokens(seqs)).tolist()
