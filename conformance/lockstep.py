@@ -201,7 +201,7 @@ class Lockstep:
 
     @property
     def offers_rows(self) -> bool:
-        """Does any manager offer the row API (so that ``row_step`` compares two ways)?"""
+        """Does any manager offer the row API (so that ``row_step`` compares the ways)?"""
         return any(offers_rows(manager) for manager in self.managers.values())
 
     @property

@@ -1,11 +1,12 @@
-"""One decode step, two ways: the per-sequence calls and the row API.
+"""One decode step, three ways: the per-sequence calls, the batched calls
+and the row API.
 
 ``Lockstep.row_step`` runs a decode step of several running sequences in
-every manager, one of two ways: through the row API
-(``blockspace.interfaces.ROW_API``), as an array-level scheduler makes it,
-or through the batched calls on Sequence objects (``BATCH_API``), where a
-manager offers that way, and through the per-sequence v0 calls elsewhere. Both ways answer the same
-tuple, so the step is differential like every other call:
+every manager: through the row API (``blockspace.interfaces.ROW_API``), as
+an array-level scheduler makes it, or through the batched calls on
+Sequence objects (``BATCH_API``), where a manager offers the way asked
+for, and through the per-sequence v0 calls elsewhere. Every way answers
+the same tuple, so the step is differential like every other call:
 
     (appended, fits of each group, copy-on-write pairs, block tables, slots, computed blocks)
 
@@ -117,13 +118,13 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
     padded = manager.block_table_array(rows, -1)
     tables = [[block for block in row if block != -1] for row in padded.tolist()]
     slots = manager.slot_mapping_array(rows, step_tokens(seqs)).tolist()
-    _same_as_tensors(manager, rows, seqs, padded.tolist(), slots)
+    _same_in_other_forms(manager, rows, seqs, padded.tolist(), slots)
     manager.access_all_blocks_rows(rows, access_time)
     computed = manager.num_computed_blocks_rows(rows, tokens, [seq.is_prefill() for seq in seqs]).tolist()
     return (True, fits, [tuple(pair) for pair in pairs.tolist()], tables, slots, computed)
 
 
-def _same_as_tensors(manager: Any, rows: np.ndarray, seqs: list[Any], padded: list, slots: list) -> None:
+def _same_in_other_forms(manager: Any, rows: np.ndarray, seqs: list[Any], padded: list, slots: list) -> None:
     """The row API's other forms hold what its arrays hold: the slot of each
     sequence's last token for a count of one (``slot_mapping_array``'s
     default), and where a manager offers them and torch imports,
