@@ -42,7 +42,7 @@ def int64_or_none(values: Any) -> np.ndarray | None:
     (Python or NumPy ints, or bools: see ``_no_bools``), else None. One
     conversion in C, where checking each value's type in Python costs as much again."""
     try:
-        array = np.array(values)
+        array = np.array(values) if len(values) else np.zeros(0, np.int64)  # NumPy reads [] as floats
     except (OverflowError, TypeError, ValueError):
         return None
     return array if array.dtype == np.int64 and array.ndim == 1 else None
