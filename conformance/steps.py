@@ -45,6 +45,7 @@ from blockspace.enums import SequenceStatus
 from blockspace.errors import InvalidArgumentError, NoFreeBlocksError, UnknownSequenceError
 from blockspace.extras import missing_modules
 from blockspace.interfaces import offers_batch, offers_rows
+from blockspace.snapshot import diff
 
 STEP_TOKENS = (1, 0, 2, 5)  # slots a sequence's step asks for (capped at its tokens): decode, none, chunks
 
@@ -170,7 +171,17 @@ def table_arrays(manager: Any, seqs: list[Any]) -> tuple[int, list[list[int]]]:
 
 
 def row_misuse(manager: Any, seqs: list[Any]) -> list[str]:
-    """What the row API does wrong at its edges (``seqs``: running, non-empty)."""
+    """What the row API does wrong at its edges (``seqs``: running,
+    non-empty), and any change it made to the manager's snapshot (where it
+    offers one): every call here must change nothing."""
+    before = manager.snapshot() if callable(getattr(manager, "snapshot", None)) else None
+    problems = _edge_problems(manager, seqs)
+    if before is not None and (after := manager.snapshot()) != before:
+        problems.append("the calls at the edges changed the manager:\n    " + "\n    ".join(diff(before, after)[:12]))
+    return problems
+
+
+def _edge_problems(manager: Any, seqs: list[Any]) -> list[str]:
     rows = manager.rows_of(seqs)
     lengths = [seq.get_len() for seq in seqs]
     problems = []

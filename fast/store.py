@@ -18,6 +18,7 @@ arrays (what kernels get, ``<name>_ref``; ``fast/handles.py``), and
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -103,11 +104,10 @@ def _packed(state: Any) -> tuple[type, tuple[tuple[str, tuple[int, ...], int], .
     """A NamedTuple of arrays as its type, each array's dtype (as its
     character), shape and offset, and one buffer (each array's bytes padded to ``_ALIGN``: an
     unaligned array is slower, and its memoryview cannot be indexed)."""
-    layout, offset = [], 0
-    for array in state:
-        layout.append((array.dtype.char, array.shape, offset))  # native byte order
-        offset += array.nbytes + -array.nbytes % _ALIGN
-    return type(state), tuple(layout), b"".join([_padded(array.tobytes()) for array in state])
+    chunks = [_padded(array.tobytes()) for array in state]
+    offsets = itertools.accumulate((len(chunk) for chunk in chunks[:-1]), initial=0)
+    layout = tuple((array.dtype.char, array.shape, offset) for array, offset in zip(state, offsets))  # native byte order
+    return type(state), layout, b"".join(chunks)
 
 
 def _padded(data: bytes) -> bytes:
