@@ -33,6 +33,7 @@ import hashlib
 import multiprocessing
 import os
 import pickle
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -45,7 +46,7 @@ from blockspace.conformance.protocol import Move, ScriptedWorld, World, make, mo
 from blockspace.conformance.runner import Check, CheckResult
 from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
 from blockspace.conformance.script import Script
-from blockspace.conformance.steps import decode_step, row_misuse
+from blockspace.conformance.steps import decode_step, row_misuse, table_arrays
 from blockspace.conformance.vllm_manager import Excluded
 from blockspace.interfaces import load_manager_class, offers_rows
 from blockspace.snapshot import diff
@@ -88,6 +89,10 @@ class LeanLock:
         """``Lockstep.row_step``: a decode step ``way`` (the row API or the
         batched calls) where a manager offers it, through the calls elsewhere."""
         return self.run("row_step", lambda manager: decode_step(manager, groups, lookahead, access_time, guarded, way))
+
+    def table_arrays(self, seqs: list[Any], quiet: bool = False) -> Outcome:
+        """``Lockstep.table_arrays``: the sequences' tables as one array."""
+        return self.run("table_arrays", lambda manager: table_arrays(manager, seqs), pure=True)
 
     def row_misuse(self, seqs: list[Any]) -> None:
         """``Lockstep.row_misuse``: the row API's documented answers at its
@@ -323,6 +328,9 @@ def build(impls: Mapping[str, Any], scope: Scope) -> dict[str, Any]:
     return {name: cls(**scope.manager_kwargs()) for name, cls in classes.items()}
 
 
+PICKLE_DEPTH = 10_000  # pickle recurses once per link: vLLM's blocks link each to the one before (1,000-block tables)
+
+
 def explore(
     impls: Mapping[str, Any],
     scope: Scope,
@@ -334,6 +342,7 @@ def explore(
     first is the yardstick and must offer ``snapshot()``). ``on_layer(depth,
     states, transitions)`` hears of each layer as it ends."""
     workers = workers or os.cpu_count() or 1
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), PICKLE_DEPTH))
     report = Report(scope, list(impls), workers=workers)
     started = time.perf_counter()
     managers = build(impls, scope)
@@ -424,8 +433,8 @@ def explore_check(impls: Mapping[str, Any], scope: Scope | str, capabilities: Ma
             return CheckResult(name, "skipped", detail=f"{needed} is False")
         try:
             report = explore(impls, scope, workers)
-        except TypeError as error:  # a manager without snapshot() as the yardstick, or one that does not pickle
-            return CheckResult(name, "failed", detail=f"cannot explore: {error}")
+        except (TypeError, RecursionError, pickle.PicklingError) as error:  # no snapshot() on the yardstick; no pickle
+            return CheckResult(name, "failed", detail=f"cannot explore: {type(error).__name__}: {error}")
         detail = report.theorem() + ("\n" + report.failure if report.failure else "")
         return CheckResult(name, "passed" if report.passed else "failed", report.states, report.seconds, detail, report.as_dict())
 

@@ -271,6 +271,16 @@ def exhaustive_checks(impls: dict[str, str]) -> list:
     return [explore_check(impls, scope, {}, workers=1) for scope in scopes]
 
 
+def from_report(path: str, mutants: list[tuple[str, object]], survivors_only: bool) -> list[tuple[str, object]]:
+    """The mutants an earlier report names (only its survivors, or all),
+    found again by file, line text and index on the line: edits elsewhere
+    in a file move line numbers, not these."""
+    with open(path) as handle:
+        records = json.load(handle)["results"]
+    wanted = {(r["file"], r["line"], r["index"]) for r in records if not survivors_only or r["verdict"] == "survived"}
+    return [(name, m) for name, m in mutants if (name, m.line.strip(), m.index) in wanted]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blockspace.conformance.mutation")
     parser.add_argument("--probe", choices=("reference", "fast"), help=argparse.SUPPRESS)
@@ -284,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="/tmp/blockspace-mutation")
     parser.add_argument("--out", default="mutants.json")
     parser.add_argument("--rerun", metavar="JSON", help="only the survivors of an earlier report")
+    parser.add_argument("--again", metavar="JSON", help="every mutant of an earlier report (the same sample under another profile)")
     args = parser.parse_args(argv)
     if args.probe:
         return probe(args.probe, args.profile)
@@ -294,10 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     mutants = enumerate_mutants(args.target, sources_in(workdirs[0]))
     chosen = random.Random(args.seed).sample(mutants, args.sample) if 0 < args.sample < len(mutants) else mutants
     chosen = chosen[: args.first] if args.first > 0 else chosen
-    if args.rerun:
-        with open(args.rerun) as handle:
-            survivors = {(r["file"], r["line_number"], r["index"]) for r in json.load(handle)["results"] if r["verdict"] == "survived"}
-        chosen = [(name, m) for name, m in mutants if (name, m.line_number + 1, m.index) in survivors]
+    if args.rerun or args.again:
+        chosen = from_report(args.rerun or args.again, mutants, survivors_only=bool(args.rerun))
     free = list(workdirs)
     results = []
 

@@ -15,17 +15,18 @@ replayed path prints as the runnable script of exactly what ran.
 
 The moves (``PLAYS`` maps each name to its play):
 
-* ``arrive(prompt, n[, encoder])``: a request with one of the scope's
-  prompts and ``n`` WAITING sequences (and an encoder prompt, for
-  encoder-decoder);
+* ``arrive(prompt, n[, encoder[, lora]])``: a request with one of the
+  scope's prompts and ``n`` WAITING sequences (and an encoder prompt, for
+  encoder-decoder; and a LoRA id of the scope's ``adapters`` other than 0);
 * ``admit(request, lookahead)``: (caching) ``get_num_cached_tokens`` of the
   WAITING sequences, ``can_allocate``; OK: ``allocate``, RUNNING; LATER:
-  ``remove_seq_from_computed_blocks_tracker``; NEVER: FINISHED_IGNORED;
+  ``remove_seq_from_computed_blocks_tracker``, then all of it once more (the
+  next step's asking); NEVER: FINISHED_IGNORED;
   ``force(request)``: ``allocate`` without asking (works or fails cleanly);
   ``abort(request)``: a WAITING request given up;
 * ``append(seq, token, lookahead, now[, count])``: the model computes the
   sequence and samples ``token`` (``count`` times: the scope's
-  ``new_tokens``); the next step asks ``can_append_slots`` and makes
+  ``new_tokens``; none: a running prefill's later chunk); the next step asks ``can_append_slots`` and makes
   ``append_slots`` whatever the answer (it works or fails cleanly); with
   caching it then stamps the sequence at ``now`` (None: a new time, else
   the latest time the state holds, as one step stamps all its sequences
@@ -48,6 +49,7 @@ The moves (``PLAYS`` maps each name to its play):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,6 +65,7 @@ Move = tuple  # ("name", *arguments): plain data, so a path pickles and prints
 ILLEGAL = (
     "append_unknown", "table_unknown", "append_swapped", "negative_lookahead", "append_negative",
     "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bad_device", "encoder_unsupported",
+    "empty_shared", "access_unknown",
 )  # fmt: skip
 # Prompts that hold a value that is no token id: a negative one, one that is no int, and True (an
 # int to Python): short, and long enough (over 32 tokens) for the fast manager's vectorised check.
@@ -93,20 +96,20 @@ class World:
         self.dropped: dict[int, int] = {}  # seq_id -> leading entries a sliding window dropped
 
     # -- the world changes (ScriptedWorld makes each from a line of Python) -------------
-    def new_request(self, prompt: list[int], n: int, encoder: list[int] | None) -> SequenceGroup:
+    def new_request(self, prompt: list[int], n: int, encoder: list[int] | None, lora: int = 0) -> SequenceGroup:
         self.num_requests += 1
         first = SEQ_IDS * self.num_requests
         ids = [first + i for i in range(n)] + ([first + SEQ_IDS - 1] if encoder is not None else [])
-        group = self.make_group(f"g{self.num_requests}", ids, prompt, encoder)
+        group = self.make_group(f"g{self.num_requests}", ids, prompt, encoder, lora=lora)
         self.groups[group.request_id] = group
         return group
 
     def make_group(
-        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s"
+        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s", lora: int = 0
     ) -> SequenceGroup:
         """A group of new sequences (``name``: what a script calls them; a
         throw-away for a forbidden call is ``x<id>``)."""
-        seqs = [Sequence(seq_id, prompt) for seq_id in ids[: len(ids) - (encoder is not None)]]
+        seqs = [Sequence(seq_id, prompt, lora_int_id=lora) for seq_id in ids[: len(ids) - (encoder is not None)]]
         return SequenceGroup(request_id, seqs, Sequence(ids[-1], encoder) if encoder is not None else None)
 
     def set_status(self, seqs: list[Any], status: SequenceStatus) -> None:
@@ -181,7 +184,7 @@ class World:
         explorer's canonical form takes it whole, beside the snapshot)."""
         requests = tuple(
             (g.request_id, tuple(g.encoder_seq.get_token_ids()) if g.encoder_seq is not None else None,
-             tuple((s.seq_id, s.status.value, tuple(s.get_token_ids()), s.data._num_computed_tokens,
+             tuple((s.seq_id, s.status.value, s.lora_int_id, tuple(s.get_token_ids()), s.data._num_computed_tokens,
                     s.data._num_output_tokens, s.data._is_decoding) for s in g.seqs))
             for g in self.groups.values()
         )  # fmt: skip
@@ -197,11 +200,12 @@ class ScriptedWorld(World):
         self.script = script
 
     def make_group(
-        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s"
+        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s", lora: int = 0
     ) -> SequenceGroup:
         decoder_ids = ids[: len(ids) - (encoder is not None)]
+        adapter = f", lora_int_id={lora}" if lora else ""
         for seq_id in decoder_ids:
-            self.script.do(f"{name}{seq_id} = Sequence({seq_id}, {prompt!r})")
+            self.script.do(f"{name}{seq_id} = Sequence({seq_id}, {prompt!r}{adapter})")
         cross = ""
         if encoder is not None:
             self.script.do(f"{name}{ids[-1]} = Sequence({ids[-1]}, {encoder!r})")
@@ -242,12 +246,9 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
     caching = scope.enable_caching
     can_preempt = world.num_preemptions < scope.max_preemptions
     if world.num_requests < scope.max_requests:
-        for p in range(len(scope.prompts)):
-            for n in scope.samples:
-                if scope.encoder_decoder:
-                    yield from (("arrive", p, n, e) for e in range(len(scope.prompts)))
-                else:
-                    yield ("arrive", p, n)
+        encoders = range(len(scope.prompts)) if scope.encoder_decoder else (None,)
+        for p, n, e, lora in itertools.product(range(len(scope.prompts)), scope.samples, encoders, scope.adapters):
+            yield ("arrive", p, n, e, lora) if lora else ("arrive", p, n, e) if e is not None else ("arrive", p, n)
     for group in world.with_status(WAITING):
         yield from (("admit", group.request_id, la) for la in scope.lookaheads)
         yield ("force", group.request_id)
@@ -257,8 +258,9 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
         for seq in running:
             times = (None, latest_time) if caching and latest_time is not None else (None,)
             for count in (k for k in scope.new_tokens if seq.get_len() + k <= scope.max_len):
+                tokens = scope.alphabet if count else scope.alphabet[:1]  # sampling none, the token is not read
                 yield from (("append", seq.seq_id, t, la, now, *((count,) if count != 1 else ()))
-                            for t in scope.alphabet for la in scope.lookaheads for now in times)  # fmt: skip
+                            for t in tokens for la in scope.lookaheads for now in times)  # fmt: skip
             if caching and scope.free_calls:
                 yield ("access", seq.seq_id, None)
                 if latest_time is not None:
@@ -316,29 +318,38 @@ def make(move: Move, world: World, lock: Any) -> None:
     PLAYS[name](world, lock, *args)
 
 
-def _arrive(world: World, lock: Any, prompt: int, n: int, encoder: int | None = None) -> None:
+def _arrive(world: World, lock: Any, prompt: int, n: int, encoder: int | None = None, lora: int = 0) -> None:
     prompts = world.scope.prompts
-    world.new_request(prompts[prompt], n, prompts[encoder] if encoder is not None else None)
+    world.new_request(prompts[prompt], n, prompts[encoder] if encoder is not None else None, lora)
 
 
 def _admit(world: World, lock: Any, request_id: str, lookahead: int) -> None:
+    """Admission as vLLM's scheduler asks it, and a request turned away
+    (LATER) asked once more, as the next step asks it with nothing changed
+    between. Why in one move: the state after LATER is the state before the
+    asking (the tracker forgets the request), so the explorer would merge
+    the two and never ask again from what the first asking left behind
+    (the fast manager parks the request's tracker row for that second
+    asking)."""
     group = world.groups[request_id]
     waiting = group.get_seqs(status=WAITING)
-    if world.scope.enable_caching:
-        for seq in waiting:
-            lock.call("get_num_cached_tokens", seq)
-    status = lock.call("can_allocate", group, lookahead)
-    if status.raised:
-        return
-    if status.value == AllocStatus.OK:
-        _allocate(world, lock, group)
-        return
-    if world.scope.enable_caching:
-        for seq in waiting:
-            lock.call("remove_seq_from_computed_blocks_tracker", seq)
-    if status.value == AllocStatus.NEVER:
-        world.set_status(waiting, SequenceStatus.FINISHED_IGNORED)
-        world.close_if_done(group, lock)
+    for _ in range(2):
+        if world.scope.enable_caching:
+            for seq in waiting:
+                lock.call("get_num_cached_tokens", seq)
+        status = lock.call("can_allocate", group, lookahead)
+        if status.raised:
+            return
+        if status.value == AllocStatus.OK:
+            _allocate(world, lock, group)
+            return
+        if world.scope.enable_caching:
+            for seq in waiting:
+                lock.call("remove_seq_from_computed_blocks_tracker", seq)
+        if status.value == AllocStatus.NEVER:
+            world.set_status(waiting, SequenceStatus.FINISHED_IGNORED)
+            world.close_if_done(group, lock)
+            return
 
 
 def _allocate(world: World, lock: Any, group: SequenceGroup) -> None:
@@ -518,6 +529,20 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
         group = world.make_group("bad", [stranger, stranger + 1], [1, 2], [3], "x")
         lock.call("can_allocate", group)
         lock.call("allocate", group)
+    elif kind == "empty_shared":  # one table cannot be shared when it has no block
+        lock.call("allocate", world.make_group("bad", [stranger, stranger + 1], [], None, "x"))
+    elif kind == "access_unknown":
+        lock.call("access_all_blocks_in_seq", world.make_group("bad", [stranger], [1], None, "x").seqs[0], 0.5)
+
+
+def edge_lookaheads(scope: Scope, num_tokens: int) -> list[int]:
+    """The scope's lookaheads, and those that bring ``num_tokens`` tokens to
+    exactly 1, 2, ... blocks, up to one block past the GPU pool: every need
+    an answer can turn on (the watermark's NEVER, the free blocks' LATER),
+    asked without adding a state."""
+    bs = scope.block_size
+    edges = (k * bs - num_tokens for k in range(1, scope.num_gpu_blocks + 2))
+    return sorted(set(scope.lookaheads).union(la for la in edges if la >= 0))
 
 
 PLAYS = {
@@ -530,23 +555,21 @@ PLAYS = {
 
 def observe(world: World, lock: Any) -> None:
     """Every question that changes nothing, asked in a state when it is first
-    reached: admission, append and swap answers at each lookahead, tables
-    and hit rates, and the row API at its edges where a manager offers it
-    (the free counts come with the invariants: ``explore.check_state``,
-    ``Lockstep.verify``)."""
-    scope = world.scope
-    for group in world.with_status(WAITING):
-        for la in scope.lookaheads:
-            lock.call("can_allocate", group, la, quiet=True)
-    for group in world.with_status(RUNNING):
-        for la in scope.lookaheads:
-            lock.call("can_append_slots", group, la, quiet=True)
-        lock.call("can_swap_out", group, quiet=True)
-    for group in world.with_status(SWAPPED):
-        for la in scope.lookaheads:
-            lock.call("can_swap_in", group, la, quiet=True)
+    reached: admission, append and swap answers at each lookahead and at
+    the pool's edges (``edge_lookaheads``), tables (one by one and as one
+    array of the running ones), hit rates, and the
+    row API at its edges where a manager offers it (the free counts come
+    with the invariants: ``explore.check_state``, ``Lockstep.verify``)."""
+    for status, question in ((WAITING, "can_allocate"), (RUNNING, "can_append_slots"), (SWAPPED, "can_swap_in")):
+        for group in world.with_status(status):
+            for la in edge_lookaheads(world.scope, max(s.get_len() for s in group.get_seqs(status=status))):
+                lock.call(question, group, la, quiet=True)
+            if status == RUNNING:
+                lock.call("can_swap_out", group, quiet=True)
     for seq in world.seqs(RUNNING, SWAPPED):
         lock.call("get_block_table", seq, quiet=True)
+    if running := world.seqs(RUNNING):
+        lock.table_arrays(running, quiet=True)
     for request_id in world.invariant_world().encoders:
         lock.call("get_cross_block_table", world.groups[request_id], quiet=True)
     for device in (Device.GPU, Device.CPU):

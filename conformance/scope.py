@@ -8,8 +8,9 @@ checked. Why small: by the small-scope hypothesis (Alloy's), most bugs of a
 state machine show up in small instances, and a small instance can be
 *exhausted*, where a large one can only be sampled.
 
-``SCOPES`` names the documented ones, one family each plus ``default`` (the
-one CI exhausts); ``scope_from`` builds one from a name and ``key=value``
+``SCOPES`` names the documented ones: ``default`` (the one CI exhausts),
+one for each family, and a few more that each reach one thing the
+family's cannot (adapters, blocks of one token, a prompt of 1,000 blocks); ``scope_from`` builds one from a name and ``key=value``
 changes, and says which key or value is wrong.
 """
 
@@ -35,8 +36,13 @@ class Scope(ManagerConfig):
     ``new_tokens``: how many tokens an append's decode step may have
     sampled (two: one append then covers two new slots, which may cross a
     block edge, as speculative decoding makes it).
+    A step may also sample none (0): the scheduler appends to a running
+    prefill, a chunked prefill's later chunk, with no new token.
+    ``adapters``: the LoRA ids a request may carry (0: none); they key
+    the prefix cache apart. ``watermark`` None: the constructor's own.
     ``max_depth`` cuts the search (None: until no new state is found)."""
 
+    watermark: float | None = 0.0  # None: the managers' default (not passed)
     name: str = "custom"
     family: str = "plain"
     max_requests: int = 2
@@ -48,6 +54,7 @@ class Scope(ManagerConfig):
     lookaheads: tuple[int, ...] = (0,)
     new_tokens: tuple[int, ...] = (1,)  # tokens one decode step samples (more: speculative decoding)
     max_preemptions: int = 1
+    adapters: tuple[int, ...] = (0,)
     free_calls: bool = False  # the cache calls as moves of their own, in every order (else where vLLM makes them)
     max_depth: int | None = None
 
@@ -59,6 +66,8 @@ class Scope(ManagerConfig):
     def manager_kwargs(self) -> dict[str, Any]:
         """The managers' constructor arguments."""
         (block_size, num_gpu_blocks, num_cpu_blocks), keywords = self.args()
+        if self.watermark is None:
+            del keywords["watermark"]
         return dict(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, **keywords)
 
     def describe(self) -> str:
@@ -79,23 +88,39 @@ SCOPES = {
     # CI exhausts this one (tests/test_explore.py) in well under a minute: sharing by forks and
     # by prefix, copy-on-write, eviction, promotion and a dry pool happen in it (swaps: "swap").
     "default": Scope(name="default", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
-                     enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
+                     watermark=None, enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                      max_len=2, max_preemptions=0),
+    # An empty prompt too: a running sequence with an empty table.
     "plain": Scope(name="plain", family="plain", block_size=2, num_gpu_blocks=3, num_cpu_blocks=1, watermark=0.34,
-                   max_requests=2, max_seqs=2, prompt_lengths=(1, 2), alphabet=(0,), max_len=2,
+                   max_requests=2, max_seqs=2, prompt_lengths=(0, 1, 2), alphabet=(0,), max_len=2,
                    lookaheads=(0, 2), max_preemptions=1),
     "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(0, 1),
                      max_len=2, max_preemptions=0),
-    "sliding_window": Scope(name="sliding_window", family="sliding_window", block_size=1, num_gpu_blocks=4,
-                            num_cpu_blocks=0, sliding_window=1, max_requests=2, max_seqs=2, prompt_lengths=(2,),
-                            alphabet=(1,), max_len=4, max_preemptions=1),
+    # Five blocks: a prompt of three, the null block and a new one, so the window's drops happen.
+    "sliding_window": Scope(name="sliding_window", family="sliding_window", block_size=1, num_gpu_blocks=5,
+                            num_cpu_blocks=0, sliding_window=1, max_requests=2, max_seqs=2, prompt_lengths=(2, 3),
+                            alphabet=(1,), max_len=5, max_preemptions=1),
     # Appends of two sampled tokens (speculative decoding) across a block edge, with lookahead
     # blocks ahead: a write that fills a block onto its cached twin frees one, which a copy-on-write
     # later in the same append may need (the others' blocks of two never cross an edge in one append).
     "speculative": Scope(name="speculative", family="caching", block_size=3, num_gpu_blocks=3, num_cpu_blocks=0,
                          enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
-                         max_len=4, lookaheads=(0, 3), new_tokens=(1, 2), max_preemptions=0),
+                         max_len=4, lookaheads=(0, 3), new_tokens=(0, 1, 2), max_preemptions=0),
+    # Prompts of a full block, keyed at admission: a request the dry pool turns away parks its tracker
+    # row and takes it back; LoRA adapters key equal tokens apart.
+    "adapters": Scope(name="adapters", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
+                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(2,), alphabet=(1,),
+                      max_len=3, max_preemptions=0, adapters=(0, 1)),
+    # Blocks of one token: prefixes and tracker rows of several blocks, appends that key two blocks in a
+    # chain, forks whose cached prefixes part after a common block.
+    "chains": Scope(name="chains", family="caching", block_size=1, num_gpu_blocks=4, num_cpu_blocks=0,
+                    enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(1,), alphabet=(0, 1),
+                    max_len=4, new_tokens=(1, 2), max_preemptions=0),
+    # A prompt of 1,000 blocks: the hit rate's first buckets of 1,000 queries fill (a few states, each large).
+    "long_prompt": Scope(name="long_prompt", family="caching", block_size=1, num_gpu_blocks=1001, num_cpu_blocks=0,
+                         enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(1000,), alphabet=(1,),
+                         max_len=1001, max_preemptions=0),
     "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                   max_len=2, max_preemptions=1),
@@ -141,14 +166,15 @@ def check_scope(scope: Scope) -> None:
         (scope.family not in FAMILIES, f"family must be one of {', '.join(FAMILIES)}"),
         (scope.block_size < 1, "block_size must be >= 1"),
         (scope.num_gpu_blocks < 1 or scope.num_cpu_blocks < 0, "num_gpu_blocks must be >= 1, num_cpu_blocks >= 0"),
-        (not 0 <= scope.watermark < 1, "watermark must be in [0, 1)"),
+        (scope.watermark is not None and not 0 <= scope.watermark < 1, "watermark must be in [0, 1) or None"),
         (scope.max_requests < 0 or scope.max_preemptions < 0, "max_requests and max_preemptions must be >= 0"),
         (not scope.samples or min(scope.samples) < 1, "samples must be >= 1"),
         (scope.max_seqs < max(scope.samples or (1,)) or scope.max_seqs > 9, "max_seqs must be >= every value of samples, and at most 9"),
         (not scope.alphabet or min(scope.alphabet) < 0, "alphabet must hold token ids >= 0"),
         (not scope.prompt_lengths or min(scope.prompt_lengths) < 0, "prompt_lengths must be >= 0"),
         (not scope.lookaheads or min(scope.lookaheads) < 0, "lookaheads must be >= 0"),
-        (not scope.new_tokens or min(scope.new_tokens) < 1, "new_tokens must be >= 1"),
+        (not scope.new_tokens or min(scope.new_tokens) < 0, "new_tokens must be >= 0"),
+        (not scope.adapters or min(scope.adapters) < 0, "adapters must be LoRA ids >= 0"),
         (scope.max_len < max(scope.prompt_lengths or (0,)), "max_len must be >= the longest prompt"),
         (scope.max_depth is not None and scope.max_depth < 0, "max_depth must be >= 0"),
         (scope.enable_caching and scope.sliding_window is not None, "prefix caching and a sliding window exclude each other"),

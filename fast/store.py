@@ -36,10 +36,10 @@ class Store(Derived):
     gpu, cpu, keys, tables, tracker = State(), State(), State(), State(), State()
 
     def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, caching: bool) -> None:
-        self.keys = new_keys(block_size, key_capacity(block_size, num_gpu_blocks + num_cpu_blocks) if caching else 256)
+        self.keys = new_keys(block_size, key_capacity(block_size, num_gpu_blocks + num_cpu_blocks) if caching else FIRST_SIZE)
         self.gpu = P.new_pool(0, num_gpu_blocks, caching, len(self.keys.parent))
         self.cpu = P.new_pool(num_gpu_blocks, num_cpu_blocks, caching, len(self.keys.parent))
-        self.tables = T.new_tables()
+        self.tables = T.new_tables()  # two rows of two blocks, doubled as they fill, so small worlds grow them too
         self.tracker = K.new_tracker()
         self.null_block = np.full(1, -1, np.int64)
 
@@ -86,15 +86,18 @@ class Store(Derived):
 
 STATE_NAMES = ("gpu", "cpu", "keys", "tables", "tracker")
 MAX_KEY_TOKENS = 1 << 22  # the key table's token cells made at the start (32 MiB); past that it grows
+FIRST_SIZE = 4  # the key table's least first size (and its size without prefix caching, where it stays empty)
 
 
 def key_capacity(block_size: int, num_blocks: int) -> int:
     """The key table's first size with prefix caching: twice the blocks
     (every cached block names a key, and tracker rows name more), a power
-    of two, at most ``MAX_KEY_TOKENS`` token cells. Why not start small: a
+    of two, at most ``MAX_KEY_TOKENS`` token cells. Why not smaller: a
     table that doubles its way up rehashes every key at each doubling, in
-    the middle of the first requests' keying."""
-    capacity = 256
+    the middle of the first requests' keying. Why not larger: a small pool
+    then fills its key table and runs the collector (``fast/key_space.py``),
+    as the small worlds of the conformance explorer must for it to be checked."""
+    capacity = FIRST_SIZE
     while capacity < 2 * num_blocks and 2 * capacity * block_size <= MAX_KEY_TOKENS:
         capacity *= 2
     return capacity

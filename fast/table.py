@@ -69,7 +69,7 @@ class Tables(NamedTuple):
     num_logged: np.ndarray  # int64[1]: writes logged (past capacity: overflowed); -1: not logging
 
 
-def new_tables(num_rows: int = 16, num_cols: int = 16) -> Tables:
+def new_tables(num_rows: int = 2, num_cols: int = 2) -> Tables:
     return Tables(
         np.zeros((num_rows, num_cols), np.int32),
         np.full((num_rows, num_cols), -1, np.int64),

@@ -25,7 +25,7 @@ class Tracker(NamedTuple):
     num_cached: np.ndarray  # int64[rows]: cached tokens at the last count
 
 
-def new_tracker(num_rows: int = 16, num_cols: int = 16) -> Tracker:
+def new_tracker(num_rows: int = 2, num_cols: int = 2) -> Tracker:
     return Tracker(
         np.full((num_rows, num_cols), -1, np.int64), np.zeros(num_rows, np.int64), np.zeros(num_rows, np.int64)
     )

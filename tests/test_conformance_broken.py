@@ -341,3 +341,40 @@ def test_the_explorer_meets_a_promotion_that_pays_for_a_copy_and_a_forgotten_wat
     assert promotion.path[-1][-1] == 2 and "append_slots disagrees" in promotion.failure  # two new tokens
     watermark = explore({"reference": "reference", "broken": ForgetsItsWatermark}, SCOPES["default"], workers=1)
     assert watermark.path == () and "broken.watermark is None" in watermark.failure
+
+
+class ForgetsFullBuckets(ReferenceBlockSpaceManager):
+    """The hit rate of the running bucket of 1,000 lookups alone, the
+    completed ones forgotten: equal until the first bucket completes."""
+
+    def get_prefix_cache_hit_rate(self, device):
+        stats = self._allocator(Device.parse(device)).stats
+        return stats.num_hits / stats.num_queries if stats.num_queries else 0.0
+
+
+def test_the_explorer_fills_the_hit_rate_buckets_with_a_long_prompt():
+    """Two requests of 1,000 blocks (``long_prompt``): the first misses
+    1,000 times, the second hits 1,000 times, and the hit rate is the mean
+    of the two buckets, 0.5."""
+    report = explore({"reference": "reference", "broken": ForgetsFullBuckets}, SCOPES["long_prompt"], workers=1)
+    assert [move[0] for move in report.path] == ["arrive", "arrive", "admit", "force"], report.path
+    assert "get_prefix_cache_hit_rate disagrees" in report.failure, report.failure[:300]
+
+
+class KeepsWindowedBlocks(ReferenceBlockSpaceManager):
+    """Appends that take the null block but never drop a block out of the window."""
+
+    def append_slots(self, seq, num_lookahead_slots=0):
+        window, self.max_block_sliding_window = self.max_block_sliding_window, 10**6
+        try:
+            return super().append_slots(seq, num_lookahead_slots)
+        finally:
+            self.max_block_sliding_window = window
+
+
+def test_the_sliding_window_scope_drops_blocks():
+    """A prompt of three one-token blocks, two appends: the second computes
+    the fourth token, and the first block leaves the window."""
+    report = explore({"reference": "reference", "broken": KeepsWindowedBlocks}, SCOPES["sliding_window"], workers=1)
+    assert [move[0] for move in report.path] == ["arrive", "admit", "append", "append"], report.path
+    assert "append_slots disagrees" in report.failure, report.failure[:300]  # the dropped block pays for the new one

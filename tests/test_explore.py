@@ -13,8 +13,9 @@ import pytest
 
 from blockspace.conformance import Divergence
 from blockspace.conformance.explore import LeanLock, build, canonical, explore
-from blockspace.conformance.protocol import World, make, moves
+from blockspace.conformance.protocol import ScriptedWorld, World, make, moves
 from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
+from blockspace.conformance.script import Script
 
 PAIR = {"reference": "reference", "fast": "fast"}
 
@@ -126,6 +127,30 @@ def test_scopes_refuse_bad_values_by_name() -> None:
     with pytest.raises(ScopeError, match="max_depth"):
         scope_from("default", ["max_depth=x"])
     assert scope_from("default", ["alphabet=1,2,3"]).alphabet == (1, 2, 3)
+    with pytest.raises(ScopeError, match="adapters"):
+        scope_from("default", ["adapters=-1"])
+    with pytest.raises(ScopeError, match="watermark"):
+        scope_from("default", ["watermark=1.5"])
+    assert "watermark" not in scope_from("plain", ["watermark=None"]).manager_kwargs()  # the constructor's default
+    assert scope_from("default", ["new_tokens=0,2"]).new_tokens == (0, 2)  # none: a running prefill's later chunk
+
+
+def test_arrivals_carry_adapters_and_the_state_tells_them_apart() -> None:
+    """A request with a LoRA id keys its prompt apart: two arrivals that
+    differ only by adapter are two states, and the printed repro builds
+    the sequence with its adapter."""
+    scope = scope_from("adapters", ["max_requests=1"])
+    arrivals = [move for move in moves(World(scope), None) if move[0] == "arrive"]
+    assert arrivals == [("arrive", 0, 1), ("arrive", 0, 1, None, 1)]
+    states = set()
+    for move in arrivals:
+        world = World(scope)
+        make(move, world, lock=None)
+        states.add(world.state())
+    assert len(states) == 2
+    script = Script()
+    make(arrivals[1], ScriptedWorld(scope, script), lock=None)
+    assert "s10 = Sequence(10, [1, 1], lora_int_id=1)" in script.render()
 
 
 def test_the_command_prints_the_theorem() -> None:
