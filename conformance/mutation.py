@@ -190,6 +190,8 @@ def run_mutant(
         )
         verdict = "survived" if done.returncode == 0 else "killed"
         why = (done.stdout.strip().splitlines() or [""])[-1]
+        if verdict == "killed" and not why:  # the probe itself died: say how
+            why = "crashed: " + (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
     except subprocess.TimeoutExpired:  # quick: a hang; full: a long campaign cut short, not a kill
         verdict, why = ("killed", "timeout") if profile != "full" else ("survived", f"not killed in {timeout:.0f} s")
     finally:

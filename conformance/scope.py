@@ -97,10 +97,11 @@ SCOPES = {
     "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(0, 1),
                      max_len=2, max_preemptions=0),
-    # Five blocks: a prompt of three, the null block and a new one, so the window's drops happen.
+    # Five blocks: a prompt of three, the null block and a new one, so the window's drops happen (with
+    # four, no state ever dropped a block); sequences of six, so a table drops twice.
     "sliding_window": Scope(name="sliding_window", family="sliding_window", block_size=1, num_gpu_blocks=5,
-                            num_cpu_blocks=0, sliding_window=1, max_requests=2, max_seqs=2, prompt_lengths=(2, 3),
-                            alphabet=(1,), max_len=5, max_preemptions=1),
+                            num_cpu_blocks=0, sliding_window=1, max_requests=2, max_seqs=2, prompt_lengths=(3,),
+                            alphabet=(1,), max_len=6, max_preemptions=1),
     # Appends of two sampled tokens (speculative decoding) across a block edge, with lookahead
     # blocks ahead: a write that fills a block onto its cached twin frees one, which a copy-on-write
     # later in the same append may need (the others' blocks of two never cross an edge in one append).

@@ -252,6 +252,12 @@ def empty_and_full(impls):
     return lock, seqs
 
 
+def test_the_explorer_asks_for_table_arrays_with_an_empty_prompt():
+    report = explore({"fast": "fast", "broken": WideEmptyTables}, SCOPES["plain"], workers=1, max_seconds=60)
+    assert [move[0] for move in report.path] == ["arrive", "admit"], report.path
+    assert "table_arrays disagrees" in report.failure, report.failure[:300]
+
+
 def test_table_arrays_compare_the_width_and_row_misuse_the_edges():
     lock, (empty, full) = empty_and_full({"reference": "reference", "fast": "fast"})
     assert lock.table_arrays([empty]).value == (0, [[]])
@@ -378,3 +384,26 @@ def test_the_sliding_window_scope_drops_blocks():
     report = explore({"reference": "reference", "broken": KeepsWindowedBlocks}, SCOPES["sliding_window"], workers=1)
     assert [move[0] for move in report.path] == ["arrive", "admit", "append", "append"], report.path
     assert "append_slots disagrees" in report.failure, report.failure[:300]  # the dropped block pays for the new one
+
+
+class MiscountsTurnedAway(ReferenceBlockSpaceManager):
+    """A request asked again after the pool turned it away counts a cached
+    token it does not have: wrong only on that second asking, which follows
+    a state equal to the one before the first (the tracker forgot it)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.turned_away = set()
+
+    def remove_seq_from_computed_blocks_tracker(self, seq):
+        super().remove_seq_from_computed_blocks_tracker(seq)
+        self.turned_away.add(seq.seq_id)
+
+    def get_num_cached_tokens(self, seq):
+        return super().get_num_cached_tokens(seq) + (seq.seq_id in self.turned_away)
+
+
+def test_a_request_turned_away_is_asked_again_in_the_same_move():
+    report = explore({"reference": "reference", "broken": MiscountsTurnedAway}, SCOPES["default"], workers=1)
+    assert report.path and report.path[-1][0] == "admit" and len(report.path) <= 6, report.path
+    assert "get_num_cached_tokens disagrees" in report.failure, report.failure[:300]
