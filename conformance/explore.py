@@ -205,11 +205,11 @@ class Expansion:
     failure: tuple[tuple, str] | None = None  # (path, message) of the first failure
 
 
-def expand(chunk: list[tuple[bytes, tuple]], seen: set[bytes], successors: bool = True) -> Expansion:
+def expand(chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], successors: bool = True, histories: int = 1) -> Expansion:
     """Check each state of ``chunk`` and (``successors``) play every move
-    enabled in it; keep the successors that are not in ``seen`` nor found
-    earlier in the chunk. Stops at the first failure."""
-    out, found = Expansion(), set()
+    enabled in it; keep the successors whose state ``seen`` and the chunk
+    so far hold fewer than ``histories`` times. Stops at the first failure."""
+    out, found = Expansion(), Counter()
     for blob, path in chunk:
         world, managers = pickle.loads(blob)
         lock = LeanLock(managers)
@@ -241,24 +241,26 @@ def expand(chunk: list[tuple[bytes, tuple]], seen: set[bytes], successors: bool 
             out.calls += lock.num_calls
             key = canonical(lock.yardstick, world)
             dirty = key != parent
-            if dirty and key not in seen and key not in found:
-                found.add(key)
+            if dirty and seen[key] + found[key] < histories:
+                found[key] += 1
                 out.new.append((key, pickle.dumps((world, lock.managers), pickle.HIGHEST_PROTOCOL), path + (move,)))
     return out
 
 
-_SEEN: set[bytes] = set()  # the states of earlier layers, as a forked worker inherits them
+_SEEN: Counter[bytes] = Counter()  # the states of earlier layers (histories kept), as a forked worker inherits them
 
 
-def _expand_chunk(job: tuple[list[tuple[bytes, tuple]], bool]) -> Expansion:
-    return expand(job[0], _SEEN, job[1])
+def _expand_chunk(job: tuple[list[tuple[bytes, tuple]], bool, int]) -> Expansion:
+    return expand(job[0], _SEEN, job[1], job[2])
 
 
-def expand_layer(frontier: list[tuple[bytes, tuple]], seen: set[bytes], workers: int, successors: bool) -> list[Expansion]:
+def expand_layer(
+    frontier: list[tuple[bytes, tuple]], seen: Counter[bytes], workers: int, successors: bool, histories: int = 1
+) -> list[Expansion]:
     """The frontier's chunks expanded, in order, by ``workers`` processes
     (forked, so each inherits ``seen`` without copying it over)."""
     global _SEEN
-    jobs = [(frontier[i : i + CHUNK], successors) for i in range(0, len(frontier), CHUNK)]
+    jobs = [(frontier[i : i + CHUNK], successors, histories) for i in range(0, len(frontier), CHUNK)]
     _SEEN = seen
     if workers <= 1 or len(jobs) <= 1:
         return [_expand_chunk(job) for job in jobs]
@@ -285,6 +287,7 @@ class Report:
     excluded: Counter[str] = field(default_factory=Counter)  # transitions not compared, by §14 item
     failure: str = ""  # the first failure, with its runnable repro
     path: tuple = ()
+    histories: int = 0  # histories gone on from (the states, when the scope keeps one a state)
 
     @property
     def passed(self) -> bool:
@@ -302,6 +305,8 @@ class Report:
             claim += f" depth {self.depth})"
         else:
             claim = f"for every call sequence of at most {self.depth} moves within the scope (cut by {self.cut})"
+        if self.histories > self.states:
+            claim += f" (each state gone on from as reached by its first {self.scope.histories} histories: {self.histories:,} in all)"
         if self.excluded:
             claim += (f", leaving out the {sum(self.excluded.values()):,} transitions that meet vLLM's crashes, half-done "
                       f"operations or nondeterminism ({'; '.join(f'{k}: {v:,}' for k, v in self.excluded.most_common())})")  # fmt: skip
@@ -316,7 +321,7 @@ class Report:
         return {
             "scope": self.scope.name, "settings": self.scope.describe(), "states": self.states,
             "transitions": self.transitions, "calls": self.calls, "depth": self.depth, "exhausted": self.exhausted,
-            "cut": self.cut, "seconds": round(self.seconds, 2), "workers": self.workers, "layers": self.layers,
+            "cut": self.cut, "histories": self.histories, "seconds": round(self.seconds, 2), "workers": self.workers, "layers": self.layers,
             "transitions_per_s_per_worker": round(self.rate()), "excluded": dict(self.excluded),
             "theorem": self.theorem(), "failure_moves": len(self.path) if self.failure else None,
         }  # fmt: skip
@@ -350,7 +355,7 @@ def explore(
         raise TypeError(f"the yardstick {next(iter(impls))!r} offers no snapshot(): the explorer needs one to tell states apart")
     world = World(scope)
     lock = LeanLock(managers)
-    seen = {canonical(lock.yardstick, world)}
+    seen = Counter({canonical(lock.yardstick, world): 1})  # state -> histories gone on from
     try:
         frontier = [(pickle.dumps((world, managers), pickle.HIGHEST_PROTOCOL), ())]
     except Exception as error:  # noqa: BLE001 - any reason a manager does not pickle
@@ -359,7 +364,7 @@ def explore(
     while frontier:
         at_bound = scope.max_depth is not None and report.depth >= scope.max_depth
         out_of_time = max_seconds is not None and time.perf_counter() - started > max_seconds
-        results = expand_layer(frontier, seen, workers, successors=not (at_bound or out_of_time))
+        results = expand_layer(frontier, seen, workers, not (at_bound or out_of_time), scope.histories)
         new = []
         for result in results:
             report.transitions += result.transitions
@@ -371,8 +376,8 @@ def explore(
                 report.cut = "a failure"
                 break
             for key, blob, path in result.new:
-                if key not in seen:
-                    seen.add(key)
+                if seen[key] < scope.histories:
+                    seen[key] += 1
                     new.append((blob, path))
         if report.failure:
             break
@@ -385,7 +390,7 @@ def explore(
             report.layers.append(len(new))
         if on_layer is not None:
             on_layer(report.depth, len(seen), report.transitions)
-    report.states = len(seen)
+    report.states, report.histories = len(seen), seen.total()
     report.exhausted = not report.cut
     report.seconds = time.perf_counter() - started
     return report

@@ -262,14 +262,16 @@ MUTATION_DEPTH = 8  # the family scopes' cut for a mutant (the default scope is 
 
 def exhaustive_checks(impls: dict[str, str]) -> list:
     """The explorer's checks a mutant faces: ``default`` exhausted (as CI
-    runs it), then each family's scope cut at ``MUTATION_DEPTH`` moves, on
-    one worker (the campaign runs mutants side by side)."""
+    runs it) with two histories a state (a mutant of private layout shows
+    after one the canonical form merges away), then every other scope cut
+    at ``MUTATION_DEPTH`` moves, on one worker (the campaign runs mutants
+    side by side)."""
     from dataclasses import replace
 
     from blockspace.conformance.explore import explore_check
     from blockspace.conformance.scope import SCOPES
 
-    scopes = [SCOPES["default"]] + [replace(scope, max_depth=MUTATION_DEPTH) for name, scope in SCOPES.items() if name != "default"]
+    scopes = [replace(SCOPES["default"], histories=2)] + [replace(scope, max_depth=MUTATION_DEPTH) for name, scope in SCOPES.items() if name != "default"]
     return [explore_check(impls, scope, {}, workers=1) for scope in scopes]
 
 

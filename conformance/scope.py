@@ -8,6 +8,13 @@ checked. Why small: by the small-scope hypothesis (Alloy's), most bugs of a
 state machine show up in small instances, and a small instance can be
 *exhausted*, where a large one can only be sampled.
 
+``histories``: a state is told apart by what callers see (``explore.canonical``),
+so two histories that reach it are one state, gone on from as the first left it.
+A bug of an implementation's private layout (a list of free rows, a parked
+tracker row) that only a later history leaves behind is then never met;
+``histories=2`` goes on from the first two histories of each state: the same
+states, about twice the work.
+
 ``SCOPES`` names the documented ones: ``default`` (the one CI exhausts),
 one for each family, and a few more that each reach one thing the
 family's cannot (adapters, blocks of one token, a prompt of 1,000 blocks); ``scope_from`` builds one from a name and ``key=value``
@@ -56,6 +63,7 @@ class Scope(ManagerConfig):
     max_preemptions: int = 1
     adapters: tuple[int, ...] = (0,)
     free_calls: bool = False  # the cache calls as moves of their own, in every order (else where vLLM makes them)
+    histories: int = 1  # how many histories of each state to go on from (the first ones found; module docstring)
     max_depth: int | None = None
 
     @property
@@ -178,6 +186,7 @@ def check_scope(scope: Scope) -> None:
         (not scope.adapters or min(scope.adapters) < 0, "adapters must be LoRA ids >= 0"),
         (scope.max_len < max(scope.prompt_lengths or (0,)), "max_len must be >= the longest prompt"),
         (scope.max_depth is not None and scope.max_depth < 0, "max_depth must be >= 0"),
+        (scope.histories < 1, "histories must be >= 1"),
         (scope.enable_caching and scope.sliding_window is not None, "prefix caching and a sliding window exclude each other"),
         (scope.encoder_decoder and (scope.enable_caching or scope.sliding_window is not None),
          "encoder_decoder needs caching off and no sliding window"),

@@ -16,6 +16,7 @@ from blockspace.conformance.explore import LeanLock, build, canonical, explore
 from blockspace.conformance.protocol import ScriptedWorld, World, make, moves
 from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
 from blockspace.conformance.script import Script
+from blockspace.reference import ReferenceBlockSpaceManager
 
 PAIR = {"reference": "reference", "fast": "fast"}
 
@@ -161,3 +162,35 @@ def test_the_command_prints_the_theorem() -> None:
     assert "explore[plain]: scope plain [" in done.stdout and "at most 2 moves" in done.stdout
     bad = subprocess.run(command[:-4] + ["--scope-set", "lookaheads=x"], capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --scope/--scope-set")
+
+
+class PoisonedByAForcedFree(ReferenceBlockSpaceManager):
+    """A private flag: once a sequence allocated without being asked first
+    (``get_num_cached_tokens``) is freed, every later count is one too
+    many. The state after that free equals the one after freeing an asked
+    sequence, which the explorer reaches first."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked, self.forced, self.poisoned = set(), set(), False
+
+    def get_num_cached_tokens(self, seq):
+        self.asked.add(seq.seq_id)
+        return super().get_num_cached_tokens(seq) + self.poisoned
+
+    def allocate(self, seq_group):
+        super().allocate(seq_group)
+        self.forced |= {s.seq_id for s in seq_group.get_seqs()} - self.asked
+
+    def free(self, seq):
+        self.poisoned |= seq.seq_id in self.forced
+        super().free(seq)
+
+
+def test_a_second_history_of_each_state_meets_a_private_flag() -> None:
+    broken = {"reference": "reference", "broken": PoisonedByAForcedFree}
+    one = explore(broken, scope_from("default", ["max_depth=6"]), workers=1)
+    assert one.passed and one.histories == one.states
+    two = explore(broken, scope_from("default", ["max_depth=6", "histories=2"]), workers=1)
+    assert not two.passed and "get_num_cached_tokens disagrees" in two.failure, two.failure[:300]
+    assert ("force", "g1") in two.path and two.path[-1][0] in ("admit", "fork"), two.path
