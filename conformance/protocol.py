@@ -26,8 +26,9 @@ The moves (``PLAYS`` maps each name to its play):
   ``abort(request)``: a WAITING request given up;
 * ``append(seq, token, lookahead, now[, count])``: the model computes the
   sequence and samples ``token`` (``count`` times: the scope's
-  ``new_tokens``; none: a running prefill's later chunk); the next step asks ``can_append_slots`` and makes
-  ``append_slots`` whatever the answer (it works or fails cleanly); with
+  ``new_tokens``; none: a running prefill's later chunk); the next step
+  asks ``can_append_slots`` and makes ``append_slots`` whatever the
+  answer (it works or fails cleanly); with
   caching it then stamps the sequence at ``now`` (None: a new time, else
   the latest time the state holds, as one step stamps all its sequences
   with one time), asks its group's common computed blocks and marks them;
