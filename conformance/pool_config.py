@@ -15,15 +15,14 @@ class ManagerConfig:
     block_size: int
     num_gpu_blocks: int
     num_cpu_blocks: int
-    watermark: float = 0.0
+    watermark: float | None = 0.0  # None: the constructor's own default (not passed)
     sliding_window: int | None = None
     enable_caching: bool = False
     encoder_decoder: bool = False  # requests may carry an encoder prompt
 
     def args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The constructor's positional and keyword arguments."""
-        return (self.block_size, self.num_gpu_blocks, self.num_cpu_blocks), {
-            "watermark": self.watermark,
-            "sliding_window": self.sliding_window,
-            "enable_caching": self.enable_caching,
-        }
+        keywords = {"sliding_window": self.sliding_window, "enable_caching": self.enable_caching}
+        if self.watermark is not None:
+            keywords["watermark"] = self.watermark
+        return (self.block_size, self.num_gpu_blocks, self.num_cpu_blocks), keywords

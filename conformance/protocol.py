@@ -249,7 +249,8 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
     if world.num_requests < scope.max_requests:
         encoders = range(len(scope.prompts)) if scope.encoder_decoder else (None,)
         for p, n, e, lora in itertools.product(range(len(scope.prompts)), scope.samples, encoders, scope.adapters):
-            yield ("arrive", p, n, e, lora) if lora else ("arrive", p, n, e) if e is not None else ("arrive", p, n)
+            tail = (e, lora) if lora else (e,) if e is not None else ()  # the defaults left off, as a path prints
+            yield ("arrive", p, n, *tail)
     for group in world.with_status(WAITING):
         yield from (("admit", group.request_id, la) for la in scope.lookaheads)
         yield ("force", group.request_id)

@@ -46,10 +46,9 @@ class Scope(ManagerConfig):
     A step may also sample none (0): the scheduler appends to a running
     prefill, a chunked prefill's later chunk, with no new token.
     ``adapters``: the LoRA ids a request may carry (0: none); they key
-    the prefix cache apart. ``watermark`` None: the constructor's own.
+    the prefix cache apart.
     ``max_depth`` cuts the search (None: until no new state is found)."""
 
-    watermark: float | None = 0.0  # None: the managers' default (not passed)
     name: str = "custom"
     family: str = "plain"
     max_requests: int = 2
@@ -74,8 +73,6 @@ class Scope(ManagerConfig):
     def manager_kwargs(self) -> dict[str, Any]:
         """The managers' constructor arguments."""
         (block_size, num_gpu_blocks, num_cpu_blocks), keywords = self.args()
-        if self.watermark is None:
-            del keywords["watermark"]
         return dict(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, **keywords)
 
     def describe(self) -> str:
