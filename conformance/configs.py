@@ -27,9 +27,7 @@ class Config(ManagerConfig):
     def manager_kwargs(self) -> dict[str, Any]:
         """Constructor arguments, as vLLM names them; those equal to vLLM's
         defaults are left out, so the managers' defaults are exercised too."""
-        positional, keywords = self.args()
-        kwargs = dict(zip(("block_size", "num_gpu_blocks", "num_cpu_blocks"), positional), **keywords)
-        return {k: v for k, v in kwargs.items() if k not in VLLM_DEFAULTS or VLLM_DEFAULTS[k] != v}
+        return {k: v for k, v in self.kwargs().items() if k not in VLLM_DEFAULTS or VLLM_DEFAULTS[k] != v}
 
 
 @st.composite

@@ -26,3 +26,8 @@ class ManagerConfig:
         if self.watermark is not None:
             keywords["watermark"] = self.watermark
         return (self.block_size, self.num_gpu_blocks, self.num_cpu_blocks), keywords
+
+    def kwargs(self) -> dict[str, Any]:
+        """The constructor's arguments, all by name."""
+        positional, keywords = self.args()
+        return dict(zip(("block_size", "num_gpu_blocks", "num_cpu_blocks"), positional), **keywords)

@@ -72,8 +72,7 @@ class Scope(ManagerConfig):
 
     def manager_kwargs(self) -> dict[str, Any]:
         """The managers' constructor arguments."""
-        (block_size, num_gpu_blocks, num_cpu_blocks), keywords = self.args()
-        return dict(block_size=block_size, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, **keywords)
+        return self.kwargs()
 
     def describe(self) -> str:
         """The scope as ``key=value`` pairs, as ``--scope-set`` takes them."""
