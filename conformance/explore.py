@@ -41,13 +41,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blockspace.conformance import invariants
-from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep, Outcome, config_problems, disagreements
-from blockspace.conformance.protocol import Move, ScriptedWorld, World, make, moves, observe
+from blockspace.conformance.lockstep import (
+    REPRO_HEADING,
+    Divergence,
+    Lockstep,
+    Outcome,
+    config_problems,
+    device_table_problems,
+    disagreements,
+)
+from blockspace.conformance.protocol import Move, ScriptedWorld, World, keep_device_tables, make, moves, observe
 from blockspace.conformance.runner import Check, CheckResult
 from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
 from blockspace.conformance.script import Script
-from blockspace.conformance.steps import decode_step, row_misuse, table_arrays
+from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, table_arrays
 from blockspace.conformance.vllm_manager import Excluded
+from blockspace.extras import missing_modules
 from blockspace.interfaces import load_manager_class, offers_rows
 from blockspace.snapshot import diff
 
@@ -69,8 +78,11 @@ class LeanLock:
     error). A failing path is replayed through a real ``Lockstep`` for its
     repro (``replay``)."""
 
-    def __init__(self, managers: Mapping[str, Any], snapshots: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, managers: Mapping[str, Any], snapshots: dict[str, Any] | None = None, mirrors: dict[str, DeviceMirror] | None = None
+    ) -> None:
         self.managers = dict(managers)
+        self.mirrors = mirrors if mirrors is not None else {}  # the scheduler's device tables, once it keeps them
         self.snapshotting = [name for name, m in self.managers.items() if callable(getattr(m, "snapshot", None))]
         self.snapshots = snapshots if snapshots is not None else self._take()
         self.num_calls = 0
@@ -100,6 +112,11 @@ class LeanLock:
         for name, manager in self.managers.items():
             if offers_rows(manager) and (problems := row_misuse(manager, seqs)):
                 raise Finding(f"invariant broken in {name}'s row API:\n  " + "\n  ".join(problems))
+
+    def device_tables(self, groups: list[Any]) -> None:
+        """``Lockstep.device_tables``: each manager's deltas rebuild its running tables."""
+        if problems := device_table_problems(self.managers, self.mirrors, groups):
+            raise Finding(problems)
 
     def run(self, what: str, run: Callable[[Any], Any], pure: bool = False) -> Outcome:
         """``run(manager)`` on every manager, compared; then (unless ``pure``)
@@ -211,8 +228,8 @@ def expand(chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], successors: b
     so far hold fewer than ``histories`` times. Stops at the first failure."""
     out, found = Expansion(), Counter()
     for blob, path in chunk:
-        world, managers = pickle.loads(blob)
-        lock = LeanLock(managers)
+        world, managers, mirrors = pickle.loads(blob)
+        lock = LeanLock(managers, mirrors=mirrors)
         try:
             check_state(world, lock)
         except Finding as failure:
@@ -225,8 +242,8 @@ def expand(chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], successors: b
         dirty = False
         for move in moves(world, latest_time(lock.yardstick)):
             if dirty:
-                world, managers = pickle.loads(blob)
-                lock = LeanLock(managers, parent_snapshots)
+                world, managers, mirrors = pickle.loads(blob)
+                lock = LeanLock(managers, parent_snapshots, mirrors)
             lock.num_calls = 0
             try:
                 make(move, world, lock)
@@ -237,13 +254,19 @@ def expand(chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], successors: b
                 out.excluded[str(reason)] += 1
                 dirty = True
                 continue
-            out.transitions += 1
-            out.calls += lock.num_calls
             key = canonical(lock.yardstick, world)
             dirty = key != parent
+            if dirty:
+                try:
+                    keep_device_tables(world, lock)
+                except Finding as failure:
+                    out.failure = (path + (move,), str(failure))
+                    return out
+            out.transitions += 1
+            out.calls += lock.num_calls
             if dirty and seen[key] + found[key] < histories:
                 found[key] += 1
-                out.new.append((key, pickle.dumps((world, lock.managers), pickle.HIGHEST_PROTOCOL), path + (move,)))
+                out.new.append((key, pickle.dumps((world, lock.managers, lock.mirrors), pickle.HIGHEST_PROTOCOL), path + (move,)))
     return out
 
 
@@ -353,11 +376,12 @@ def explore(
     managers = build(impls, scope)
     if not callable(getattr(next(iter(managers.values())), "snapshot", None)):
         raise TypeError(f"the yardstick {next(iter(impls))!r} offers no snapshot(): the explorer needs one to tell states apart")
-    world = World(scope)
+    world = World(scope, offers_device=any(callable(getattr(m, "table_delta", None)) for m in managers.values())
+                  and not missing_modules("gpu"))  # fmt: skip
     lock = LeanLock(managers)
     seen = Counter({canonical(lock.yardstick, world): 1})  # state -> histories gone on from
     try:
-        frontier = [(pickle.dumps((world, managers), pickle.HIGHEST_PROTOCOL), ())]
+        frontier = [(pickle.dumps((world, managers, lock.mirrors), pickle.HIGHEST_PROTOCOL), ())]
     except Exception as error:  # noqa: BLE001 - any reason a manager does not pickle
         raise TypeError(f"the explorer keeps states as pickles, and a manager does not pickle: {error}") from None
     report.layers.append(1)
@@ -410,6 +434,7 @@ def replay(impls: Mapping[str, Any], scope: Scope, path: tuple, message: str) ->
         for move in path:
             script.add(f"# move {describe(move)}")
             make(move, world, lock)
+            keep_device_tables(world, lock)
         observe(world, lock)
         script.add(f"lock.verify({invariants.world_source(world.invariant_world(), script.render_value)}, "
                    f"{script.render_value(dict(world.groups))})")  # fmt: skip

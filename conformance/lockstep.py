@@ -321,16 +321,18 @@ class Lockstep:
             self.fail(f"{what} disagrees:\n  " + "\n  ".join(problems))
         return first
 
+    def device_tables(self, groups: list[Any]) -> None:
+        """``check_device_tables`` as a call of its own (the explorer's
+        scheduler keeps a device table after every move, not only after row steps)."""
+        self.script.catch_up()
+        self.script.add(f"lock.device_tables({self.script.render_value(list(groups))})")
+        self.check_device_tables(groups)
+
     def check_device_tables(self, groups: list[Any]) -> None:
         """Each manager with ``table_delta`` rebuilds the running tables of
         ``groups`` from its deltas alone (``DeviceMirror``)."""
-        if missing_modules("gpu"):
-            return
-        for name, manager in self.managers.items():
-            if callable(getattr(manager, "table_delta", None)):
-                mirror = self.device_mirrors.setdefault(name, DeviceMirror())
-                if problems := mirror.problems(manager, running(groups)):
-                    self.fail(f"{name}'s table deltas disagree with its tables:\n  " + "\n  ".join(problems))
+        if problems := device_table_problems(self.managers, self.device_mirrors, groups):
+            self.fail(problems)
 
     def value(self, method: str, *args: Any, quiet: bool = False, **kwargs: Any) -> Any:
         """``call`` for a call that must succeed: its (common) return value."""
@@ -371,3 +373,18 @@ class Lockstep:
             problems = check(name, snap)
             if problems:
                 self.fail(f"invariant broken in {name}:\n  " + "\n  ".join(problems[:12]))
+
+
+def device_table_problems(managers: Mapping[str, Any], mirrors: dict[str, DeviceMirror], groups: list[Any]) -> str:
+    """Where a manager's ``table_delta()`` answers, applied to its mirror
+    (made on the first call, which starts the deltas), do not rebuild the
+    running tables of ``groups`` ('' where they all do, or without the
+    ``[gpu]`` extra the deltas need)."""
+    if missing_modules("gpu"):
+        return ""
+    for name, manager in managers.items():
+        if callable(getattr(manager, "table_delta", None)):
+            mirror = mirrors.setdefault(name, DeviceMirror())
+            if problems := mirror.problems(manager, running(groups)):
+                return f"{name}'s table deltas disagree with its tables:\n  " + "\n  ".join(problems)
+    return ""

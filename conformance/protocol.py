@@ -45,7 +45,15 @@ The moves (``PLAYS`` maps each name to its play):
   ``access(seq, now)``, ``count(seq)``, ``untrack(seq)``, ``mark(request)``
   and ``common(request)`` (``"*"``: every running sequence) on their own;
 * ``illegal(kind)``: a call the protocol forbids (``ILLEGAL``); it must
-  raise the same error everywhere and change nothing.
+  raise the same error everywhere and change nothing;
+* ``track``: the scheduler starts keeping a device block table, where a
+  manager offers one (``table_delta``; ``World.offers_device``). From then
+  on, after every move that changes the state, each such manager's deltas
+  alone must rebuild its running tables (``keep_device_tables``; a move
+  that changes nothing leads nowhere new, as its state is the one before). Why a move and not a setting: a
+  table tracked from the start and one whose tracking starts on a full
+  pool take different paths (the first delta copies every live row), and
+  a scheduler that never tracks must see nothing of the write log.
 """
 
 from __future__ import annotations
@@ -87,8 +95,10 @@ def child_id(group: SequenceGroup) -> int:
 class World:
     """The scheduler's side of a state (see the module docstring)."""
 
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, scope: Scope, offers_device: bool = False) -> None:
         self.scope = scope
+        self.offers_device = offers_device  # may the scheduler keep a device table (the ``track`` move)?
+        self.tracking = False  # does it keep one now?
         self.groups: dict[str, SequenceGroup] = {}  # unfinished requests, in arrival order
         self.num_requests = 0  # arrivals so far
         self.num_preemptions = 0  # swap-outs and recomputes so far
@@ -189,7 +199,7 @@ class World:
                     s.data._num_output_tokens, s.data._is_decoding) for s in g.seqs))
             for g in self.groups.values()
         )  # fmt: skip
-        return requests, self.num_requests, self.num_preemptions
+        return requests, self.num_requests, self.num_preemptions, self.tracking
 
 
 class ScriptedWorld(World):
@@ -294,6 +304,8 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
             yield ("common", "*")
         yield from (("reset", device) for device in (None, "GPU", "CPU"))
     yield from (("illegal", kind) for kind in ILLEGAL if _illegal_enabled(world, kind))
+    if world.offers_device and not world.tracking:
+        yield ("track",)
 
 
 def _illegal_enabled(world: World, kind: str) -> bool:
@@ -318,6 +330,13 @@ def make(move: Move, world: World, lock: Any) -> None:
     """Play ``move``: its world changes, and its manager calls through ``lock``."""
     name, *args = move
     PLAYS[name](world, lock, *args)
+
+
+def keep_device_tables(world: World, lock: Any) -> None:
+    """After a move, once the scheduler keeps device tables (``track``):
+    each manager's deltas must rebuild its running tables."""
+    if world.tracking:
+        lock.device_tables(world.with_status(RUNNING))
 
 
 def _arrive(world: World, lock: Any, prompt: int, n: int, encoder: int | None = None, lora: int = 0) -> None:
@@ -537,6 +556,10 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
         lock.call("access_all_blocks_in_seq", world.make_group("bad", [stranger], [1], None, "x").seqs[0], 0.5)
 
 
+def _track(world: World, lock: Any) -> None:
+    world.tracking = True  # the first ``device_tables`` (``keep_device_tables``) starts each manager's deltas
+
+
 def edge_lookaheads(scope: Scope, num_tokens: int) -> list[int]:
     """The scope's lookaheads, and those that bring ``num_tokens`` tokens to
     exactly 1, 2, ... blocks, up to one block past the GPU pool: every need
@@ -551,7 +574,7 @@ PLAYS = {
     "arrive": _arrive, "admit": _admit, "force": _force, "abort": _abort, "append": _append, "step": _step,
     "access": _access, "fork": _fork, "free": _free, "recompute": _recompute, "swap_out": _swap_out,
     "swap_in": _swap_in, "mark": _mark, "common": _common, "count": _count, "untrack": _untrack,
-    "reset": _reset, "illegal": _illegal,
+    "reset": _reset, "illegal": _illegal, "track": _track,
 }  # fmt: skip
 
 

@@ -17,7 +17,8 @@ states, about twice the work.
 
 ``SCOPES`` names the documented ones: ``default`` (the one CI exhausts),
 one for each family, and a few more that each reach one thing the
-family's cannot (adapters, blocks of one token, a prompt of 1,000 blocks); ``scope_from`` builds one from a name and ``key=value``
+family's cannot (adapters, blocks of one token, a prompt of 1,000 blocks, three
+sequences of one request); ``scope_from`` builds one from a name and ``key=value``
 changes, and says which key or value is wrong.
 """
 
@@ -126,6 +127,10 @@ SCOPES = {
     "long_prompt": Scope(name="long_prompt", family="caching", block_size=1, num_gpu_blocks=1001, num_cpu_blocks=0,
                          enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(1000,), alphabet=(1,),
                          max_len=1001, max_preemptions=0),
+    # Three sequences of one request: a batch whose one group needs more blocks than any of its
+    # sequences may (the batched step's quick bound on the whole batch, fast/table.py, is met only then).
+    "wide": Scope(name="wide", family="plain", block_size=1, num_gpu_blocks=3, num_cpu_blocks=0, max_requests=1,
+                  max_seqs=3, prompt_lengths=(1,), alphabet=(1,), max_len=3, max_preemptions=0),
     "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                   max_len=2, max_preemptions=1),

@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from blockspace.fast.store import Store
+from blockspace.fast.store import Store, packed, unpacked
 from blockspace.fast.table_rows import TableRows
+
+FIRST_LOG_SIZE = 4  # writes the first log holds; why small: it doubles on overflow, and small scopes then overflow it too
 
 
 class DeviceSync:
@@ -28,6 +30,14 @@ class DeviceSync:
         self.rows = rows
         self.deltas: Any = None  # cuda_tables.DeltaBuffers while tracking
         self.device_table: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The delta buffers as one buffer (``store.packed``: the explorer
+        pickles a manager at every step)."""
+        return self.__dict__ | {"deltas": packed(self.deltas) if self.deltas is not None else None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, deltas=unpacked(*state["deltas"]) if state["deltas"] is not None else None)
 
     def device(self, block_size: int, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> Any:
         """The ``DeviceBlockTable`` (made on the first call; the arguments only count then)."""
@@ -44,7 +54,7 @@ class DeviceSync:
         from blockspace.fast.cuda_tables import new_delta_buffers
 
         self.deltas = new_delta_buffers(max(self.rows.num_used, 1), self.store.tables.blocks.shape[1])
-        self._resync(log_capacity=1024)
+        self._resync(log_capacity=FIRST_LOG_SIZE)
 
     def _resync(self, log_capacity: int) -> None:
         """Record every row in use in full and clear the others (tracking starts,

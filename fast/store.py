@@ -72,11 +72,11 @@ class Store(Derived):
         microseconds each, and the conformance explorer pickles a manager at
         every step; why anew: a handle is a pointer into this process, and a
         copied view would still look at the old arrays."""
-        return {name: _packed(getattr(self, name)) for name in STATE_NAMES} | {"null_block": self.null_block}
+        return {name: packed(getattr(self, name)) for name in STATE_NAMES} | {"null_block": self.null_block}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name in STATE_NAMES:
-            setattr(self, name, _unpacked(*state[name]))  # through ``State``: handles and views made when first read
+            setattr(self, name, unpacked(*state[name]))  # through ``State``: handles and views made when first read
         self.null_block = state["null_block"]
 
     def commit(self, trial: Store) -> None:
@@ -103,7 +103,7 @@ def key_capacity(block_size: int, num_blocks: int) -> int:
     return capacity
 
 
-def _packed(state: Any) -> tuple[type, tuple[tuple[str, tuple[int, ...], int], ...], bytes]:
+def packed(state: Any) -> tuple[type, tuple[tuple[str, tuple[int, ...], int], ...], bytes]:
     """A NamedTuple of arrays as its type, each array's dtype (as its
     character), shape and offset, and one buffer (each array's bytes padded to ``_ALIGN``: an
     unaligned array is slower, and its memoryview cannot be indexed)."""
@@ -117,8 +117,8 @@ def _padded(data: bytes) -> bytes:
     return data + bytes(-len(data) % _ALIGN)
 
 
-def _unpacked(kind: type, layout: tuple[tuple[str, tuple[int, ...], int], ...], blob: bytes) -> Any:
-    """``_packed``'s NamedTuple again, its arrays writable views of one new buffer."""
+def unpacked(kind: type, layout: tuple[tuple[str, tuple[int, ...], int], ...], blob: bytes) -> Any:
+    """``packed``'s NamedTuple again, its arrays writable views of one new buffer."""
     buffer = bytearray(blob)
     return kind(*[np.ndarray(shape, dtype, buffer, offset) for dtype, shape, offset in layout])
 

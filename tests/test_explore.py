@@ -16,6 +16,8 @@ from blockspace.conformance.explore import LeanLock, build, canonical, explore
 from blockspace.conformance.protocol import ScriptedWorld, World, make, moves
 from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
 from blockspace.conformance.script import Script
+from blockspace.extras import missing_modules
+from blockspace.fast import FastBlockSpaceManager
 from blockspace.reference import ReferenceBlockSpaceManager
 
 PAIR = {"reference": "reference", "fast": "fast"}
@@ -194,3 +196,32 @@ def test_a_second_history_of_each_state_meets_a_private_flag() -> None:
     two = explore(broken, scope_from("default", ["max_depth=6", "histories=2"]), workers=1)
     assert not two.passed and "get_num_cached_tokens disagrees" in two.failure, two.failure[:300]
     assert ("force", "g1") in two.path and two.path[-1][0] in ("admit", "fork"), two.path
+
+
+class DeltasOnlyOnce(FastBlockSpaceManager):
+    """Its first ``table_delta`` holds every live table; the later ones lose
+    their cells, so a device table kept from them misses every new block."""
+
+    def table_delta(self):
+        delta = super().table_delta()
+        if getattr(self, "drained", False):
+            delta = delta._replace(rows=delta.rows[:0], cols=delta.cols[:0], values=delta.values[:0])
+        self.drained = True
+        return delta
+
+
+def test_the_scheduler_keeps_a_device_table_from_any_state() -> None:
+    if missing_modules("gpu"):
+        pytest.skip("table_delta needs the [gpu] extra (torch, numba-cuda)")
+    broken = {"reference": "reference", "broken": DeltasOnlyOnce}
+    report = explore(broken, scope_from("plain", ["max_depth=4"]), workers=1)
+    # Tracking that starts on a live table is right (the first delta copies it), and a lost
+    # write of block 0 is no error (it is the padding): the first wrong delta is a later
+    # one, carrying a new block.
+    names = [move[0] for move in report.path]
+    assert names == ["arrive", "admit", "track", "append"], report.path
+    message, _, repro = report.failure.partition("Repro (runnable):\n")
+    assert "broken's table deltas disagree" in message
+    with pytest.raises(Divergence, match="table deltas disagree"):
+        exec(compile(repro, "<repro>", "exec"), {})
+    assert explore(PAIR, scope_from("plain", ["max_depth=4"]), workers=1).passed
