@@ -278,11 +278,18 @@ def exhaustive_checks(impls: dict[str, str]) -> list:
 def from_report(path: str, mutants: list[tuple[str, object]], survivors_only: bool) -> list[tuple[str, object]]:
     """The mutants an earlier report names (only its survivors, or all),
     found again by file, line text and index on the line: edits elsewhere
-    in a file move line numbers, not these."""
+    in a file move line numbers, not these. A line text a file holds more
+    than once (``count += 1``) is the one nearest the recorded line number."""
     with open(path) as handle:
-        records = json.load(handle)["results"]
-    wanted = {(r["file"], r["line"], r["index"]) for r in records if not survivors_only or r["verdict"] == "survived"}
-    return [(name, m) for name, m in mutants if (name, m.line.strip(), m.index) in wanted]
+        records = [r for r in json.load(handle)["results"] if not survivors_only or r["verdict"] == "survived"]
+    by_text: dict[tuple, list[tuple[str, object]]] = {}
+    for name, m in mutants:
+        by_text.setdefault((name, m.line.strip(), m.index), []).append((name, m))
+    found = []
+    for r in records:
+        if same := by_text.get((r["file"], r["line"], r["index"])):
+            found.append(min(same, key=lambda item: abs(item[1].line_number + 1 - r.get("line_number", 0))))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,9 +2,19 @@
 lines of the ``@njit`` kernels (``fast``); in the Python layer, only the
 lines outside them (``fast-python``)."""
 
+import json
+
 import pytest
 
-from blockspace.conformance.mutation import FAST_KERNELS, FAST_PYTHON, ROOT, TARGETS, enumerate_mutants, kernel_lines
+from blockspace.conformance.mutation import (
+    FAST_KERNELS,
+    FAST_PYTHON,
+    ROOT,
+    TARGETS,
+    enumerate_mutants,
+    from_report,
+    kernel_lines,
+)
 
 
 def test_kernel_lines_are_the_bodies_of_njit_functions_only():
@@ -34,3 +44,16 @@ def test_the_python_layer_target_is_every_line_outside_the_kernels():
         inside = kernel_lines((ROOT / name).read_text())
         assert not any(m.line_number in inside for n, m in mutants if n == name), name
     assert not set(FAST_PYTHON) & set(FAST_KERNELS)
+
+
+def test_a_report_names_its_mutants_again_even_where_a_line_repeats(tmp_path):
+    pytest.importorskip("mutmut", reason="needs mutmut 2.x for its mutation operators (the dev extra)")
+    mutants = enumerate_mutants("fast")
+    texts = [(name, m.line.strip(), m.index) for name, m in mutants]
+    repeated = [item for item in mutants if texts.count((item[0], item[1].line.strip(), item[1].index)) > 1]
+    assert repeated, "the sample has no line text twice in a file: this test would prove nothing"
+    chosen = repeated[1::2]
+    records = [{"file": name, "line": m.line.strip(), "index": m.index, "line_number": m.line_number + 1,
+                "verdict": "survived"} for name, m in chosen]  # fmt: skip
+    (tmp_path / "report.json").write_text(json.dumps({"results": records}))
+    assert from_report(str(tmp_path / "report.json"), mutants, survivors_only=True) == chosen
