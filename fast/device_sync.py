@@ -92,4 +92,7 @@ class DeviceSync:
         self.start()
         self._flush_log()
         num_rows, num_cols = self.deltas.table.shape
+        # Every row in use, written or not: an empty table (an empty prompt) writes no cell, yet
+        # its sequence may be in a step, and the device table must hold its row (length 0).
+        num_rows = max(num_rows, self.rows.num_used)
         return TableDelta(*deltas_drain(self.deltas), num_rows, num_cols)

@@ -191,3 +191,14 @@ else:
             num_steps=12,
             make_table=lambda bs: DeviceBlockTable(bs, max_seqs=4, max_blocks=2, backend="cuda", threads_per_block=8),
         )
+
+
+def test_a_delta_holds_the_row_of_an_empty_table() -> None:
+    manager = FastBlockSpaceManager(block_size=2, num_gpu_blocks=3, num_cpu_blocks=1)
+    first, empty = SequenceGroup.from_prompt("a", [1, 2, 3]), SequenceGroup.from_prompt("b", [])
+    manager.allocate(first)
+    manager.table_delta()  # tracking starts with the first table
+    manager.allocate(empty)
+    delta = manager.table_delta()
+    assert manager.get_block_table(empty.seqs[0]) == []
+    assert delta.num_rows > manager.row_of(empty.seqs[0]), "the device table would have no row for it"
