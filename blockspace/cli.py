@@ -3,7 +3,13 @@
 blockspace simulate     replay a trace through a continuous-batching scheduler
 blockspace bench        micro and macro benchmarks, reference against fast
 blockspace conformance  check one implementation against another
+blockspace soak         long random run looking for leaks
 blockspace gpu-bench    benchmark the CUDA kernels against vLLM v0's way
+
+A subcommand's module is imported only once its extra is known to be
+there; ``--help`` of a subcommand whose options are described outside its
+module (``help_from``) needs no extra at all, so a user can read what a
+command does before installing what it needs.
 """
 
 from __future__ import annotations
@@ -11,39 +17,66 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from importlib.metadata import version
+from typing import NamedTuple
 
-from blockspace.errors import MissingExtraError
+from blockspace.errors import InvalidArgumentError, MissingExtraError
 from blockspace.extras import require
+from blockspace.validation import refuse
 
-# name: (module with main(argv), the extra it needs before anything is imported, summary);
-# simulate checks its own extra, since it needs it only for the plot and the progress bar.
+
+class Subcommand(NamedTuple):
+    module: str  # has main(argv) -> exit status
+    extra: str | None  # needed before the module is imported (simulate checks its own: only its plot needs it)
+    summary: str
+    help_from: str | None = None  # "module:function" building the parser without the extra
+
+
 SUBCOMMANDS = {
-    "simulate": ("blockspace.simulator.cli", None, "replay a request trace through a continuous-batching scheduler"),
-    "bench": ("blockspace.bench.cli", "bench", "benchmark the implementations side by side"),
-    "conformance": ("blockspace.conformance.cli", "conformance", "prove two implementations agree"),
-    "soak": ("blockspace.soak.cli", "conformance", "long random run looking for leaks, drift and disagreement"),
-    "gpu-bench": ("blockspace.bench.gpu", "gpu", "benchmark the CUDA kernels (table sync, slot mapping, KV copies)"),
+    "simulate": Subcommand("blockspace.simulator.cli", None, "replay a request trace through a continuous-batching scheduler"),
+    "bench": Subcommand("blockspace.bench.cli", "bench", "benchmark the implementations side by side"),
+    "conformance": Subcommand("blockspace.conformance.cli", "conformance", "prove two implementations agree",
+                              "blockspace.kit_options:build_parser"),  # fmt: skip
+    "soak": Subcommand("blockspace.soak.cli", "conformance", "long random run looking for leaks, drift and disagreement"),
+    "gpu-bench": Subcommand("blockspace.bench.gpu", "gpu", "benchmark the CUDA kernels (table sync, slot mapping, KV copies)"),
 }
+HELP = ("-h", "--help")
+
+
+def usage() -> str:
+    lines = ["usage: blockspace {" + ",".join(SUBCOMMANDS) + "} [options]", "       blockspace --version", ""]
+    lines += [f"  {name:<12} {command.summary}" for name, command in SUBCOMMANDS.items()]
+    lines += ["", "blockspace COMMAND --help describes a command's options."]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    if not args or args[0] in ("-h", "--help") or args[0] not in SUBCOMMANDS:
-        print("usage: blockspace {" + ",".join(SUBCOMMANDS) + "} [options]\n")
-        for name, (_, _, summary) in SUBCOMMANDS.items():
-            print(f"  {name:<12} {summary}")
-        return 0 if args and args[0] in ("-h", "--help") else 2
+    if args and args[0] in HELP:
+        print(usage())
+        return 0
+    if args and args[0] in ("-V", "--version"):
+        print(f"blockspace {version('blockspace')}")
+        return 0
+    if not args or args[0] not in SUBCOMMANDS:
+        said = f"unknown command {args[0]!r}" if args else "no command given"
+        return refuse(InvalidArgumentError(f"{said}: choose one of {', '.join(SUBCOMMANDS)} (blockspace --help)"))
+    command = SUBCOMMANDS[args[0]]
+    if command.help_from is not None and any(arg in HELP for arg in args[1:]):
+        module_name, _, function = command.help_from.partition(":")
+        getattr(importlib.import_module(module_name), function)().print_help()
+        return 0
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # --impl / --manager mypackage.module:Class from the current folder, as python -m
-    module_name, extra, _ = SUBCOMMANDS[args[0]]
     try:
-        if extra is not None:
-            require(extra, f"blockspace {args[0]}")
-        module = importlib.import_module(module_name)
-        return int(module.main(args[1:]) or 0)
+        if command.extra is not None:
+            require(command.extra, f"blockspace {args[0]}")
+        from blockspace.compile_notice import watch
+
+        watch()  # every command may build the fast manager, whose first run compiles its kernels
+        return int(importlib.import_module(command.module).main(args[1:]) or 0)
     except MissingExtraError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error)
 
 
 if __name__ == "__main__":

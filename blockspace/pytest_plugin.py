@@ -11,12 +11,17 @@ extra is not installed.
 * Option ``--blockspace-profile NAME``: every ``ManagerConformance``
   subclass runs with that profile (``quick``, ``full``) instead of its own,
   as ``--hypothesis-profile`` does for Hypothesis: a nightly job can run the
-  full profile without editing the test files.
+  full profile without editing the test files. An unknown name is a usage
+  error of the whole run, before any test: were it found by the kit's tests
+  alone, the others would run and pass, and a nightly job's typo would look
+  like a short green run.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from blockspace.kit_options import PROFILES
 
 MARKER = "blockspace_conformance"
 _profile: str | None = None  # --blockspace-profile, once pytest is configured
@@ -28,14 +33,19 @@ def pytest_addoption(parser: Any) -> None:
         "--blockspace-profile",
         metavar="NAME",
         default=None,
-        help="run every ManagerConformance test class with this kit profile (quick, full)",
+        help=f"run every ManagerConformance test class with this kit profile ({', '.join(PROFILES)})",
     )
 
 
 def pytest_configure(config: Any) -> None:
+    import pytest
+
     global _profile
     config.addinivalue_line("markers", f"{MARKER}: a test of the blockspace conformance kit (ManagerConformance)")
-    _profile = config.getoption("blockspace_profile", default=None)
+    name = config.getoption("blockspace_profile", default=None)
+    if name is not None and name not in PROFILES:
+        raise pytest.UsageError(f"--blockspace-profile: unknown conformance profile {name!r} (known: {', '.join(PROFILES)})")
+    _profile = name
 
 
 def profile_override() -> str | None:

@@ -3,8 +3,15 @@ same error with the same message for the same bad input."""
 
 from __future__ import annotations
 
+import functools
+import math
 import numbers
-from collections.abc import Callable, Mapping
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from blockspace.enums import SequenceStatus
@@ -155,3 +162,165 @@ def check_encoder_decoder(seq_group: Any, sliding_window: int | None, enable_cac
         raise UnsupportedError("Sliding window attention for encoder/decoder models is not currently supported.")
     if enable_caching:
         raise UnsupportedError("Prefix caching for encoder/decoder models is not currently supported.")
+
+
+# -- the commands' options --------------------------------------------------------------
+# Every ``blockspace`` command checks all its options, its managers and its output paths
+# before any work, with the messages below: a bad value is one ``error: ...`` line naming
+# the option, and exit status 2 (``refuse``). Kept here, beside the managers' own checks,
+# so that no command words a check of its own; argparse is imported only when a command
+# builds its parser, not by the managers, which import this module too.
+
+
+def refuse(error: BaseException | str, status: int = 2) -> int:
+    """Say ``error`` as the one ``error:`` line on stderr; the exit status to return."""
+    print(f"error: {error}", file=sys.stderr)
+    return status
+
+
+def plain(text: str) -> str:
+    """Docstring text as --help shows it: no reST literal marks."""
+    return text.replace("``", "")
+
+
+@functools.cache
+def _parser_classes() -> tuple[type, type]:
+    """(parser, help formatter), made at the first call: see above."""
+    import argparse
+
+    class Formatter(argparse.ArgumentDefaultsHelpFormatter):
+        """Every option's default in its help, unless the help says it in words."""
+
+        def _get_help_string(self, action: argparse.Action) -> str | None:
+            if action.help and "default" in action.help:
+                return action.help
+            return super()._get_help_string(action)
+
+    class Parser(argparse.ArgumentParser):
+        """argparse's parser, whose errors are raised (the command says them in one
+        line and exits 2) instead of printed under the usage, and whose help is plain."""
+
+        def error(self, message: str) -> Any:
+            raise InvalidArgumentError(message)
+
+        def format_help(self) -> str:
+            return plain(super().format_help())
+
+    return Parser, Formatter
+
+
+def command_parser(prog: str, doc: str) -> Any:
+    """The argparse parser of a command: its description the first paragraph of
+    ``doc``, every default shown in --help, a bad option raised as
+    ``InvalidArgumentError`` (so ``parser.parse_args`` goes inside the
+    command's ``try``)."""
+    parser, formatter = _parser_classes()
+    return parser(prog=prog, description=plain(doc.strip().split("\n\n")[0]), formatter_class=formatter)
+
+
+def option_name(dest: str) -> str:
+    """The option an argparse destination comes from: ``block_size`` -> ``--block-size``."""
+    return "--" + dest.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Range:
+    """Where a numeric option's values make sense: ``>= least``, ``> above``,
+    ``< below`` (each optional); a real number must also be finite (an
+    infinite time or size is no configuration, and NaN fails every bound)."""
+
+    least: float | None = None
+    above: float | None = None
+    below: float | None = None
+
+    def check(self, option: str, value: Any) -> None:
+        """``InvalidArgumentError`` naming ``option`` and the first bound ``value`` breaks."""
+        for bound, holds, words in (
+            (self.least, lambda v, b: v >= b, ">="),
+            (self.above, lambda v, b: v > b, ">"),
+            (self.below, lambda v, b: v < b, "<"),
+        ):
+            if bound is not None and not holds(value, bound):
+                raise InvalidArgumentError(f"{option} must be {words} {bound:g}, got {value}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidArgumentError(f"{option} must be a finite number, got {value}")
+
+
+def check_ranges(args: Any, ranges: Mapping[str, Range]) -> None:
+    """Every option of ``ranges`` (by argparse destination) that has a value in its range."""
+    for dest, allowed in ranges.items():
+        value = getattr(args, dest)
+        if value is not None:
+            allowed.check(option_name(dest), value)
+
+
+def check_output_dir(path: str | Path, option: str, files: Iterable[str] = ()) -> None:
+    """``path`` is a folder this process can write in, or one it can create,
+    and none of ``files`` in it is a folder: checked before a command's work,
+    so that hours of it are not lost to a typo in where the results go."""
+    path = Path(path)
+    _check_writable(path, option, path)
+    for name in files:
+        if (path / name).is_dir():
+            raise InvalidArgumentError(f"{option} {path}: {path / name} is a folder")
+
+
+def check_output_file(path: str | Path, option: str) -> None:
+    """``path`` is a file this process can write, or create (see ``check_output_dir``)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InvalidArgumentError(f"{option} {path}: is a folder")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InvalidArgumentError(f"{option} {path}: cannot write it (permission denied)")
+    _check_writable(path.absolute().parent, option, path)
+
+
+def _check_writable(folder: Path, option: str, named: Path) -> None:
+    """``folder`` exists and takes a new file, or its nearest existing parent
+    does (it will be made); ``named`` is the option's value, for the message.
+    A file is made and removed to find out: permission bits say nothing to
+    root, nor about /proc or a read-only mount."""
+    existing = next(p for p in (folder.absolute(), *folder.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise InvalidArgumentError(f"{option} {named}: {existing} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise InvalidArgumentError(f"{option} {named}: cannot write in {existing} ({error.strerror})") from None
+
+
+SMALL_CONFIG = {"block_size": 16, "num_gpu_blocks": 8, "num_cpu_blocks": 4}  # what a manager must construct with
+
+
+def load_manager(spec: str, option: str) -> type:
+    """The manager class ``spec`` names (``fast``, ``package.module:Class``),
+    checked to be one before anything runs: a class with every method of the
+    v0 interface that constructs with a small configuration. Anything else is
+    ``InvalidArgumentError`` naming ``option``, not a failure deep in a run."""
+    from blockspace.interfaces import BlockSpaceManager, load_manager_class
+
+    try:
+        cls = load_manager_class(spec)
+    except ValueError as error:  # neither a known name nor module:Class
+        raise InvalidArgumentError(f"{option}: {error}") from None
+    except Exception as error:  # the module's own code runs on import: anything may come out
+        raise InvalidArgumentError(f"{option}: cannot load manager {spec!r}: {type(error).__name__}: {error}") from None
+    if not isinstance(cls, type):
+        raise InvalidArgumentError(f"{option}: {spec!r} is not a class")
+    methods = BlockSpaceManager.__abstractmethods__
+    missing = sorted(name for name in methods if not callable(getattr(cls, name, None)))
+    if missing:
+        named = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise InvalidArgumentError(
+            f"{option}: {spec!r} is not a block manager: it lacks {len(missing)} of the {len(methods)} methods"
+            f" of the v0 interface ({named})"
+        )
+    try:
+        cls(**SMALL_CONFIG)
+    except Exception as error:
+        config = ", ".join(f"{k}={v}" for k, v in SMALL_CONFIG.items())
+        raise InvalidArgumentError(
+            f"{option}: {spec!r} does not construct as a block manager ({config}): {type(error).__name__}: {error}"
+        ) from None
+    return cls

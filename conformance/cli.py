@@ -1,79 +1,96 @@
-"""``blockspace conformance``: check one implementation against another.
+"""blockspace conformance: check one implementation against another.
 
     blockspace conformance --impl fast --against reference --profile quick
     blockspace conformance --impl mypkg.manager:MyManager --json report.json
 
-Runs every check of the profile (``runner.py``) with a progress bar naming
-the check that runs, says so the moment a failure is found (it is then
-shrunk for at most ``--shrink-budget`` seconds) and prints its repro as soon
-as its check ends; ``--fail-fast`` stops there. Then a summary table
-(checks, examples run, failures) and each failure's repro, and optionally a
-JSON report for CI. Exit status: 0 when everything passed or was skipped, 1
-when a check failed, 2 on bad arguments.
+Every argument is checked before any check runs (the implementations must
+be block managers, ``validation.load_manager``; the ``--json`` path must be
+writable), so a mistake is one ``error:`` line and exit status 2, never a
+traceback after minutes. Then every check of the profile (``runner.py``)
+runs with a progress bar naming the check that runs; a failure is announced
+the moment it is found (it is then shortened for at most
+``--shrink-budget`` seconds) and its repro printed as soon as its check
+ends; ``--fail-fast`` stops there. Checks that meet the same failure
+(``runner.failure_signature``) are reported together: one repro and the
+list of checks that met it, not one repro each. Then a summary table and
+the repros, and optionally a JSON report for CI. Exit status: 0 when
+everything passed or was skipped, 1 when a check failed, 2 on bad
+arguments. The options are in ``blockspace/kit_options.py``, where
+``blockspace conformance --help`` reads them without the kit's extra.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from blockspace.conformance.runner import CAPABILITIES, PROFILES, capabilities_of, checks_for, with_changes
-from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
-from blockspace.interfaces import load_manager_class
-
-FEATURES = {name.removeprefix("supports_"): name for name in CAPABILITIES}
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="blockspace conformance", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impl", required=True, help='implementation under test: "fast", "reference" or package.module:Class')
-    parser.add_argument("--against", default="reference", help="the yardstick (default: reference)")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    parser.add_argument("--json", metavar="PATH", help="write a JSON report here")
-    parser.add_argument("--only", metavar="TEXT", action="append", help="run only checks whose name contains TEXT")
-    parser.add_argument("--examples", type=int, help="state-machine examples per family (overrides the profile)")
-    parser.add_argument("--shrink-budget", type=float, metavar="SECONDS",
-                        help="time to shrink a family's failure once found (default: the profile's, 20 s)")  # fmt: skip
-    parser.add_argument("--fail-fast", action="store_true", help="stop at the first failing check")
-    parser.add_argument(
-        "--without", choices=sorted(FEATURES), action="append", default=[], help="a feature the implementation lacks"
-    )
-    parser.add_argument("--scope", metavar="NAME", action="append",
-                        help=f"a scope the explorer exhausts (any profile; exhaustive's default: default): {', '.join(SCOPES)}")
-    parser.add_argument("--scope-set", metavar="KEY=VALUE", action="append", default=[],
-                        help="change a value of every --scope, e.g. num_gpu_blocks=5, alphabet=1,2, max_depth=8")
-    parser.add_argument("--workers", type=int, metavar="N", help="explorer processes (default: one per core)")
-    return parser.parse_args(argv)
+from blockspace.conformance.runner import (
+    PROFILES,
+    Check,
+    CheckResult,
+    capabilities_of,
+    checks_for,
+    failure_signature,
+    with_changes,
+)
+from blockspace.conformance.scope import ScopeError, scope_from
+from blockspace.errors import BlockSpaceError, InvalidArgumentError
+from blockspace.kit_options import FEATURES, build_parser
+from blockspace.validation import check_output_file, load_manager, refuse
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
-    except SystemExit as stop:
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        checks, reporter, capabilities = prepare(args)
+    except SystemExit as stop:  # --help
         return int(stop.code or 0)
-    try:
-        impl_cls = load_manager_class(args.impl)
-        against_cls = load_manager_class(args.against)
-    except (ImportError, AttributeError, ValueError) as error:
-        print(f"error: cannot load an implementation: {error}", file=sys.stderr)
-        return 2
+    except BlockSpaceError as error:
+        return refuse(error)
+    results = run_with_progress(checks, reporter, args.fail_fast)
+    report = {
+        "impl": args.impl,
+        "against": args.against,
+        "profile": args.profile,
+        "capabilities": capabilities,
+        "passed": all(r.status != "failed" for r in results),
+        "checks": check_entries(results),
+        "totals": {
+            "checks": len(results),
+            "failed": sum(r.status == "failed" for r in results),
+            "skipped": sum(r.status == "skipped" for r in results),
+            "examples": sum(r.examples for r in results),
+            "seconds": round(sum(r.seconds for r in results), 1),
+        },
+    }
+    print_summary(report)
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)  # check_output_file allowed a folder still to be made
+        path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    return 0 if report["passed"] else 1
+
+
+def prepare(args: Any) -> tuple[list[Check], Reporter, dict[str, bool]]:
+    """The checks to run, from arguments checked first (``InvalidArgumentError``
+    naming the option that is wrong)."""
+    impl_cls = load_manager(args.impl, "--impl")
+    against_cls = load_manager(args.against, "--against")
     if args.examples is not None and args.examples < 1:
-        print(f"error: --examples must be >= 1, got {args.examples}", file=sys.stderr)
-        return 2
+        raise InvalidArgumentError(f"--examples must be >= 1, got {args.examples}")
     if args.shrink_budget is not None and not args.shrink_budget > 0:
-        print(f"error: --shrink-budget must be > 0 seconds, got {args.shrink_budget}", file=sys.stderr)
-        return 2
+        raise InvalidArgumentError(f"--shrink-budget must be > 0 seconds, got {args.shrink_budget}")
     if args.workers is not None and args.workers < 1:
-        print(f"error: --workers must be >= 1, got {args.workers}", file=sys.stderr)
-        return 2
+        raise InvalidArgumentError(f"--workers must be >= 1, got {args.workers}")
+    if args.json:
+        check_output_file(args.json, "--json")
     try:
         names = args.scope or (list(PROFILES[args.profile].scopes or ["default"]) if args.scope_set else [])
         scopes = [scope_from(name, args.scope_set) for name in names]
     except ScopeError as error:
-        print(f"error: --scope/--scope-set: {error}", file=sys.stderr)
-        return 2
+        raise InvalidArgumentError(f"--scope/--scope-set: {error}") from None
     profile = PROFILES[args.profile]
     if args.examples:
         profile = with_changes(profile, max_examples=args.examples)
@@ -88,39 +105,37 @@ def main(argv: list[str] | None = None) -> int:
     every_check = checks_for(impls, profile, capabilities, reporter.found, scopes, args.workers)
     unmatched = [text for text in args.only or () if not any(text in check.name for check in every_check)]
     if unmatched:
-        names = ", ".join(check.name for check in every_check)
-        print(f"error: --only {unmatched[0]!r} names no check of the {args.profile} profile ({names})", file=sys.stderr)
-        return 2
+        known = ", ".join(check.name for check in every_check)
+        raise InvalidArgumentError(f"--only {unmatched[0]!r} names no check of the {args.profile} profile ({known})")
     checks = [c for c in every_check if not args.only or any(t in c.name for t in args.only)]
-    results = run_with_progress(checks, reporter, args.fail_fast)
-    report = {
-        "impl": args.impl,
-        "against": args.against,
-        "profile": args.profile,
-        "capabilities": capabilities,
-        "passed": all(r.status != "failed" for r in results),
-        "checks": [r.as_dict() for r in results],
-        "totals": {
-            "checks": len(results),
-            "failed": sum(r.status == "failed" for r in results),
-            "skipped": sum(r.status == "skipped" for r in results),
-            "examples": sum(r.examples for r in results),
-            "seconds": round(sum(r.seconds for r in results), 1),
-        },
-    }
-    print_summary(report)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2, default=str)
-    return 0 if report["passed"] else 1
+    return checks, reporter, capabilities
+
+
+def check_entries(results: list[CheckResult]) -> list[dict[str, Any]]:
+    """The report's entry of each check; a failed check whose failure has the
+    signature of an earlier one's (``runner.failure_signature``) names that
+    check as ``same_failure_as``: the report shows the first one's repro."""
+    first_with: dict[str, str] = {}
+    entries = []
+    for result in results:
+        entry = result.as_dict()
+        if result.status == "failed":
+            first = first_with.setdefault(result.signature, result.name)
+            if first != result.name:
+                entry["same_failure_as"] = first
+        entries.append(entry)
+    return entries
 
 
 class Reporter:
-    """Says what happens while the checks run, above the progress bar."""
+    """Says what happens while the checks run, above the progress bar: each
+    failure once (a check that meets a failure already shown says nothing:
+    the summary lists it with the first)."""
 
     def __init__(self, shrink_seconds: float) -> None:
         self.shrink_seconds = shrink_seconds
         self.console: Any = None  # the progress bar's, once it runs
+        self.shown: set[str] = set()  # signatures of the failures printed
 
     def say(self, text: str) -> None:
         if self.console is not None:
@@ -128,14 +143,17 @@ class Reporter:
 
     def found(self, check: str, seconds: float, message: str) -> None:
         """A check's first failure, the moment it is found (before shrinking)."""
-        self.say(f"{check}: a failure after {seconds:.1f} s, shrinking it for at most {self.shrink_seconds:g} s: "
-                 f"{message.splitlines()[0]}")  # fmt: skip
+        if failure_signature(message) not in self.shown:
+            self.say(f"{check}: a failure after {seconds:.1f} s, shrinking it for at most {self.shrink_seconds:g} s: "
+                     f"{message.splitlines()[0]}")  # fmt: skip
 
-    def failed(self, result: Any) -> None:
-        self.say(f"--- {result.name} failed ({result.seconds:.1f} s) ---\n{result.detail}")
+    def failed(self, result: CheckResult) -> None:
+        if result.signature not in self.shown:
+            self.shown.add(result.signature)
+            self.say(f"--- {result.name} failed ({result.seconds:.1f} s) ---\n{result.detail}")
 
 
-def run_with_progress(checks: list[Any], reporter: Reporter, fail_fast: bool = False) -> list[Any]:
+def run_with_progress(checks: list[Check], reporter: Reporter, fail_fast: bool = False) -> list[CheckResult]:
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -158,28 +176,60 @@ def run_with_progress(checks: list[Any], reporter: Reporter, fail_fast: bool = F
     return results
 
 
-def print_summary(report: dict[str, Any]) -> None:
-    from rich.console import Console
+HEADERS = ("check", "status", "examples", "seconds", "note")
+
+
+def _table(title: str, rows: list[tuple[str, ...]]) -> Any:
+    """The summary table of ``rows`` (plain text), one line a row."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console()
-    table = Table(title=f"{report['impl']} against {report['against']} ({report['profile']})")
-    for column in ("check", "status", "examples", "seconds", "note"):
-        table.add_column(column, justify="right" if column in ("examples", "seconds") else "left")
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)
+    for header in HEADERS:
+        table.add_column(header, justify="right" if header in ("examples", "seconds") else "left", no_wrap=True)
     colours = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
-    for check in report["checks"]:
-        note = check["detail"].splitlines()[0] if check["detail"] else ""
-        status = f"[{colours[check['status']]}]{check['status']}[/]"
-        note = escape(note[:70])
-        table.add_row(escape(check["name"]), status, str(check["examples"]), f"{check['seconds']:.1f}", note)
+    for name, status, *numbers, note in rows:
+        status = f"[{colours[status]}]{status}[/]" if status in colours else status
+        table.add_row(escape(name), status, *numbers, escape(note))
+    return table
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    """The table of checks, then each failure once: the first check that met
+    it, the others that did, its repro. On a terminal the table fits its
+    width, each check on one line (a long note cut short, never a name nor
+    a number); anywhere else (a file, a CI log) nothing is cut."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.measure import Measurement
+
+    console = Console()
+    checks = report["checks"]
     totals = report["totals"]
-    table.add_row("total", f"{totals['failed']} failed", str(totals["examples"]), f"{totals['seconds']:.1f}", "")
+    rows = [
+        (check["name"], check["status"], str(check["examples"]), f"{check['seconds']:.1f}",
+         f"the same failure as {check['same_failure_as']}" if "same_failure_as" in check else check["detail"].partition("\n")[0])
+        for check in checks
+    ]  # fmt: skip
+    rows.append(("total", f"{totals['failed']} failed", str(totals["examples"]), f"{totals['seconds']:.1f}", ""))
+    title = f"{report['impl']} against {report['against']} ({report['profile']})"
+    table = _table(title, rows)
+    wanted = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if not console.is_terminal:  # nothing to fit: as wide as the table
+        console.width = max(console.width, wanted)
+    elif wanted > console.width:  # the notes give up what is missing, the rest stays whole
+        room = max(max(len(row[-1]) for row in rows) - (wanted - console.width), 2)
+        table = _table(title, [(*row[:-1], row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…") for row in rows])
     console.print(table)
-    for check in report["checks"]:
+    for check in checks:
         if "theorem" in check and check["status"] == "passed":
             console.print(f"{check['name']}: {check['theorem']}", markup=False, highlight=False, soft_wrap=True)
-    for check in report["checks"]:
-        if check["status"] == "failed":
+    for check in checks:
+        if check["status"] == "failed" and "same_failure_as" not in check:
             console.rule(f"[bold red]{escape(check['name'])}")
+            others = [c["name"] for c in checks if c.get("same_failure_as") == check["name"]]
+            if others:
+                console.print(f"the same failure in {len(others)} more check(s): {', '.join(others)}",
+                              markup=False, highlight=False, soft_wrap=True)  # fmt: skip
             console.print(check["detail"], markup=False, highlight=False, soft_wrap=True)

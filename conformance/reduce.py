@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from blockspace.conformance.lockstep import Divergence
+from blockspace.conformance.lockstep import REPRO_HEADING, Divergence
 
 CALL = "lock.call("
 BUILD = "lock = Lockstep.build("
@@ -57,6 +57,8 @@ def _join(head: list[str], body: list[str]) -> str:
 def reduce(source: str, seconds: float) -> str:
     """``source`` with as many lines deleted as ``seconds`` allow, failing as
     before (unchanged if it does not fail)."""
+    if BUILD not in source:  # not a lockstep's log (a long run's repro is one call of the run itself)
+        return source
     target = failure_of(source)
     if target is None:
         return source
@@ -78,6 +80,24 @@ def reduce(source: str, seconds: float) -> str:
         return _join(head, commented(head, body))
     except Exception:  # noqa: BLE001 - a script whose lines do not run one by one: keep it uncommented
         return _join(head, body)
+
+
+def shorten(failure: Divergence, seconds: float) -> tuple[str, str]:
+    """A failure's message and repro, the repro shortened for at most
+    ``seconds`` (none: as it is) and the message then that of the shortened
+    run, so that it shows the values the repro gives. Where the repro does
+    not fail without the observation calls (the bug hides in one), the one
+    with them (``full_repro``) is shortened instead."""
+    message, _, repro = str(failure).partition(REPRO_HEADING)
+    if seconds <= 0:
+        return message, repro
+    if failure.full_repro and failure_of(repro) is None:
+        repro = failure.full_repro
+    repro = reduce(repro, seconds)
+    shortened = divergence_of(repro)
+    if shortened is not None:
+        message = str(shortened).partition(REPRO_HEADING)[0]
+    return message, repro
 
 
 def commented(head: list[str], body: list[str]) -> list[str]:

@@ -1,4 +1,5 @@
-"""Profiles and checks: what ``quick``, ``full`` and ``symbolic`` run.
+"""Checks: what the profiles (``quick``, ``full``, ``symbolic``; defined in
+``blockspace/kit_options.py``, readable without the kit's extra) run.
 
 A *check* is one named, independent piece of evidence (the state machine
 over one configuration family, a trace replay, a CrossHair run); running it
@@ -9,6 +10,7 @@ on what each profile means.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,34 +28,26 @@ from hypothesis.stateful import run_state_machine_as_test
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence
 from blockspace.conformance.machine import machine_for
-from blockspace.conformance.reduce import divergence_of, failure_of, reduce
+from blockspace.conformance.reduce import shorten
+from blockspace.kit_options import CAPABILITIES, PROFILES, Profile  # noqa: F401 - PROFILES: read from here by the kit
+
+REPRO = REPRO_HEADING.lstrip("\n")  # what separates a Divergence's message from its script
+PLACE = re.compile(r"^(?:in .+? with \d+ GPU and \d+ CPU blocks|at step \d+): ")  # a sweep's play, a long run's step
+NUMBERS = re.compile(r"-?\d+(?:[.,] ?-?\d+)*")  # 5, -1, 0.25, [0, 1, 2]: counts, ids, rates
 
 
-@dataclass(frozen=True)
-class Profile:
-    name: str
-    max_examples: int  # state-machine examples per configuration family
-    step_count: int  # rules per example
-    trace_requests: int  # Mooncake requests replayed in lockstep
-    derandomize: bool  # same examples every run (CI) or fresh ones
-    symbolic: bool = False
-    shrink_seconds: float = 20.0  # time allowed to shrink a family's failure, from when it is found
-    reduce_repro: bool = True  # after Hypothesis' share of that time, delete lines from the repro (reduce.py)
-    scopes: tuple[str, ...] = ()  # scopes the explorer exhausts (explore.py), by name (scope.SCOPES)
-
-
-PROFILES = {
-    # Not derandomized: Hypothesis' derandomized examples were far less varied
-    # here (a tenth of the appends); a failure prints its repro anyway.
-    "quick": Profile("quick", max_examples=100, step_count=40, trace_requests=12, derandomize=False),
-    "full": Profile("full", max_examples=2000, step_count=80, trace_requests=200, derandomize=False),
-    "symbolic": Profile("symbolic", max_examples=25, step_count=12, trace_requests=0, derandomize=True, symbolic=True),
-    # Breadth-first and exhaustive: no sampling, so nothing to derandomize or shrink.
-    "exhaustive": Profile("exhaustive", max_examples=0, step_count=0, trace_requests=0, derandomize=True,
-                          scopes=("default",)),
-}  # fmt: skip
-
-CAPABILITIES = ("supports_caching", "supports_sliding_window", "supports_encoder_decoder")
+def failure_signature(message: str) -> str:
+    """What a failure looks like, whichever check met it: the first three
+    lines of its ``Divergence`` message (what disagreed, each manager's
+    answer) without the place in the check (a sweep's play, a long run's
+    step) and with every number as ``#`` (block ids and counts follow the
+    configuration). Why: one bug is met by many checks, each in its own
+    configuration (one wrong free count by 13 of the quick profile's); the
+    report gives each signature one repro and the list of checks that met it."""
+    lines = [line.strip() for line in message.partition(REPRO)[0].splitlines() if line.strip()][:3]
+    if lines:
+        lines[0] = PLACE.sub("", lines[0])
+    return NUMBERS.sub("#", "\n".join(lines))
 
 
 @dataclass
@@ -64,6 +58,11 @@ class CheckResult:
     seconds: float = 0.0
     detail: str = ""  # the failure with its repro, or why it was skipped
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def signature(self) -> str:
+        """``failure_signature`` of a failure (a state machine's detail starts with its note: left out)."""
+        return failure_signature(self.detail.partition("\n")[2] if "found_s" in self.extra else self.detail)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -141,7 +140,6 @@ def shrink_budget(seconds: float) -> Iterator[None]:
 
 
 HYPOTHESIS_SHARE = 0.75  # of the shrink budget; the rest deletes lines from its repro (reduce.py)
-REPRO = REPRO_HEADING.lstrip("\n")  # what separates a Divergence's message from its script
 
 
 def _silent(text: str) -> None:
@@ -176,16 +174,10 @@ def run_machine(
         with shrink_budget(limit * HYPOTHESIS_SHARE if profile.reduce_repro else limit), with_reporter(_silent):
             run_state_machine_as_test(machine, settings=hypothesis_settings(profile, **changes))
     except Divergence as failure:
-        message, _, repro = str(failure).partition(REPRO)
         found_at = found[0] if found else started
-        if profile.reduce_repro:
-            if failure.full_repro and failure_of(repro) is None:  # the bug needs an observation the short form leaves out
-                repro = failure.full_repro
-            left = limit - (time.perf_counter() - found_at)  # at least the reducer's share
-            repro = reduce(repro, max(left, limit * (1 - HYPOTHESIS_SHARE)))
-            shortened = divergence_of(repro)
-            if shortened is not None:  # the message of the shortened run: the values the repro shows
-                message = str(shortened).partition(REPRO_HEADING)[0] + "\n\n"
+        left = limit - (time.perf_counter() - found_at)  # at least the reducer's share
+        message, repro = shorten(failure, max(left, limit * (1 - HYPOTHESIS_SHARE)) if profile.reduce_repro else 0.0)
+        message += "\n\n"
         ended = time.perf_counter()
         num_calls = sum(line.startswith("lock.call(") for line in repro.splitlines())
         note = f"found after {found_at - started:.1f} s, shrunk to {num_calls} calls in {ended - found_at:.1f} s (budget {limit:g} s)"

@@ -68,9 +68,9 @@ class ManagerConformance:
     @classmethod
     def profile_settings(cls) -> Any:
         """The profile to run: ``--blockspace-profile``, else the class's."""
-        name = profile_override() or cls.profile
+        name = profile_override() or cls.profile  # the plugin has checked the option's name already
         if name not in PROFILES:
-            pytest.fail(f"unknown conformance profile {name!r} (known: {', '.join(sorted(PROFILES))})", pytrace=False)
+            pytest.fail(f"{cls.__name__}.profile: unknown conformance profile {name!r} (known: {', '.join(PROFILES)})", pytrace=False)
         return PROFILES[name]
 
     @classmethod

@@ -11,8 +11,10 @@ dry, one block short, just enough and with room. Every
 call is made whether or not the managers' own checks say it fits (it works
 or fails cleanly, the same way everywhere) and compared in lockstep.
 
-A divergence's repro is the failing play, logged call by call: runnable as
-printed. All of them take a couple of seconds.
+A divergence's repro is the failing play, logged call by call and then
+shortened as the state machine's are (``reduce.py``: every line the failure
+does not need deleted): runnable as printed. All of them take a couple of
+seconds.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from blockspace.conformance.lockstep import Divergence, Lockstep
+from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
+from blockspace.conformance.reduce import shorten
 from blockspace.conformance.runner import Check, scripted_check
 from blockspace.enums import Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
 
 BLOCK_SIZE = 4
 RUNNING = SequenceStatus.RUNNING
+SHORTEN_SECONDS = 5.0  # at most, to shorten a failing play's log (reduce.py): well under a second in practice
 
 
 class Play:
@@ -306,7 +310,8 @@ def sweep(impls: Mapping[str, Any], name: str) -> int:
                     spec.shape(play, *variant)
                 except Divergence as failure:
                     where = f"{spec.shape.__name__}{variant} with {num_gpu_blocks} GPU and {num_cpu_blocks} CPU blocks"
-                    raise Divergence(f"in {where}: {failure}") from None
+                    message, repro = shorten(failure, SHORTEN_SECONDS)
+                    raise Divergence(f"in {where}: {message}{REPRO_HEADING}{repro}") from None
                 num_calls += play.lock.num_calls
     return num_calls
 

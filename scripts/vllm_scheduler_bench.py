@@ -14,7 +14,10 @@ wrapped the same way). The timer's own cost is calibrated on a no-op method and
 subtracted per call; the figures are the time inside the manager, per method
 and in total, plus the wall time of the whole run (the engine loop below:
 scheduler, emulated model output and manager; the decision digests are timed
-apart and left out, their time reported beside it).
+apart and left out, their time reported beside it). The run time is that wall
+time less the timer's cost over all its calls: what a vLLM user waits for
+with the manager in place, untimed; the manager's share is the time inside it
+over the run time.
 
 Why in turns. The machine is shared, so a slow spell must not land on one
 manager only: each round runs every manager one after another on the same
@@ -370,8 +373,11 @@ def default_max_model_len(requests: list[Request]) -> int:
     return max(len(r.prompt) + r.max_tokens for r in requests)
 
 
-def build_scheduler(v: SimpleNamespace, settings: Settings, caching: bool, max_model_len: int) -> Any:
-    """vLLM's scheduler as the engine would build it for this configuration."""
+def build_scheduler(
+    v: SimpleNamespace, settings: Settings, caching: bool, max_model_len: int, scheduler_cls: type | None = None
+) -> Any:
+    """vLLM's scheduler (or ``scheduler_cls``, as ``--scheduler-cls`` names one)
+    as the engine would build it for this configuration."""
     scheduler_config = v.SchedulerConfig(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
@@ -388,7 +394,7 @@ def build_scheduler(v: SimpleNamespace, settings: Settings, caching: bool, max_m
     )
     cache_config.num_gpu_blocks = settings.num_gpu_blocks
     cache_config.num_cpu_blocks = settings.num_cpu_blocks
-    return v.scheduler_module.Scheduler(scheduler_config, cache_config, lora_config=None)
+    return (scheduler_cls or v.scheduler_module.Scheduler)(scheduler_config, cache_config, lora_config=None)
 
 
 def make_manager(cls: type, settings: Settings, caching: bool) -> Any:
@@ -487,6 +493,7 @@ class RunResult:
     impl: str
     steps: list[tuple[bytes, ...]] = field(repr=False)
     step_times: list[float] = field(repr=False)
+    manager: str = ""  # the class the scheduler held, module.Class
     final: bytes = b""
     elapsed: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
@@ -567,6 +574,7 @@ def run_once(
     stats.update(steps=len(result.steps), virtual_s=round(clock.now, 6), gpu_hit_rate=hit_rate)
     result.stats = stats
     result.elapsed, result.calls = dict(timer.elapsed), dict(timer.calls)
+    result.manager = f"{type(manager).__module__}.{type(manager).__qualname__}"
     return result
 
 
@@ -607,17 +615,28 @@ def net_seconds(result: RunResult, overhead_s: float) -> dict[str, float]:
     return {name: max(0.0, result.elapsed[name] - overhead_s * result.calls[name]) for name in result.elapsed}
 
 
+def run_seconds(result: RunResult, overhead_s: float) -> float:
+    """The whole run as a vLLM user has it: the wall time (scheduler, model
+    output, manager) without the timer's own cost."""
+    return max(0.0, result.wall_s - overhead_s * sum(result.calls.values()))
+
+
 def best_of(runs: list[RunResult], overhead_s: float) -> dict[str, Any]:
-    """The minimum over the rounds: per method, of the total, of the wall time."""
+    """The minimum over the rounds: per method, of the total, of the wall and run times;
+    the manager's share is the best total over the best run."""
     nets = [net_seconds(run, overhead_s) for run in runs]
     methods = {}
     for name in runs[0].elapsed:
         calls = runs[0].calls[name]
         seconds = min(net[name] for net in nets)
         methods[name] = {"calls": calls, "seconds": seconds, "us_per_call": seconds / calls * 1e6 if calls else 0.0}
+    total_s = min(sum(net.values()) for net in nets)
+    run_s = min(run_seconds(run, overhead_s) for run in runs)
     return {
-        "total_s": min(sum(net.values()) for net in nets),
+        "total_s": total_s,
         "wall_s": min(run.wall_s for run in runs),
+        "run_s": run_s,
+        "manager_share": ratio(total_s, run_s),
         "digest_s": min(run.digest_s for run in runs),
         "methods": methods,
     }
@@ -628,6 +647,7 @@ def round_record(run: RunResult, overhead_s: float) -> dict[str, Any]:
     return {
         "total_s": sum(net.values()),
         "wall_s": run.wall_s,
+        "run_s": run_seconds(run, overhead_s),
         "digest_s": run.digest_s,
         "methods": {
             name: {"calls": run.calls[name], "seconds": net[name], "raw_seconds": run.elapsed[name]}
@@ -642,6 +662,10 @@ def ratio(a: float, b: float) -> float | None:
 
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}x"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def print_table(title: str, impls: tuple[str, ...], best: dict[str, dict[str, Any]], stats: dict[str, Any]) -> None:
@@ -669,12 +693,15 @@ def print_table(title: str, impls: tuple[str, ...], best: dict[str, dict[str, An
     for label, key in (
         ("inside the manager (s)", "total_s"),
         ("whole run wall (s)", "wall_s"),
-        ("  of which the digests (s)", "digest_s"),
+        ("  without the timer's cost (s)", "run_s"),
+        ("  the digests, left out (s)", "digest_s"),
     ):
         line = f"{label:<40} {'':>9}" + "".join(f" {best[name][key]:>19.3f}" for name in impls)
         if key != "digest_s":
             line += "".join(f" {_x(ratio(best[baseline][key], best[name][key])):>16}" for name in others)
         print(line)
+    shares = (best[name]["manager_share"] for name in impls)
+    print(f"{'the manager, share of the run':<40} {'':>9}" + "".join(f" {_percent(share):>19}" for share in shares))
 
 
 def environment() -> dict[str, Any]:
@@ -831,7 +858,7 @@ def run_scenario(
             run = run_once(v, settings, requests, impl, cls, caching, max_model_len)
             print(
                 f"  {title}, round {round_index + 1}: {impl:<12} inside {sum(net_seconds(run, overhead_s).values()):8.3f} s,"
-                f" wall {run.wall_s:8.3f} s, {len(run.steps)} steps",
+                f" run {run_seconds(run, overhead_s):8.3f} s, {len(run.steps)} steps",
                 flush=True,
             )
             runs[impl].append(run)
@@ -859,6 +886,7 @@ def run_scenario(
         "stats": baseline.stats if baseline else {},
         "impls": {
             impl: {
+                "manager": impl_runs[0].manager,
                 "steps": len(impl_runs[0].steps),
                 "digest": impl_runs[0].digest(),
                 "stats": impl_runs[0].stats,
@@ -872,6 +900,7 @@ def run_scenario(
             f"{impls[0]}/{impl}": {
                 "inside": ratio(best[impls[0]]["total_s"], best[impl]["total_s"]),
                 "wall": ratio(best[impls[0]]["wall_s"], best[impl]["wall_s"]),
+                "run": ratio(best[impls[0]]["run_s"], best[impl]["run_s"]),
             }
             for impl in impls[1:]
         },

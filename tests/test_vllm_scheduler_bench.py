@@ -62,13 +62,19 @@ def test_all_managers_decide_alike_and_are_timed(tmp_path, capsys):
                 assert methods[name]["calls"] > 0 and methods[name]["seconds"] >= 0
             assert methods["allocate"]["calls"] >= 20
             assert impl["best"]["total_s"] > 0 and impl["best"]["wall_s"] > 0
+            assert impl["best"]["total_s"] < impl["best"]["run_s"] < impl["best"]["wall_s"]
+            assert impl["best"]["manager_share"] == impl["best"]["total_s"] / impl["best"]["run_s"]
             assert len(impl["rounds"]) == 1
+        assert impls["vllm"]["manager"] == "vllm.core.block_manager.SelfAttnBlockSpaceManager"
+        assert impls["fast"]["manager"] == "blockspace.fast.manager.FastBlockSpaceManager"
         assert set(scenario["ratios"]) == {"vllm/fast", "vllm/reference"}
+        assert set(scenario["ratios"]["vllm/fast"]) == {"inside", "wall", "run"}
     on = report["scenarios"]["caching_on"]["impls"]["vllm"]["best"]["methods"]
     assert on["get_num_cached_tokens"]["calls"] > 0 and on["get_common_computed_block_ids"]["calls"] > 0
     assert report["timer_overhead_s"] > 0
     printed = capsys.readouterr().out
     assert "caching on:" in printed and "caching off:" in printed and "inside the manager (s)" in printed
+    assert "the manager, share of the run" in printed
 
 
 def test_preemption_by_swap_decides_alike(tmp_path):

@@ -30,14 +30,34 @@ from blockspace.bench.methods import method_latency
 from blockspace.bench.replay import replay_throughput
 from blockspace.bench.report import kept_preamble, markdown
 from blockspace.bench.startup import machine, startup
+from blockspace.errors import BlockSpaceError, InvalidArgumentError
+from blockspace.validation import check_output_file, command_parser, refuse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("blockspace bench", __doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer requests, sizes and rounds")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON (default: not written)")
+    parser.add_argument("--markdown", metavar="PATH",
+                        help="write the report, after what the file holds up to its report marker"
+                             " (e.g. docs/performance.md; default: not written)")  # fmt: skip
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="blockspace bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer requests, sizes and rounds")
-    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
-    parser.add_argument("--markdown", metavar="PATH", help="write the report (e.g. docs/performance.md)")
-    args = parser.parse_args(argv)
+    """Exit status 0, or 2 for a bad option (said before anything is measured)."""
+    try:
+        args = build_parser().parse_args(argv)
+        if args.json:
+            check_output_file(args.json, "--json")
+        if args.markdown:
+            check_output_file(args.markdown, "--markdown")
+            try:  # read now, not after the whole run: the file may not be text
+                preamble = kept_preamble(Path(args.markdown))
+            except (OSError, UnicodeDecodeError) as error:
+                raise InvalidArgumentError(f"--markdown {args.markdown}: cannot read it ({error})") from None
+    except BlockSpaceError as error:
+        return refuse(error)
     results: dict[str, Any] = {"quick": args.quick, "machine": machine()}
     for name, run in (
         ("startup", startup),
@@ -52,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     if args.markdown:
-        Path(args.markdown).write_text(kept_preamble(Path(args.markdown)) + report)
+        Path(args.markdown).write_text(preamble + report)
     return 0
 
 

@@ -33,8 +33,10 @@ from importlib import metadata
 import numpy as np
 import torch
 
+from blockspace.errors import BlockSpaceError
 from blockspace.fast.cuda_tables import DeviceBlockTable, TableDeltas, gpu_available
 from blockspace.fast.kv_copy import BlockMover, move_blocks_torch
+from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse
 
 TABLE_TARGET_US = 20.0
 BANDWIDTH_TARGET = 0.80
@@ -453,14 +455,31 @@ def print_copies(row: dict) -> None:
               f"{'' if figures['kernel_correct'] else '  KERNEL WRONG'}", flush=True)  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="blockspace gpu-bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", metavar="PATH", help="write every figure to this JSON file (after each part)")
-    parser.add_argument("--seqs", type=int, default=None, help="sequences per step for (a) (default 1024 on a GPU)")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps for (a) (default 300 on a GPU)")
+RANGES = {"seqs": Range(least=1), "steps": Range(least=1), "block_size": Range(least=1), "budget_s": Range(least=0)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("blockspace gpu-bench", __doc__)
+    parser.add_argument("--json", metavar="PATH",
+                        help="write every figure to this JSON file, after each part (default: not written)")  # fmt: skip
+    parser.add_argument("--seqs", type=int, help="sequences per step for (a) (default: 1024 on a GPU, 64 without)")
+    parser.add_argument("--steps", type=int, help="timed steps for (a) (default: 300 on a GPU, 20 without)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per block for (a)")
-    parser.add_argument("--budget-s", type=float, default=150.0, help="skip the remaining copy configs after this")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--budget-s", type=float, default=150.0, help="seconds after which the remaining copy configs are skipped"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0, 1 when a copy config failed, 2 for a bad option (said before anything runs)."""
+    try:
+        args = build_parser().parse_args(argv)
+        check_ranges(args, RANGES)
+        if args.json:
+            check_output_file(args.json, "--json")
+    except BlockSpaceError as error:
+        return refuse(error)
 
     began = time.perf_counter()
     on_gpu = gpu_available()

@@ -13,13 +13,12 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.extras import require
-from blockspace.interfaces import load_manager_class
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.report import (
     first_difference,
@@ -32,6 +31,7 @@ from blockspace.simulator.report import (
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
+from blockspace.validation import Range, check_output_dir, check_ranges, command_parser, load_manager, refuse
 from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace, scale_arrivals, trace_source
 
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
@@ -39,20 +39,20 @@ DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="blockspace simulate",
-        description="Replay a Mooncake-format trace through a vLLM-v0-style continuous-batching scheduler.",
-    )
+    parser = command_parser("blockspace simulate", __doc__)
     source = parser.add_argument_group("trace and managers")
-    source.add_argument("--trace", type=Path, help=f"Mooncake-format JSONL (default: ${TRACE_ENV}, else the bundled sample)")
-    source.add_argument("--max-requests", type=int, help="replay only the first N requests")
     source.add_argument(
-        "--time-scale", type=float, default=1.0, help="multiply arrival times (2 = half the request rate; default 1)"
+        "--trace", type=Path, help=f"Mooncake-format JSONL (default: ${TRACE_ENV}, else the bundled sample)"
     )
-    source.add_argument("--manager", default="fast", help="reference | fast | package.module:Class (default: fast)")
+    source.add_argument("--max-requests", type=int, help="replay only the first N requests (default: all)")
+    source.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiply arrival times (2 = half the request rate)"
+    )
+    source.add_argument("--manager", default="fast", help="reference | fast | placeholder | package.module:Class")
     source.add_argument(
         "--compare", metavar="A,B",
-        help="run two managers and require identical decisions; NAME@calls or NAME@rows picks the step path",
+        help="run two managers and require identical decisions; NAME@calls or NAME@rows picks the step path"
+             " (default: one run, of --manager)",
     )  # fmt: skip
     source.add_argument(
         "--step", choices=STEP_PATHS, default="auto",
@@ -60,89 +60,94 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
 
     memory = parser.add_argument_group("KV cache")
-    memory.add_argument("--block-size", type=int, default=16, help="tokens per block (default: 16)")
+    memory.add_argument("--block-size", type=int, default=16, help="tokens per block")
     gpu = memory.add_mutually_exclusive_group()
-    gpu.add_argument("--num-gpu-blocks", type=int, help="GPU blocks (overrides --kv-memory-gib)")
+    gpu.add_argument("--num-gpu-blocks", type=int, help="GPU blocks (default: as many as --kv-memory-gib holds)")
     gpu.add_argument("--kv-memory-gib", type=float, help=f"GPU memory for KV cache (default: {DEFAULT_KV_MEMORY_GIB})")
     cpu = memory.add_mutually_exclusive_group()
-    cpu.add_argument("--num-cpu-blocks", type=int, help="CPU swap blocks (overrides --swap-space-gib)")
+    cpu.add_argument("--num-cpu-blocks", type=int, help="CPU swap blocks (default: as many as --swap-space-gib holds)")
     cpu.add_argument("--swap-space-gib", type=float, help=f"CPU swap space (default: {DEFAULT_SWAP_SPACE_GIB})")
-    memory.add_argument("--watermark", type=float, default=0.01, help="GPU share kept free at admission (0.01)")
     memory.add_argument(
-        "--enable-prefix-caching",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="prefix caching (default: on)",
+        "--watermark", type=float, default=0.01, help="share of GPU blocks kept free at admission, in [0, 1)"
     )
+    memory.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                        help="prefix caching")  # fmt: skip
     model = parser.add_argument_group("model (bytes per KV token)")
-    model.add_argument("--num-layers", type=int, default=KVCacheModel.num_layers)
-    model.add_argument("--num-kv-heads", type=int, default=KVCacheModel.num_kv_heads)
-    model.add_argument("--head-dim", type=int, default=KVCacheModel.head_dim)
-    model.add_argument("--dtype-bytes", type=int, default=KVCacheModel.dtype_bytes)
+    model.add_argument("--num-layers", type=int, default=KVCacheModel.num_layers, help="layers")
+    model.add_argument("--num-kv-heads", type=int, default=KVCacheModel.num_kv_heads, help="KV heads per layer")
+    model.add_argument("--head-dim", type=int, default=KVCacheModel.head_dim, help="dimension of a head")
+    model.add_argument("--dtype-bytes", type=int, default=KVCacheModel.dtype_bytes, help="bytes per KV value")
 
     sched = parser.add_argument_group("scheduler")
-    sched.add_argument("--max-num-seqs", type=int, default=256, help="sequences per step (default: 256)")
-    sched.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per step (2048)")
-    sched.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="recompute")
+    sched.add_argument("--max-num-seqs", type=int, default=256, help="sequences per step")
+    sched.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per step")
+    sched.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="recompute", help="how to preempt")
     sched.add_argument("--n", type=int, default=1, help="samples per request, forked after the first token")
-    sched.add_argument("--max-output-len", type=int, help="cap every request's output length")
+    sched.add_argument("--max-output-len", type=int, help="cap every request's output length (default: no cap)")
 
     timing = parser.add_argument_group("step-time model")
-    timing.add_argument("--step-overhead-ms", type=float, default=StepTimeModel.step_overhead_ms)
-    timing.add_argument("--prefill-token-us", type=float, default=StepTimeModel.prefill_token_us)
-    timing.add_argument("--decode-seq-us", type=float, default=StepTimeModel.decode_seq_us)
-    timing.add_argument("--kv-token-read-ns", type=float, default=StepTimeModel.kv_token_read_ns)
-    timing.add_argument("--swap-block-us", type=float, default=StepTimeModel.swap_block_us)
+    timing.add_argument(
+        "--step-overhead-ms", type=float, default=StepTimeModel.step_overhead_ms, help="fixed cost of a step"
+    )
+    timing.add_argument("--prefill-token-us", type=float, default=StepTimeModel.prefill_token_us,
+                        help="cost of an uncached prompt token")  # fmt: skip
+    timing.add_argument("--decode-seq-us", type=float, default=StepTimeModel.decode_seq_us,
+                        help="cost of a decoding sequence")  # fmt: skip
+    timing.add_argument("--kv-token-read-ns", type=float, default=StepTimeModel.kv_token_read_ns,
+                        help="cost of reading a context token's K and V in a decode")  # fmt: skip
+    timing.add_argument("--swap-block-us", type=float, default=StepTimeModel.swap_block_us,
+                        help="cost of swapping a block in or out")  # fmt: skip
 
     output = parser.add_argument_group("output")
-    output.add_argument("--out", type=Path, default=Path("out"), help="folder for the plot and JSON (default: out)")
+    output.add_argument("--out", type=Path, default=Path("out"), help="folder for the plot and JSON")
     output.add_argument("--no-plot", action="store_true", help="skip the PNG")
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
     sweeping = parser.add_argument_group("sweeps (blockspace/simulator/sweep.py)")
     sweeping.add_argument(
         "--sweep", metavar="KEY=V1,V2", action="append", default=[],
-        help="run every combination of these values of simulate options (repeatable), e.g. num_gpu_blocks=8192,16384",
+        help="run every combination of these values of simulate options (repeatable), e.g. num_gpu_blocks=8192,16384"
+             " (default: no sweep)",
     )  # fmt: skip
     sweeping.add_argument("--workers", type=int, help="parallel runs of a sweep (default: one per core)")
     sweeping.add_argument("--executor", choices=("process", "ray"), default="process",
-                          help="where a sweep's runs go: worker processes (default) or a Ray cluster")  # fmt: skip
+                          help="where a sweep's runs go: worker processes or a Ray cluster")  # fmt: skip
     return parser
 
 
-# Every numeric option and the least value it takes: checked before anything runs, so a bad
-# value is one ``error:`` line (exit 2), never a traceback or a failure at the end of a long run.
-AT_LEAST = {
-    "max_requests": 1,
-    "block_size": 1,
-    "num_gpu_blocks": 1,
-    "num_cpu_blocks": 0,
-    "num_layers": 1,
-    "num_kv_heads": 1,
-    "head_dim": 1,
-    "dtype_bytes": 1,
-    "max_num_seqs": 1,
-    "max_num_batched_tokens": 1,
-    "n": 1,
-    "max_output_len": 1,
-    "workers": 1,
+# Every numeric option's range: checked before anything runs (a sweep's values too), so a
+# bad value is one ``error:`` line (exit 2), never a traceback or a failure at the end of a
+# long run. The watermark is a share of the GPU blocks below 1, as vLLM's CacheConfig has it.
+RANGES = {
+    "max_requests": Range(least=1),
+    "time_scale": Range(above=0),
+    "block_size": Range(least=1),
+    "num_gpu_blocks": Range(least=1),
+    "kv_memory_gib": Range(above=0),
+    "num_cpu_blocks": Range(least=0),
+    "swap_space_gib": Range(least=0),
+    "watermark": Range(least=0, below=1),
+    "num_layers": Range(least=1),
+    "num_kv_heads": Range(least=1),
+    "head_dim": Range(least=1),
+    "dtype_bytes": Range(least=1),
+    "max_num_seqs": Range(least=1),
+    "max_num_batched_tokens": Range(least=1),
+    "n": Range(least=1),
+    "max_output_len": Range(least=1),
+    "step_overhead_ms": Range(least=0),
+    "prefill_token_us": Range(least=0),
+    "decode_seq_us": Range(least=0),
+    "kv_token_read_ns": Range(least=0),
+    "swap_block_us": Range(least=0),
+    "workers": Range(least=1),
 }
-POSITIVE = ("time_scale", "kv_memory_gib")  # real numbers that must be > 0
-NOT_NEGATIVE = ("watermark", "swap_space_gib", "step_overhead_ms", "prefill_token_us", "decode_seq_us",
-                "kv_token_read_ns", "swap_block_us")  # fmt: skip
+OUTPUTS = ("simulation.json", "simulation.png")  # what a run writes under --out
 
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Every option in its range (``InvalidArgumentError`` naming the first that is not)."""
-    for name, least in AT_LEAST.items():
-        value = getattr(args, name)
-        if value is not None and value < least:
-            raise InvalidArgumentError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
-    for names, holds, words in ((POSITIVE, lambda v: v > 0, "> 0"), (NOT_NEGATIVE, lambda v: v >= 0, ">= 0")):
-        for name in names:
-            value = getattr(args, name)
-            if value is not None and not holds(value):  # NaN fails both
-                raise InvalidArgumentError(f"--{name.replace('_', '-')} must be {words}, got {value}")
+    check_ranges(args, RANGES)
 
 
 def check_extras(args: argparse.Namespace) -> None:
@@ -160,6 +165,10 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
     if num_gpu_blocks is None:
         gib = DEFAULT_KV_MEMORY_GIB if args.kv_memory_gib is None else args.kv_memory_gib
         num_gpu_blocks = kv.num_blocks(gib, args.block_size)
+        if num_gpu_blocks < 1:
+            raise InvalidArgumentError(
+                f"--kv-memory-gib {gib} holds no block of {kv.bytes_per_block(args.block_size):,} bytes"
+            )
     num_cpu_blocks = args.num_cpu_blocks
     if num_cpu_blocks is None:
         gib = DEFAULT_SWAP_SPACE_GIB if args.swap_space_gib is None else args.swap_space_gib
@@ -185,23 +194,34 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
     )
 
 
-def resolve_manager(name: str) -> type:
-    """The manager class for a name (``InvalidArgumentError`` for an unknown
-    name, ``BlockSpaceError`` for a module or class that does not load)."""
+def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
+    """The requests to replay: the trace read and checked (an error names
+    ``--trace`` when the path came from it), and not empty: a run of no
+    requests has no figure to report, and would overwrite the last ones."""
+    option = "--trace: " if args.trace is not None else ""
     try:
-        return load_manager_class(name)
-    except ValueError as error:  # not a known version name, nor a module:Class
-        raise InvalidArgumentError(f"--manager: {error}") from None
-    except (ImportError, AttributeError) as error:
-        raise BlockSpaceError(f"cannot load manager {name!r}: {error}") from None
+        requests = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
+    except BlockSpaceError as error:
+        raise InvalidArgumentError(f"{option}{error}") from None
+    if not requests:
+        raise InvalidArgumentError(f"{option}{trace_source(args.trace)} holds no requests")
+    return requests
+
+
+def resolve_manager(name: str, option: str = "--manager") -> type:
+    """The manager class for a name, checked to be a manager (``InvalidArgumentError`` naming ``option``)."""
+    return load_manager(name, option)
 
 
 def resolve_run(name: str, default_step: str) -> tuple[type, str]:
-    """``NAME`` or ``NAME@STEP``: the manager class and the step path."""
+    """``NAME`` or ``NAME@STEP`` of ``--compare``: the manager class and the step path."""
     manager, at, step = name.partition("@")
     if at and step not in STEP_PATHS:
         raise InvalidArgumentError(f"--compare: {name!r}: the step path after @ must be one of {', '.join(STEP_PATHS)}")
-    return resolve_manager(manager), step if at else default_step
+    cls = resolve_manager(manager, "--compare")
+    if at and step == "rows" and not offers_rows(cls):
+        raise InvalidArgumentError(f"--compare: {name!r}: {cls.__name__} offers no row API (fast/rows.py)")
+    return cls, step if at else default_step
 
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -210,17 +230,20 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     if args.compare:
         raise InvalidArgumentError("--sweep runs one manager: use --manager, not --compare")
-    sweeps = parse_sweeps(args.sweep, parser)
+    sweeps = parse_sweeps(args.sweep, parser, RANGES)
     resolve_manager(args.manager)
 
     traces: dict[tuple[Any, float], list[TraceRequest]] = {}  # one load per (max_requests, time_scale)
 
     def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
-        check_arguments(run_args)
-        config = simulation_config(run_args, record_tables=False)
+        try:
+            config = simulation_config(run_args, record_tables=False)
+        except BlockSpaceError as error:  # a combination of values that does not go together
+            swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
+            raise InvalidArgumentError(f"--sweep ({swept}): {error}") from None
         key = (run_args.max_requests, run_args.time_scale)
         if key not in traces:
-            traces[key] = scale_arrivals(load_trace(run_args.trace, run_args.max_requests), run_args.time_scale)
+            traces[key] = load_requests(run_args)
         return config, traces[key]
 
     return sweep(args, sweeps, prepare, trace_source(args.trace))
@@ -247,33 +270,69 @@ def _run(trace: list[TraceRequest], manager_class: type, config: SimulationConfi
             progress.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class Plan:
+    """A run of ``blockspace simulate`` whose every option, manager, request
+    and output path has been checked: what ``execute`` needs and nothing to
+    refuse any more."""
+
+    args: argparse.Namespace
+    runs: list[tuple[type, SimulationConfig]]  # the manager class and configuration of each run
+    trace: list[TraceRequest]
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    """Check everything a single or compared run needs, writing nothing
+    (``InvalidArgumentError`` naming the option for the first bad value)."""
+    if args.compare:
+        names = [name.strip() for name in args.compare.split(",") if name.strip()]
+        if len(names) != 2:
+            raise InvalidArgumentError(f"--compare takes two managers, A,B; got {args.compare!r}")
+        runs = [resolve_run(name, args.step) for name in names]
+    else:
+        runs = [(resolve_manager(args.manager), args.step)]
+    for cls, step in runs:
+        if step == "rows" and not offers_rows(cls):
+            raise InvalidArgumentError(f"--step rows: {cls.__name__} offers no row API (fast/rows.py)")
+    config = simulation_config(args, record_tables=len(runs) > 1)
+    configs = [(cls, replace(config, scheduler=replace(config.scheduler, step=step))) for cls, step in runs]
+    trace = load_requests(args)
+    check_output_dir(args.out, "--out", OUTPUTS)
+    return Plan(args, configs, trace)
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The command line parsed, every option in its range, the extras it needs there."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        check_arguments(args)
-        check_extras(args)
-        if args.sweep:
-            return _sweep(parser, args)
-        if args.compare:
-            names = [name.strip() for name in args.compare.split(",") if name.strip()]
-            if len(names) != 2:
-                raise BlockSpaceError(f"--compare takes two managers, A,B; got {args.compare!r}")
-            runs = [resolve_run(name, args.step) for name in names]
-        else:
-            runs = [(resolve_manager(args.manager), args.step)]
-        config = simulation_config(args, record_tables=len(runs) > 1)
-        configs = [replace(config, scheduler=replace(config.scheduler, step=step)) for _, step in runs]
-        for cls, step in runs:
-            if step == "rows" and not offers_rows(cls):
-                raise InvalidArgumentError(f"--step rows: {cls.__name__} offers no row API (fast/rows.py)")
-        trace = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
-        print(f"replaying {len(trace):,} requests from {trace_source(args.trace)} ({config.num_gpu_blocks:,} GPU blocks, "
-              f"{config.num_cpu_blocks:,} CPU blocks, block size {config.scheduler.block_size})")
-        results = [_run(trace, cls, run_config, args.quiet) for (cls, _), run_config in zip(runs, configs)]
-    except BlockSpaceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    check_arguments(args)
+    check_extras(args)
+    return parser, args
+
+
+def prepare(argv: list[str] | None) -> Plan:
+    """The checked plan of a single or compared run's command line (the soak
+    replays one); ``BlockSpaceError`` for the first bad value."""
+    _, args = parse(argv)
+    if args.sweep:
+        raise InvalidArgumentError("--sweep: a sweep is many runs, not one plan (blockspace simulate runs it)")
+    return plan(args)
+
+
+def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
+    """Run a plan, print the summary, write the JSON (and the plot); the exit
+    status (1: the compared managers decided differently, or a manager failed
+    during the run) and the figures written."""
+    args, trace, config = planned.args, planned.trace, planned.runs[0][1]
+    print(f"replaying {len(trace):,} requests from {trace_source(args.trace)} ({config.num_gpu_blocks:,} GPU blocks, "
+          f"{config.num_cpu_blocks:,} CPU blocks, block size {config.scheduler.block_size})")  # fmt: skip
+    results = []
+    for cls, run_config in planned.runs:
+        try:
+            results.append(_run(trace, cls, run_config, args.quiet))
+        except Exception as error:  # the manager (perhaps the user's) broke: a failed run, not a bad option
+            failure = f"the run of {cls.__name__} failed: {type(error).__name__}: {error}"
+            return refuse(failure, 1), {"trace": trace_source(args.trace), "error": failure}
 
     reporting_started = time.perf_counter()
     summaries = [summarize(result) for result in results]
@@ -290,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         extra["identical_decisions"] = difference is None
         if difference is None:
             print(f"  scheduling decisions, block tables, CoW pairs and swap mappings: identical "
-                  f"({len(results[0].scheduler.records):,} steps)")
+                  f"({len(results[0].scheduler.records):,} steps)")  # fmt: skip
         else:
             print(f"  DECISIONS DIFFER: {difference}")
             extra["first_difference"] = difference
@@ -307,7 +366,20 @@ def main(argv: list[str] | None = None) -> int:
         plot_runs(png_path, results, trace_source(args.trace))
         print(f"plot:    {png_path}")
     print(time_split(results, time.perf_counter() - reporting_started))
-    return status
+    return status, {**extra, "runs": summaries}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0, or 1 when compared runs differ or a run fails; 2 for a
+    bad option, said before anything ran or was written."""
+    try:
+        parser, args = parse(argv)
+        if args.sweep:
+            return _sweep(parser, args)
+        planned = plan(args)
+    except BlockSpaceError as error:
+        return refuse(error)
+    return execute(planned)[0]
 
 
 def time_split(results: list[SimulationResult], reporting_s: float) -> str:

@@ -30,15 +30,17 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from blockspace.errors import InvalidArgumentError, MissingExtraError
+from blockspace.validation import Range, check_output_dir, option_name
 from blockspace.workloads import TraceRequest
 
 TRUE, FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
+OUTPUTS = ("sweep.json", "sweep.csv", "sweep.png")  # what a sweep writes under --out, beside sweep/
 NOT_SWEPT = ("trace", "manager", "compare", "sweep", "workers", "executor", "out", "no_plot", "quiet")
 
 # The headline figures: (column, label, how to read it off a run's summary).
@@ -87,9 +89,12 @@ def _converter(action: argparse.Action) -> Callable[[str], Any]:
     return checked
 
 
-def parse_sweeps(specs: list[str], parser: argparse.ArgumentParser) -> list[tuple[str, list[Any]]]:
+def parse_sweeps(
+    specs: list[str], parser: argparse.ArgumentParser, ranges: Mapping[str, Range] | None = None
+) -> list[tuple[str, list[Any]]]:
     """``KEY=V1,V2`` specs as ``(option dest, values)``, each value parsed as
-    the option parses it (``InvalidArgumentError`` naming the first bad one)."""
+    the option parses it and in the option's range of ``ranges``
+    (``InvalidArgumentError`` naming ``--sweep`` and the first bad value)."""
     actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in NOT_SWEPT and a.dest != "help"}
     sweeps: list[tuple[str, list[Any]]] = []
     for spec in specs:
@@ -101,10 +106,12 @@ def parse_sweeps(specs: list[str], parser: argparse.ArgumentParser) -> list[tupl
             raise InvalidArgumentError(f"--sweep: no option {key.strip()!r} to sweep (options: {', '.join(sorted(actions))})")
         if dest in (name for name, _ in sweeps):
             raise InvalidArgumentError(f"--sweep: {dest} is swept twice")
-        convert, values = _converter(actions[dest]), []
+        convert, allowed, values = _converter(actions[dest]), (ranges or {}).get(dest), []
         for item in text.split(","):
             try:
                 values.append(convert(item.strip()))
+                if allowed is not None:
+                    allowed.check(option_name(dest), values[-1])
             except ValueError as error:
                 raise InvalidArgumentError(f"--sweep {dest}: {item.strip()!r} is not a valid value ({error})") from None
         if len(set(values)) != len(values):
@@ -145,14 +152,19 @@ def run_job(job: Job) -> tuple[int, dict[str, Any]]:
     return job.index, summary
 
 
+def ray_pool() -> type:
+    """Ray's ``Pool`` class (``MissingExtraError`` without Ray)."""
+    try:
+        from ray.util.multiprocessing import Pool
+    except ImportError:
+        raise MissingExtraError("--executor ray needs Ray installed: pip install ray") from None
+    return Pool
+
+
 def _pool(executor: str, workers: int) -> Any:
     """A pool with ``imap_unordered``: worker processes, or Ray's."""
     if executor == "ray":
-        try:
-            from ray.util.multiprocessing import Pool
-        except ImportError:
-            raise MissingExtraError("--executor ray needs Ray installed: pip install ray") from None
-        return Pool(processes=workers)
+        return ray_pool()(processes=workers)
     import multiprocessing
 
     return multiprocessing.get_context("spawn").Pool(processes=workers)
@@ -271,10 +283,15 @@ def sweep(
     """Check every configuration, run them all, write and print the outputs.
     ``prepare`` turns one run's options into its configuration and its
     requests (``max_requests`` and ``time_scale`` may be swept too); it
-    raises for a bad one before anything runs."""
+    raises for a bad one before anything runs. The executor and the output
+    paths are checked then too."""
     chosen = configurations(sweeps)
     prepared = [prepare(argparse.Namespace(**{**vars(args), **values})) for values in chosen]
+    if args.executor == "ray":
+        ray_pool()
     runs_dir = args.out / "sweep"
+    check_output_dir(args.out, "--out", OUTPUTS)
+    check_output_dir(runs_dir, "--out", (f"run-{k}.json" for k in range(len(chosen))))
     runs_dir.mkdir(parents=True, exist_ok=True)
     jobs = [
         Job(k, values, config, args.manager, trace, trace_label, runs_dir / f"run-{k}.json")

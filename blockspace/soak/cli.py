@@ -7,15 +7,19 @@ Two parts, each optional:
   implementation, in three configurations (prefix caching with swaps and
   forks; plain with lookahead; sliding window). Every ``--check-every``
   calls ``check_invariants()`` runs; after every walk all sequences are
-  finished and every block must be free again (a leak is an error). The
+  finished and every block must be free again (a leak is a failure). The
   resident set size is sampled as the run goes, to show it is flat after
   warm-up.
 * ``--trace PATH``: the whole trace through the simulator with two managers
-  (``--compare``), which must make identical decisions and report the same
-  prefix-cache hit rate.
+  (``--compare``), which must make identical decisions.
 
-Results go to stdout and, with ``--json``, to a file (docs/reliability.md
-quotes them). Not part of the test suite: it runs for minutes.
+Every option, both managers, the trace and the output paths are checked
+before anything runs (a bad one: one ``error:`` line, exit status 2). The
+exit status is 1 when a check fails: a leak, a broken invariant, a manager
+that raises, a replay that diverges or fails. Progress goes to stderr every
+few seconds; the results to stdout and, with ``--json``, to a file holding
+only what this run found (docs/reliability.md quotes them). Not part of the
+test suite: the default run takes a minute or two.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
 from blockspace.conformance.walk import Config, Solo, walk
-from blockspace.interfaces import load_manager_class
+from blockspace.errors import BlockSpaceError, InvalidArgumentError
+from blockspace.validation import Range, check_output_file, check_ranges, command_parser, load_manager, refuse
 
 CONFIGS = {
     "caching": Config(4, 64, 32, enable_caching=True, lookahead=(0, 0, 3), max_prompt=48),
@@ -35,6 +41,8 @@ CONFIGS = {
     "window": Config(4, 48, 16, sliding_window=8, lookahead=(0, 2), max_prompt=40),
 }
 STEPS_PER_WALK = 200
+PROGRESS_EVERY_S = 5.0  # a progress line on stderr at most this often
+RANGES = {"ops": Range(least=0), "check_every": Range(least=1)}
 
 
 def rss_mib() -> float:
@@ -42,8 +50,11 @@ def rss_mib() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def soak_ops(impl: str, num_ops: int, check_every: int) -> dict[str, Any]:
-    cls = load_manager_class(impl)
+def soak_ops(cls: type, num_ops: int, check_every: int) -> dict[str, Any]:
+    """At least ``num_ops`` calls of random walks on managers of ``cls``; the
+    figures, with ``failure`` saying what went wrong (``None``: nothing). It
+    stops at the first failure: every later figure would be about a broken
+    manager."""
     managers, drivers = {}, {}
     for name, config in CONFIGS.items():
         args, kwargs = config.args()
@@ -54,74 +65,112 @@ def soak_ops(impl: str, num_ops: int, check_every: int) -> dict[str, Any]:
                 manager.check_invariants()
 
         drivers[name] = Solo(managers[name], on_call=check)
-    samples, num_walks, seed = [], 0, 0
-    start = time.perf_counter()
-    while sum(d.num_calls for d in drivers.values()) < num_ops:
+    samples, num_walks, seed, leaked, failure = [], 0, 0, 0, None
+    start = last_progress = time.perf_counter()
+    while failure is None and sum(d.num_calls for d in drivers.values()) < num_ops:
         for name, config in CONFIGS.items():
             manager = managers[name]
-            walk(drivers[name], config, seed, STEPS_PER_WALK)
+            try:
+                walk(drivers[name], config, seed, STEPS_PER_WALK)
+                manager.check_invariants()
+                null = 1 if manager.snapshot()["null_block"] is not None else 0
+                leaked = (config.num_gpu_blocks - null - manager.get_num_free_gpu_blocks()) + (
+                    config.num_cpu_blocks - manager.get_num_free_cpu_blocks()
+                )
+                if leaked:
+                    failure = f"{name}: {leaked} blocks still in use after the walk of seed {seed}"
+            except Exception as error:  # the manager under test raised: what the soak is looking for
+                failure = f"{name}: the walk of seed {seed}: {type(error).__name__}: {error}"
             seed += 1
             num_walks += 1
-            manager.check_invariants()
-            null = 1 if manager.snapshot()["null_block"] is not None else 0
-            leaked = (config.num_gpu_blocks - null - manager.get_num_free_gpu_blocks()) + (
-                config.num_cpu_blocks - manager.get_num_free_cpu_blocks()
-            )
-            if leaked:
-                raise AssertionError(f"{name}: {leaked} blocks still in use after walk {seed - 1}")
-        samples.append(
-            (sum(d.num_calls for d in drivers.values()), round(time.perf_counter() - start, 1), round(rss_mib(), 1))
-        )
+            if failure is not None:
+                break
+        done, now = sum(d.num_calls for d in drivers.values()), time.perf_counter()
+        samples.append((done, round(now - start, 1), round(rss_mib(), 1)))
+        if now - last_progress >= PROGRESS_EVERY_S:
+            last_progress = now
+            print(f"soak: {done:,} of {num_ops:,} operations, {num_walks:,} walks, {now - start:.0f} s, "
+                  f"RSS {samples[-1][2]} MiB", file=sys.stderr, flush=True)  # fmt: skip
+    seconds = time.perf_counter() - start
     warm = samples[max(0, len(samples) // 5 - 1)]
     return {
-        "implementation": impl,
+        "implementation": f"{cls.__module__}.{cls.__qualname__}",
         "num_ops": samples[-1][0],
         "num_walks": num_walks,
-        "seconds": samples[-1][1],
-        "ops_per_second": round(samples[-1][0] / samples[-1][1]),
-        "leaked_blocks": 0,
+        "seconds": round(seconds, 1),
+        "ops_per_second": round(samples[-1][0] / seconds),
+        "leaked_blocks": leaked,
+        "failure": failure,
         "rss_mib_after_warmup": warm[2],
         "rss_mib_at_end": samples[-1][2],
         "rss_samples": samples[:: max(1, len(samples) // 40)] + [samples[-1]],
     }
 
 
-def soak_trace(path: str, compare: str, out: str) -> dict[str, Any]:
-    from blockspace.simulator.cli import main as simulate
+def describe_ops(ops: dict[str, Any]) -> str:
+    """The line the operations part prints."""
+    figures = (
+        f"{ops['num_ops']:,} operations in {ops['num_walks']} walks, {ops['seconds']} s ({ops['ops_per_second']:,}/s)"
+    )
+    if ops["failure"] is not None:
+        return f"{figures}: FAILED: {ops['failure']}"
+    return (
+        f"{figures}: 0 leaked blocks; RSS {ops['rss_mib_after_warmup']} MiB after warm-up, "
+        f"{ops['rss_mib_at_end']} MiB at the end"
+    )
 
-    start = time.perf_counter()
-    code = simulate(["--trace", path, "--compare", compare, "--out", out, "--quiet", "--no-plot"])
-    with open(os.path.join(out, "simulation.json")) as f:
-        figures = json.load(f)
-    return {"exit_code": code, "seconds": round(time.perf_counter() - start, 1), "figures": figures}
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("blockspace soak", __doc__)
+    parser.add_argument(
+        "--impl", default="fast", help="manager of the random operations: reference, fast or package.module:Class"
+    )
+    parser.add_argument("--ops", type=int, default=10_000_000, help="random legal operations (0: none)")
+    parser.add_argument("--check-every", type=int, default=10_000, help="check_invariants() every N calls")
+    parser.add_argument("--trace", default=None, help="also replay this trace with --compare (default: no replay)")
+    parser.add_argument("--compare", default="reference,fast", help="the two managers of the trace replay")
+    parser.add_argument("--out", default="out/soak", help="folder for the trace replay's simulation.json")
+    parser.add_argument("--json", default=None, help="write the results here (default: not written)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="blockspace soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--impl", default="fast", help="implementation for the random operations")
-    parser.add_argument("--ops", type=int, default=10_000_000, help="random legal operations (0: skip)")
-    parser.add_argument("--check-every", type=int, default=10_000, help="check_invariants() every N calls")
-    parser.add_argument("--trace", default=None, help="also replay this trace with --compare")
-    parser.add_argument("--compare", default="reference,fast")
-    parser.add_argument("--out", default="out/soak")
-    parser.add_argument("--json", default=None, help="write the results here")
-    args = parser.parse_args(argv)
+    """Exit status 0 when every check holds, 1 when one fails, 2 for a bad option."""
+    from blockspace.simulator.cli import execute, prepare
+
+    try:
+        args = build_parser().parse_args(argv)
+        check_ranges(args, RANGES)
+        if not args.ops and not args.trace:
+            raise InvalidArgumentError("--ops 0 and no --trace: nothing to run")
+        impl = load_manager(args.impl, "--impl")  # checked even with --ops 0: a bad value is never let through
+        replay = None
+        if args.trace:
+            replay = prepare([f"--trace={args.trace}", f"--compare={args.compare}", f"--out={args.out}", "--no-plot"])
+        if args.json:
+            check_output_file(args.json, "--json")
+    except BlockSpaceError as error:
+        return refuse(error)
+
     results: dict[str, Any] = {}
+    failed = False
     if args.ops:
-        results["ops"] = soak_ops(args.impl, args.ops, args.check_every)
-        ops = results["ops"]
-        print(
-            f"{ops['num_ops']:,} operations in {ops['num_walks']} walks, {ops['seconds']} s "
-            f"({ops['ops_per_second']:,}/s): 0 leaked blocks; RSS {ops['rss_mib_after_warmup']} MiB after "
-            f"warm-up, {ops['rss_mib_at_end']} MiB at the end"
-        )
-    if args.trace:
-        results["trace"] = soak_trace(args.trace, args.compare, args.out)
-        print(f"trace replay with {args.compare}: exit code {results['trace']['exit_code']}")
+        print(f"soak: {args.ops:,} operations on {impl.__name__} ...", file=sys.stderr, flush=True)
+        results["ops"] = ops = soak_ops(impl, args.ops, args.check_every)
+        print(describe_ops(ops))
+        failed = ops["failure"] is not None
+    if replay is not None:
+        print(f"soak: replaying {args.trace} with {args.compare} ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        code, figures = execute(replay)
+        results["trace"] = {"exit_code": code, "seconds": round(time.perf_counter() - start, 1), "figures": figures}
+        print(f"trace replay with {args.compare}: " + ("identical decisions" if code == 0 else "FAILED"))
+        failed = failed or code != 0
+    results["passed"] = not failed
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+"""The conformance kit's profiles and the options of ``blockspace conformance``.
+
+Why here, outside the kit: three readers need them where the kit's extra
+(Hypothesis, ...) may be missing, and importing any module of the kit
+checks that extra first. ``blockspace conformance --help`` shows the options
+before anything is installed; the pytest plugin turns an unknown
+``--blockspace-profile`` into a usage error of the whole run; the kit itself
+(``conformance/runner.py``, ``conformance/cli.py``) takes both from here, so
+there is one list of profiles. This module imports nothing of the kit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from blockspace.validation import command_parser
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    max_examples: int  # state-machine examples per configuration family
+    step_count: int  # rules per example
+    trace_requests: int  # Mooncake requests replayed in lockstep
+    derandomize: bool  # same examples every run (CI) or fresh ones
+    symbolic: bool = False
+    shrink_seconds: float = 20.0  # time allowed to shrink a family's failure, from when it is found
+    reduce_repro: bool = True  # after Hypothesis' share of that time, delete lines from the repro (reduce.py)
+    scopes: tuple[str, ...] = ()  # scopes the explorer exhausts (explore.py), by name (scope.SCOPES)
+
+
+PROFILES = {
+    # Not derandomized: Hypothesis' derandomized examples were far less varied
+    # here (a tenth of the appends); a failure prints its repro anyway.
+    "quick": Profile("quick", max_examples=100, step_count=40, trace_requests=12, derandomize=False),
+    "full": Profile("full", max_examples=2000, step_count=80, trace_requests=200, derandomize=False),
+    "symbolic": Profile("symbolic", max_examples=25, step_count=12, trace_requests=0, derandomize=True, symbolic=True),
+    # Breadth-first and exhaustive: no sampling, so nothing to derandomize or shrink.
+    "exhaustive": Profile("exhaustive", max_examples=0, step_count=0, trace_requests=0, derandomize=True,
+                          scopes=("default",)),
+}  # fmt: skip
+
+CAPABILITIES = ("supports_caching", "supports_sliding_window", "supports_encoder_decoder")
+FEATURES = {name.removeprefix("supports_"): name for name in CAPABILITIES}  # --without NAME -> the flag it clears
+
+DESCRIPTION = """\
+Check one implementation of the block manager against another. Every check
+of the profile runs in lockstep; a failure is announced the moment it is
+found, shortened for at most --shrink-budget seconds and printed as a repro,
+a script that fails on its own; checks that meet the same failure are
+reported together, with one repro. Then a table of the checks and, with
+--json, a report for CI. Exit status: 0 when everything passed or was
+skipped, 1 when a check failed, 2 on bad arguments. Examples: blockspace
+conformance --impl fast --against reference; blockspace conformance --impl
+mypkg.manager:MyManager --json report.json.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``blockspace conformance``; each one's help says its
+    default. A bad option raises ``InvalidArgumentError`` (the project's
+    command parser, ``validation.command_parser``)."""
+    parser = command_parser("blockspace conformance", DESCRIPTION)
+    profiles = ", ".join(f"{p.name} ({p.max_examples} examples x {p.step_count} steps)" if p.max_examples else
+                         f"{p.name} (the explorer)" for p in PROFILES.values())  # fmt: skip
+    add = parser.add_argument
+    add("--impl", required=True, metavar="NAME",
+        help='the implementation under test: "fast", "reference" or package.module:Class (required, no default)')
+    add("--against", default="reference", metavar="NAME", help="the yardstick, named as --impl (default: reference)")
+    add("--profile", choices=list(PROFILES), default="quick", help=f"what to run: {profiles} (default: quick)")
+    add("--json", metavar="PATH", help="write a JSON report here (default: none)")
+    add("--only", metavar="TEXT", action="append",
+        help="run only the checks whose name contains TEXT, e.g. machine[caching], sweep; repeatable (default: every check)")
+    add("--examples", type=int, metavar="N", help="state-machine examples per family (default: the profile's)")
+    add("--shrink-budget", type=float, metavar="SECONDS",
+        help="time to shorten a family's failure once found (default: the profile's, 20)")
+    add("--fail-fast", action="store_true", help="stop at the first failing check (default: run them all)")
+    add("--without", choices=list(FEATURES), action="append", default=[],
+        help="a feature the implementation lacks: its checks are skipped; repeatable (default: none)")
+    add("--scope", metavar="NAME", action="append",
+        help="a scope the explorer exhausts, under any profile, e.g. default; a wrong name lists them all "
+             "(default: none; the exhaustive profile's: default)")
+    add("--scope-set", metavar="KEY=VALUE", action="append", default=[],
+        help="change a value of every --scope, e.g. num_gpu_blocks=5, alphabet=1,2, max_depth=8 (default: none)")
+    add("--workers", type=int, metavar="N", help="the explorer's processes (default: one per core)")
+    return parser

@@ -1,0 +1,299 @@
+"""Commands that never lie (issue #24): every option of ``blockspace
+simulate``, ``soak``, ``bench`` and ``gpu-bench``, given a bad value, is one
+``error:`` line naming it, exit status 2, no traceback, before any work and
+with nothing written. The options are read off the parsers: a numeric option
+must have a range in its module's ``RANGES`` (its bad values are derived from
+it), a switch or a choice gets derived bad values, and any other option needs
+a case in ``BAD`` below, so an option added without one fails here.
+
+And the soak tells the truth about what it found: exit status 1 for a failed
+replay or a leak, and only this run's figures in its JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import blockspace.bench.cli as bench
+import blockspace.bench.gpu as gpu_bench
+import blockspace.simulator.cli as simulate
+import blockspace.simulator.sweep as sweep
+import blockspace.soak.cli as soak
+from blockspace.reference import ReferenceBlockSpaceManager
+from blockspace.validation import Range, option_name
+
+COMMANDS = {"simulate": simulate, "soak": soak, "bench": bench, "gpu-bench": gpu_bench}
+
+# The options that are neither numbers, switches nor choices: (option, argv) cases, run in a folder
+# holding the files of ``workspace``. The option is the one the error must name.
+BAD: dict[str, dict[str, list[list[str]]]] = {
+    "simulate": {
+        "trace": [
+            ["--trace", "missing.jsonl"],
+            ["--trace", "empty.jsonl"],
+            ["--trace", "garbage.jsonl"],
+            ["--trace", "adir"],
+        ],
+        "manager": [
+            ["--manager", "nosuch"],
+            ["--manager", "json:JSONDecoder"],
+            ["--manager", "nosuch.module:Manager"],
+            ["--manager", "blockspace.interfaces:BlockSpaceManager"],
+            ["--manager", "json:dumps"],
+        ],
+        "compare": [
+            ["--compare", "fast"],
+            ["--compare", "fast,nosuch"],
+            ["--compare", "fast,json:JSONDecoder"],
+            ["--compare", "fast@fastest,fast"],
+            ["--compare", "reference@rows,fast"],
+        ],
+        "step": [["--step", "rows", "--manager", "reference"]],
+        "num_gpu_blocks": [["--num-gpu-blocks", "8", "--kv-memory-gib", "1"]],
+        "kv_memory_gib": [["--kv-memory-gib", "1e-9"]],
+        "out": [
+            ["--out", "afile"],
+            ["--out", "afile/sub"],
+            ["--out", "/proc/nope"],
+            ["--out", "clash"],
+            ["--sweep", "block_size=16", "--out", "afile"],
+            ["--sweep", "block_size=16", "--out", "sweepclash"],
+        ],
+        "sweep": [
+            ["--sweep", "watermark=0.01,5"],
+            ["--sweep", "block_size=16,0"],
+            ["--sweep", "nosuch=1"],
+            ["--sweep", "block_size"],
+            ["--sweep", "max_num_batched_tokens=2048,8", "--max-num-seqs", "16"],
+            ["--sweep", "block_size=16,32", "--compare", "reference,fast"],
+        ],
+    },
+    "soak": {
+        "impl": [
+            ["--impl", "nosuch"],
+            ["--impl", "json:JSONDecoder"],
+            ["--impl", "blockspace.interfaces:BlockSpaceManager"],
+            ["--impl", "nosuch", "--ops", "0", "--trace", "small.jsonl"],  # unused, and still refused
+        ],
+        "ops": [["--ops", "0"]],
+        "trace": [["--trace", "/nonexistent"], ["--trace", "empty.jsonl"], ["--trace", "garbage.jsonl", "--ops", "0"]],
+        "compare": [
+            ["--compare", "fast,nosuch", "--trace", "small.jsonl"],
+            ["--compare", "fast", "--trace", "small.jsonl"],
+        ],
+        "out": [["--out", "afile", "--trace", "small.jsonl"], ["--out", "/proc/nope", "--trace", "small.jsonl"]],
+        "json": [["--json", "/proc/nope/r.json"], ["--json", "adir"], ["--json", "afile/r.json"]],
+    },
+    "bench": {
+        "json": [["--json", "/proc/nope/b.json"], ["--json", "adir"]],
+        "markdown": [["--markdown", "/proc/nope/b.md"], ["--markdown", "adir"], ["--markdown", "binary.md"]],
+    },
+    "gpu-bench": {
+        "json": [["--json", "/proc/nope/g.json"], ["--json", "adir"]],
+    },
+}
+
+SMALL_TRACE = '{"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [1]}\n'
+
+
+def options(module) -> dict[str, argparse.Action]:
+    """The options of a command's parser, by destination (``--help`` left out)."""
+    return {a.dest: a for a in module.build_parser()._actions if a.option_strings and a.dest != "help"}
+
+
+def derived(module) -> dict[str, list[list[str]]]:
+    """Bad values read off the parser and the module's ``RANGES``: a value for
+    a switch, an unknown choice, text for a number, and each bound broken."""
+    ranges: dict[str, Range] = getattr(module, "RANGES", {})
+    cases: dict[str, list[list[str]]] = {}
+    for dest, action in options(module).items():
+        flag = action.option_strings[0]
+        if action.nargs == 0:
+            cases[dest] = [[f"{flag}=1"]]
+        elif action.choices is not None:
+            cases[dest] = [[flag, "nosuch"]]
+        elif action.type in (int, float) and dest in ranges:
+            allowed = ranges[dest]
+            values = ["x"] + (["nan", "inf"] if action.type is float else [])
+            if allowed.least is not None:
+                values.append(str(action.type(allowed.least) - (1 if action.type is int else 0.5)))
+            values += [str(action.type(bound)) for bound in (allowed.above, allowed.below) if bound is not None]
+            cases[dest] = [[flag, value] for value in values]
+    return cases
+
+
+def cases() -> list:
+    found = []
+    for command, module in COMMANDS.items():
+        for source in (derived(module), BAD[command]):
+            for dest, argvs in source.items():
+                found += [pytest.param(command, dest, argv, id=f"{command}:{' '.join(argv)}") for argv in argvs]
+    return found
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every file and folder under ``root``, with the files' contents."""
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    """A folder to run in, with the inputs the cases name and the outputs of
+    an earlier run, which no refused command may touch."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BLOCKSPACE_TRACE", raising=False)
+    (tmp_path / "small.jsonl").write_text(SMALL_TRACE)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    (tmp_path / "garbage.jsonl").write_text("garbage\n")
+    (tmp_path / "afile").write_text("a file, not a folder\n")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "binary.md").write_bytes(b"\xff\xfe\x00 not text")
+    (tmp_path / "clash" / "simulation.json").mkdir(parents=True)  # where simulate's JSON would go: a folder
+    (tmp_path / "sweepclash" / "sweep" / "run-0.json").mkdir(parents=True)
+    for stale in ("out/simulation.json", "out/soak/simulation.json"):
+        (tmp_path / stale).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / stale).write_text('{"stale": true}')
+    return tmp_path
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Whatever starts a command's work fails the test: the checks come first."""
+
+    def work(*args, **kwargs):
+        raise AssertionError("the work started before every option was checked")
+
+    monkeypatch.setattr(simulate, "execute", work)
+    monkeypatch.setattr(sweep, "run_jobs", work)
+    monkeypatch.setattr(soak, "soak_ops", work)
+    monkeypatch.setattr(bench, "machine", work)
+    monkeypatch.setattr(gpu_bench, "gpu_available", work)
+
+
+@pytest.mark.parametrize(("command", "dest", "argv"), cases())
+def test_a_bad_value_is_one_error_line_and_nothing_else(workspace, no_work, capsys, command, dest, argv):
+    before = tree(workspace)
+    assert COMMANDS[command].main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert option_name(dest) in captured.err, captured.err  # the option that holds the bad value
+    assert tree(workspace) == before  # nothing written, nothing overwritten
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_option_has_a_bad_value_case(command):
+    module = COMMANDS[command]
+    ranges = getattr(module, "RANGES", {})
+    covered = set(derived(module)) | set(BAD[command])
+    assert set(options(module)) <= covered, f"options without a bad-value case: {set(options(module)) - covered}"
+    assert set(ranges) <= set(options(module)), "a range for an option that does not exist"
+    numeric = {dest for dest, action in options(module).items() if action.type in (int, float)}
+    assert numeric <= set(ranges), f"numeric options without a range: {numeric - set(ranges)}"
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_help_shows_every_default_and_no_markup(command, capsys):
+    module = COMMANDS[command]
+    parser = module.build_parser()
+    formatter = parser.formatter_class(parser.prog)
+    for dest, action in options(module).items():
+        assert "default" in formatter._get_help_string(action), f"--help of {dest} does not show its default"
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    assert "``" not in text and f"blockspace {command}" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--watermark", "2"],
+        ["soak", "--ops", "-5"],
+        ["bench", "--json", "/proc/nope/b.json"],
+        ["gpu-bench", "--seqs", "0"],
+    ],
+)
+def test_the_installed_command_says_one_line(tmp_path, argv):
+    """Through the ``blockspace`` entry point in a fresh process, as a user runs it."""
+    done = subprocess.run([sys.executable, "-m", "blockspace", *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- the soak's findings -------------------------------------------------------------------------------------
+def test_a_diverging_replay_fails_the_soak_and_reports_only_this_run(workspace, capsys):
+    """Three requests one after another: a manager reusing the least recently
+    freed block gives the second request other blocks than the reference."""
+    trace = workspace / "three.jsonl"
+    trace.write_text("".join(SMALL_TRACE.replace('"timestamp": 0', f'"timestamp": {t}') for t in (0, 10_000, 20_000)))
+    (workspace / "r.json").write_text('{"stale": true}')
+    argv = ["--ops", "0", "--trace", str(trace), "--compare", "reference,blockspace.conformance.broken:FifoFreeList",
+            "--json", "r.json"]  # fmt: skip
+    assert soak.main(argv) == 1
+    captured = capsys.readouterr()
+    assert (
+        "DECISIONS DIFFER" in captured.out
+        and "trace replay with reference," in captured.out
+        and "FAILED" in captured.out
+    )
+    report = json.loads((workspace / "r.json").read_text())
+    assert report["passed"] is False and "stale" not in report
+    assert report["trace"]["exit_code"] == 1 and report["trace"]["figures"]["identical_decisions"] is False
+    written = json.loads((workspace / "out" / "soak" / "simulation.json").read_text())
+    assert "stale" not in written and written["identical_decisions"] is False  # this run's, not the earlier one
+
+
+def test_an_agreeing_replay_and_clean_operations_pass(workspace, capsys, monkeypatch):
+    monkeypatch.setattr(soak, "PROGRESS_EVERY_S", 0.0)
+    argv = ["--impl", "reference", "--ops", "2000", "--trace", "small.jsonl", "--compare", "reference,reference",
+            "--json", "r.json"]  # fmt: skip
+    assert soak.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "0 leaked blocks" in captured.out and "identical decisions" in captured.out
+    assert "soak: " in captured.err and " operations, " in captured.err  # progress, on stderr
+    report = json.loads((workspace / "r.json").read_text())
+    assert report["passed"] is True and report["ops"]["failure"] is None and report["ops"]["num_ops"] >= 2000
+
+
+class Leaky(ReferenceBlockSpaceManager):
+    """Forgets to free every fifth sequence."""
+
+    def free(self, seq) -> None:
+        if seq.seq_id % 5 != 4:
+            super().free(seq)
+
+
+class Raising(ReferenceBlockSpaceManager):
+    """Breaks on its 500th call of ``get_block_table``."""
+
+    calls = 0
+
+    def get_block_table(self, seq):
+        Raising.calls += 1
+        if Raising.calls == 500:
+            raise RuntimeError("broken on purpose")
+        return super().get_block_table(seq)
+
+
+@pytest.mark.parametrize(("cls", "found"), [(Leaky, "blocks still in use after the walk of seed"),
+                                             (Raising, "RuntimeError: broken on purpose")])  # fmt: skip
+def test_a_leak_or_a_raising_manager_is_a_failure_not_a_traceback(cls, found):
+    ops = soak.soak_ops(cls, 100_000, 1000)
+    assert found in ops["failure"] and ops["num_ops"] < 100_000  # it stopped there
+    assert found in soak.describe_ops(ops) and "FAILED" in soak.describe_ops(ops)
+
+
+def test_a_failing_operations_part_makes_the_soak_exit_1(workspace, capsys, monkeypatch):
+    monkeypatch.setattr(soak, "load_manager", lambda spec, option: Leaky)
+    assert soak.main(["--ops", "100000", "--json", "r.json"]) == 1
+    assert "FAILED" in capsys.readouterr().out
+    report = json.loads((workspace / "r.json").read_text())
+    assert report["passed"] is False and "blocks still in use" in report["ops"]["failure"]
