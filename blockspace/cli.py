@@ -34,11 +34,14 @@ class Subcommand(NamedTuple):
 
 SUBCOMMANDS = {
     "simulate": Subcommand("blockspace.simulator.cli", None, "replay a request trace through a continuous-batching scheduler"),
-    "bench": Subcommand("blockspace.bench.cli", "bench", "benchmark the implementations side by side"),
+    "bench": Subcommand("blockspace.bench.cli", "bench", "benchmark the implementations side by side",
+                        "blockspace.bench.cli:build_parser"),  # fmt: skip
     "conformance": Subcommand("blockspace.conformance.cli", "conformance", "prove two implementations agree",
                               "blockspace.kit_options:build_parser"),  # fmt: skip
-    "soak": Subcommand("blockspace.soak.cli", "conformance", "long random run looking for leaks, drift and disagreement"),
-    "gpu-bench": Subcommand("blockspace.bench.gpu", "gpu", "benchmark the CUDA kernels (table sync, slot mapping, KV copies)"),
+    "soak": Subcommand("blockspace.soak.cli", "conformance", "long random run looking for leaks, drift and disagreement",
+                       "blockspace.soak.options:build_parser"),
+    "gpu-bench": Subcommand("blockspace.bench.gpu", "gpu", "benchmark the CUDA kernels (table sync, slot mapping, KV copies)",
+                            "blockspace.bench.gpu_options:build_parser"),
 }
 HELP = ("-h", "--help")
 

@@ -59,6 +59,25 @@ def test_conformance_help_needs_no_extra(monkeypatch, capsys):
     assert "pip install 'blockspace[conformance]'" in one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("command", ["soak", "bench", "gpu-bench"])
+def test_every_command_with_an_extra_shows_its_help_without_it(monkeypatch, capsys, command):
+    """As for conformance: the options are read from a module that needs no
+    extra, and running still names the extra."""
+    from blockspace.cli import SUBCOMMANDS
+
+    extra = SUBCOMMANDS[command].extra
+    real = extras.find_spec
+    monkeypatch.setattr(extras, "find_spec", lambda name: None if name in extras.EXTRAS[extra] else real(name))
+    assert blockspace([command, "--help"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"usage: blockspace {command}") and "--json" in captured.out and captured.err == ""
+    assert blockspace([command]) == 2
+    assert f"pip install 'blockspace[{extra}]'" in one_error_line(capsys.readouterr().err)
+    module = SUBCOMMANDS[command].help_from.partition(":")[0]  # and it truly imports none of the extra
+    check = f"import sys, {module}; print(sorted(set({extras.EXTRAS[extra]!r}) & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
 def test_every_conformance_option_says_its_default_and_the_help_is_plain():
     parser = build_parser()
     options = [action for action in parser._actions if action.dest != "help"]

@@ -121,6 +121,7 @@ def test_cli_writes_summary_json_and_plot(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert status == 0
     assert "requests finished" in printed and "TTFT p50/p90/p99" in printed and "wall time in the manager / step" in printed
+    assert "(the replay alone: start-up, loading and reporting left out)" in printed  # what the wall time holds
     assert str(out / "simulation.png") in printed and str(out / "simulation.json") in printed
     assert "time split: scheduler and model " in printed and ", reporting " in printed
     assert (out / "simulation.png").stat().st_size > 10_000

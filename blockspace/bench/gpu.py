@@ -20,7 +20,6 @@ It prints a table and, with ``--json PATH``, writes every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import random
@@ -33,10 +32,11 @@ from importlib import metadata
 import numpy as np
 import torch
 
+from blockspace.bench.gpu_options import RANGES, build_parser
 from blockspace.errors import BlockSpaceError
 from blockspace.fast.cuda_tables import DeviceBlockTable, TableDeltas, gpu_available
 from blockspace.fast.kv_copy import BlockMover, move_blocks_torch
-from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse
+from blockspace.validation import check_output_file, check_ranges, refuse
 
 TABLE_TARGET_US = 20.0
 BANDWIDTH_TARGET = 0.80
@@ -453,22 +453,6 @@ def print_copies(row: dict) -> None:
               f"{figures['kernel_gbs']:>9} {figures['torch_index_gbs']:>9} {figures['copy_per_block_gbs']:>9} "
               f"{'' if fraction is None else f'{fraction:.0%}':>8}  {target}"
               f"{'' if figures['kernel_correct'] else '  KERNEL WRONG'}", flush=True)  # fmt: skip
-
-
-RANGES = {"seqs": Range(least=1), "steps": Range(least=1), "block_size": Range(least=1), "budget_s": Range(least=0)}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("blockspace gpu-bench", __doc__)
-    parser.add_argument("--json", metavar="PATH",
-                        help="write every figure to this JSON file, after each part (default: not written)")  # fmt: skip
-    parser.add_argument("--seqs", type=int, help="sequences per step for (a) (default: 1024 on a GPU, 64 without)")
-    parser.add_argument("--steps", type=int, help="timed steps for (a) (default: 300 on a GPU, 20 without)")
-    parser.add_argument("--block-size", type=int, default=16, help="tokens per block for (a)")
-    parser.add_argument(
-        "--budget-s", type=float, default=150.0, help="seconds after which the remaining copy configs are skipped"
-    )
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -154,7 +154,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("wall time in the manager / step", f"mean {cpu['per_step_mean_us']:,.1f} us, "
          f"p99 {cpu['per_step_p99_us']:,.1f} us (total {cpu['total_s']:.2f} s, {cpu['calls']:,} calls)"),
         ("manager start-up", _fmt(summary["manager_startup_s"], " s") + " (warm-up, not in the figures above)"),
-        ("wall time", _fmt(summary["wall_s"], " s")),
+        ("wall time", _fmt(summary["wall_s"], " s") + " (the replay alone: start-up, loading and reporting left out)"),
     ]
     return rows
 

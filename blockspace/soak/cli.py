@@ -24,7 +24,6 @@ test suite: the default run takes a minute or two.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -33,7 +32,8 @@ from typing import Any
 
 from blockspace.conformance.walk import Config, Solo, walk
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
-from blockspace.validation import Range, check_output_file, check_ranges, command_parser, load_manager, refuse
+from blockspace.soak.options import RANGES, build_parser
+from blockspace.validation import check_output_file, check_ranges, load_manager, refuse
 
 CONFIGS = {
     "caching": Config(4, 64, 32, enable_caching=True, lookahead=(0, 0, 3), max_prompt=48),
@@ -42,7 +42,6 @@ CONFIGS = {
 }
 STEPS_PER_WALK = 200
 PROGRESS_EVERY_S = 5.0  # a progress line on stderr at most this often
-RANGES = {"ops": Range(least=0), "check_every": Range(least=1)}
 
 
 def rss_mib() -> float:
@@ -118,20 +117,6 @@ def describe_ops(ops: dict[str, Any]) -> str:
         f"{figures}: 0 leaked blocks; RSS {ops['rss_mib_after_warmup']} MiB after warm-up, "
         f"{ops['rss_mib_at_end']} MiB at the end"
     )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = command_parser("blockspace soak", __doc__)
-    parser.add_argument(
-        "--impl", default="fast", help="manager of the random operations: reference, fast or package.module:Class"
-    )
-    parser.add_argument("--ops", type=int, default=10_000_000, help="random legal operations (0: none)")
-    parser.add_argument("--check-every", type=int, default=10_000, help="check_invariants() every N calls")
-    parser.add_argument("--trace", default=None, help="also replay this trace with --compare (default: no replay)")
-    parser.add_argument("--compare", default="reference,fast", help="the two managers of the trace replay")
-    parser.add_argument("--out", default="out/soak", help="folder for the trace replay's simulation.json")
-    parser.add_argument("--json", default=None, help="write the results here (default: not written)")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
