@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from blockspace.validation import command_parser
+from blockspace.validation import Range, command_parser
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ PROFILES = {
     "exhaustive": Profile("exhaustive", max_examples=0, step_count=0, trace_requests=0, derandomize=True,
                           scopes=("default",)),
 }  # fmt: skip
+
+RANGES = {"examples": Range(least=1), "shrink_budget": Range(above=0), "workers": Range(least=1)}  # validation.check_ranges
 
 CAPABILITIES = ("supports_caching", "supports_sliding_window", "supports_encoder_decoder")
 FEATURES = {name.removeprefix("supports_"): name for name in CAPABILITIES}  # --without NAME -> the flag it clears

@@ -37,8 +37,8 @@ from blockspace.conformance.runner import (
 )
 from blockspace.conformance.scope import ScopeError, scope_from
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
-from blockspace.kit_options import FEATURES, build_parser
-from blockspace.validation import check_output_file, load_manager, refuse
+from blockspace.kit_options import FEATURES, RANGES, build_parser
+from blockspace.validation import check_output_file, check_ranges, load_manager, refuse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +78,7 @@ def prepare(args: Any) -> tuple[list[Check], Reporter, dict[str, bool]]:
     naming the option that is wrong)."""
     impl_cls = load_manager(args.impl, "--impl")
     against_cls = load_manager(args.against, "--against")
-    if args.examples is not None and args.examples < 1:
-        raise InvalidArgumentError(f"--examples must be >= 1, got {args.examples}")
-    if args.shrink_budget is not None and not args.shrink_budget > 0:
-        raise InvalidArgumentError(f"--shrink-budget must be > 0 seconds, got {args.shrink_budget}")
-    if args.workers is not None and args.workers < 1:
-        raise InvalidArgumentError(f"--workers must be >= 1, got {args.workers}")
+    check_ranges(args, RANGES)
     if args.json:
         check_output_file(args.json, "--json")
     try:
