@@ -241,7 +241,7 @@ def test_cli_rejects_an_unknown_implementation(capsys):
         (["--only", "plain", "--only", "nosuchcheck"], "error: --only 'nosuchcheck' names no check"),
         (["--examples", "-3"], "error: --examples must be >= 1, got -3"),
         (["--examples", "0"], "error: --examples must be >= 1, got 0"),
-        (["--shrink-budget", "0"], "error: --shrink-budget must be > 0 seconds, got 0.0"),
+        (["--shrink-budget", "0"], "error: --shrink-budget must be > 0, got 0.0"),
     ],
 )
 def test_cli_rejects_bad_arguments_before_running_anything(capsys, argv, message):
