@@ -50,10 +50,11 @@ The moves (``PLAYS`` maps each name to its play):
   manager offers one (``table_delta``; ``World.offers_device``). From then
   on, after every move that changes the state, each such manager's deltas
   alone must rebuild its running tables (``keep_device_tables``; a move
-  that changes nothing leads nowhere new, as its state is the one before). Why a move and not a setting: a
-  table tracked from the start and one whose tracking starts on a full
-  pool take different paths (the first delta copies every live row), and
-  a scheduler that never tracks must see nothing of the write log.
+  that changes nothing leads nowhere new, as its state is the one before).
+  Why a move and not a setting: a table tracked from the start and one
+  whose tracking starts on a full pool take different paths (the first
+  delta copies every live row), and a scheduler that never tracks must see
+  nothing of the write log.
 """
 
 from __future__ import annotations
