@@ -359,36 +359,44 @@ def build(impls: Mapping[str, Any], scope: Scope) -> dict[str, Any]:
 PICKLE_DEPTH = 10_000  # pickle recurses once per link: vLLM's blocks link each to the one before (1,000-block tables)
 
 
-def explore(
-    impls: Mapping[str, Any],
-    scope: Scope,
-    workers: int | None = None,
-    max_seconds: float | None = None,
-    on_layer: Callable[[int, int, int], None] | None = None,
-) -> Report:
-    """Breadth-first search of ``scope`` with ``impls`` in lockstep (the
-    first is the yardstick and must offer ``snapshot()``). ``on_layer(depth,
-    states, transitions)`` hears of each layer as it ends."""
-    workers = workers or os.cpu_count() or 1
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), PICKLE_DEPTH))
-    report = Report(scope, list(impls), workers=workers)
-    started = time.perf_counter()
-    managers = build(impls, scope)
-    if not callable(getattr(next(iter(managers.values())), "snapshot", None)):
-        raise TypeError(f"the yardstick {next(iter(impls))!r} offers no snapshot(): the explorer needs one to tell states apart")
-    world = World(scope, offers_device=any(callable(getattr(m, "table_delta", None)) for m in managers.values())
-                  and not missing_modules("gpu"))  # fmt: skip
-    lock = LeanLock(managers)
-    seen = Counter({canonical(lock.yardstick, world): 1})  # state -> histories gone on from
-    try:
-        frontier = [(pickle.dumps((world, managers, lock.mirrors), pickle.HIGHEST_PROTOCOL), ())]
-    except Exception as error:  # noqa: BLE001 - any reason a manager does not pickle
-        raise TypeError(f"the explorer keeps states as pickles, and a manager does not pickle: {error}") from None
-    report.layers.append(1)
-    while frontier:
+class Search:
+    """One scope's breadth-first search, a layer at a time: ``advance``
+    expands the frontier once and returns the report so far. ``explore``
+    runs one to its end; the mutation campaign runs several side by side,
+    a layer of each in turn, so the shallowest failure of any scope comes
+    first."""
+
+    def __init__(self, impls: Mapping[str, Any], scope: Scope, workers: int | None = None, max_seconds: float | None = None) -> None:
+        started = time.perf_counter()
+        self.impls, self.scope, self.max_seconds = impls, scope, max_seconds
+        self.workers = workers or os.cpu_count() or 1
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), PICKLE_DEPTH))
+        self.report = Report(scope, list(impls), workers=self.workers)
+        managers = build(impls, scope)
+        if not callable(getattr(next(iter(managers.values())), "snapshot", None)):
+            raise TypeError(f"the yardstick {next(iter(impls))!r} offers no snapshot(): the explorer needs one to tell states apart")
+        world = World(scope, offers_device=any(callable(getattr(m, "table_delta", None)) for m in managers.values())
+                      and not missing_modules("gpu"))  # fmt: skip
+        lock = LeanLock(managers)
+        self.seen = Counter({canonical(lock.yardstick, world): 1})  # state -> histories gone on from
+        try:
+            self.frontier = [(pickle.dumps((world, managers, lock.mirrors), pickle.HIGHEST_PROTOCOL), ())]
+        except Exception as error:  # noqa: BLE001 - any reason a manager does not pickle
+            raise TypeError(f"the explorer keeps states as pickles, and a manager does not pickle: {error}") from None
+        self.report.layers.append(1)
+        self.report.seconds = time.perf_counter() - started
+
+    @property
+    def done(self) -> bool:
+        return not self.frontier
+
+    def advance(self) -> Report:
+        """Check the frontier's states and (unless the depth bound or the
+        time is reached) make the next layer of new states the frontier."""
+        started, report, scope = time.perf_counter(), self.report, self.scope
         at_bound = scope.max_depth is not None and report.depth >= scope.max_depth
-        out_of_time = max_seconds is not None and time.perf_counter() - started > max_seconds
-        results = expand_layer(frontier, seen, workers, not (at_bound or out_of_time), scope.histories)
+        out_of_time = self.max_seconds is not None and report.seconds > self.max_seconds
+        results = expand_layer(self.frontier, self.seen, self.workers, not (at_bound or out_of_time), scope.histories)
         new = []
         for result in results:
             report.transitions += result.transitions
@@ -396,28 +404,32 @@ def explore(
             report.excluded.update(result.excluded)
             if result.failure is not None:
                 report.path, message = result.failure
-                report.failure = replay(impls, scope, report.path, message)
+                report.failure = replay(self.impls, scope, report.path, message)
                 report.cut = "a failure"
                 break
             for key, blob, path in result.new:
-                if seen[key] < scope.histories:
-                    seen[key] += 1
+                if self.seen[key] < scope.histories:
+                    self.seen[key] += 1
                     new.append((blob, path))
-        if report.failure:
-            break
-        if at_bound or out_of_time:
+        if not report.failure and (at_bound or out_of_time):
             report.cut = "depth" if at_bound else "time"
-            break
-        frontier = new
-        if new:
+        self.frontier = [] if report.cut else new
+        if self.frontier:
             report.depth += 1
             report.layers.append(len(new))
-        if on_layer is not None:
-            on_layer(report.depth, len(seen), report.transitions)
-    report.states, report.histories = len(seen), seen.total()
-    report.exhausted = not report.cut
-    report.seconds = time.perf_counter() - started
-    return report
+        report.states, report.histories = len(self.seen), self.seen.total()
+        report.exhausted = self.done and not report.cut
+        report.seconds += time.perf_counter() - started
+        return report
+
+
+def explore(impls: Mapping[str, Any], scope: Scope, workers: int | None = None, max_seconds: float | None = None) -> Report:
+    """Breadth-first search of ``scope`` with ``impls`` in lockstep (the
+    first is the yardstick and must offer ``snapshot()``), to its end."""
+    search = Search(impls, scope, workers, max_seconds)
+    while not search.done:
+        search.advance()
+    return search.report
 
 
 # -- a failure's repro --------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import faulthandler
 import json
 import os
 import random
@@ -190,10 +191,12 @@ def run_mutant(
         )
         verdict = "survived" if done.returncode == 0 else "killed"
         why = (done.stdout.strip().splitlines() or [""])[-1]
-        if verdict == "killed" and not why:  # the probe itself died: say how
+        if verdict == "killed" and "Timeout (" in done.stderr:  # faulthandler's word: a layer of the explorer hung
+            why = f"a hang (a layer of the explorer ran past {HANG_SECONDS} s)"
+        elif verdict == "killed" and not why:  # the probe itself died: say how
             why = "crashed: " + (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-    except subprocess.TimeoutExpired:  # quick: a hang; full: a long campaign cut short, not a kill
-        verdict, why = ("killed", "timeout") if profile != "full" else ("survived", f"not killed in {timeout:.0f} s")
+    except subprocess.TimeoutExpired:  # quick: a hang; full and exhaustive: a long campaign cut short, not a kill
+        verdict, why = ("killed", "timeout") if profile == "quick" else ("survived", f"not killed in {timeout:.0f} s")
     finally:
         target.write_text(original)
     return verdict, time.perf_counter() - started, why
@@ -240,7 +243,7 @@ def probe(target: str, profile: str = "quick") -> int:
         return killed_by([*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})])
 
     if profile == "exhaustive":  # the explorer alone: the CI scope whole, every family's to a depth
-        return 1 if killed_by(exhaustive_checks(impls)) else print("survived") or 0
+        return 1 if killed_by_exploring(impls) else print("survived") or 0
     if killed_by(sweep_checks(impls, {})):  # deterministic and the cheapest: first
         return 1
     for done in range(rounds):
@@ -258,21 +261,33 @@ def probe(target: str, profile: str = "quick") -> int:
 
 
 MUTATION_DEPTH = 8  # the family scopes' cut for a mutant (the default scope is exhausted whole)
+HANG_SECONDS = 120  # a layer of a mutant's scope takes at most about a minute (one worker); one that takes this long is a hang
 
 
-def exhaustive_checks(impls: dict[str, str]) -> list:
-    """The explorer's checks a mutant faces: ``default`` exhausted (as CI
-    runs it) with two histories a state (a mutant of private layout shows
-    after one the canonical form merges away), then every other scope cut
-    at ``MUTATION_DEPTH`` moves, on one worker (the campaign runs mutants
-    side by side)."""
+def killed_by_exploring(impls: dict[str, str]) -> bool:
+    """The explorer against a mutant: ``default`` exhausted (as CI runs it)
+    with two histories a state (a mutant of private layout shows after one
+    the canonical form merges away), every other scope cut at
+    ``MUTATION_DEPTH`` moves, on one worker (the campaign runs mutants side
+    by side). The scopes are searched side by side, a layer of each in
+    turn, so a kill is found at the least depth of any scope, in seconds,
+    instead of after the scopes before it. A layer that runs past
+    ``HANG_SECONDS`` ends the process as a hang (``faulthandler``)."""
     from dataclasses import replace
 
-    from blockspace.conformance.explore import explore_check
+    from blockspace.conformance.explore import Search
     from blockspace.conformance.scope import SCOPES
 
     scopes = [replace(SCOPES["default"], histories=2)] + [replace(scope, max_depth=MUTATION_DEPTH) for name, scope in SCOPES.items() if name != "default"]
-    return [explore_check(impls, scope, {}, workers=1) for scope in scopes]
+    searches = [Search(impls, scope, workers=1) for scope in scopes]
+    while live := [search for search in searches if not search.done]:
+        for search in live:
+            faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)
+            if (report := search.advance()).failure:
+                print(f"killed by explore[{report.scope.name}] in {len(report.path)} moves")
+                return True
+    faulthandler.cancel_dump_traceback_later()
+    return False
 
 
 def from_report(path: str, mutants: list[tuple[str, object]], survivors_only: bool) -> list[tuple[str, object]]:
