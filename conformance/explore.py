@@ -71,20 +71,41 @@ class Finding(Exception):
     """The managers disagreed, or one broke an invariant, while exploring."""
 
 
+class MoveAgain(Exception):  # noqa: N818 - not an error: a request to make the move again, call by call
+    """A call raised after an earlier call of the same move had changed the
+    state, so the state before it was never taken: make the move again with
+    ``LeanLock(each_call=True)``."""
+
+
 class LeanLock:
     """``Lockstep.call`` without the call log, for exploring: the same
-    comparison of values, types and errors; snapshots after every call
-    that may change state, which must be equal (and unchanged after an
-    error). A failing path is replayed through a real ``Lockstep`` for its
-    repro (``replay``)."""
+    comparison of values, types and errors, and snapshots that must be
+    equal. Why once a move and not after every call, as ``Lockstep``
+    compares them: a move's calls that change the state (an append, the
+    access, the common blocks and the marking that follow it) would take
+    several pairs of snapshots where one tells the same; a difference that
+    no later answer of the move shows and that has gone by its end is one
+    no caller can see. A call that raises must change nothing, so the
+    snapshots are taken around it; where an earlier call of the move
+    changed the state the snapshots before it are missing, and ``MoveAgain``
+    asks for the move to be made again, comparing after every call
+    (``each_call``; rare: mostly an append that finds the pool dry). A
+    failing path is replayed through a real ``Lockstep`` for its repro
+    (``replay``), which compares after every call."""
 
     def __init__(
-        self, managers: Mapping[str, Any], snapshots: dict[str, Any] | None = None, mirrors: dict[str, DeviceMirror] | None = None
+        self,
+        managers: Mapping[str, Any],
+        snapshots: dict[str, Any] | None = None,
+        mirrors: dict[str, DeviceMirror] | None = None,
+        each_call: bool = False,
     ) -> None:
         self.managers = dict(managers)
         self.mirrors = mirrors if mirrors is not None else {}  # the scheduler's device tables, once it keeps them
         self.snapshotting = [name for name, m in self.managers.items() if callable(getattr(m, "snapshot", None))]
-        self.snapshots = snapshots if snapshots is not None else self._take()
+        self._snapshots = snapshots if snapshots is not None else self._take()
+        self.each_call = each_call
+        self.changed = False  # has a call changed the state since the snapshots were taken?
         self.num_calls = 0
 
     def _take(self) -> dict[str, Any]:
@@ -120,7 +141,7 @@ class LeanLock:
 
     def run(self, what: str, run: Callable[[Any], Any], pure: bool = False) -> Outcome:
         """``run(manager)`` on every manager, compared; then (unless ``pure``)
-        their snapshots."""
+        their snapshots, at once where it raised, else when the move settles."""
         outcomes = {}
         for name, manager in self.managers.items():
             try:
@@ -137,18 +158,36 @@ class LeanLock:
         first = next(iter(outcomes.values()))
         if pure:
             return first
-        before, self.snapshots = self.snapshots, self._take()
         if first.raised:
-            for name, snap in self.snapshots.items():
+            if self.changed:
+                raise MoveAgain
+            before, self._snapshots = self._snapshots, self._take()
+            for name, snap in self._snapshots.items():
                 if snap != before[name]:
                     changes = "\n    ".join(diff(before[name], snap)[:12])
                     raise Finding(f"{what} raised {type(first.error).__name__} but changed {name}:\n    {changes}")
-        names = self.snapshotting
-        for name in names[1:]:
-            if self.snapshots[name] != self.snapshots[names[0]]:
-                changes = "\n    ".join(diff(self.snapshots[names[0]], self.snapshots[name])[:12])
-                raise Finding(f"state differs after {what} ({names[0]} vs {name}):\n    {changes}")
+        else:
+            self.changed = True
+            if self.each_call:
+                self.settle(what)
         return first
+
+    def settle(self, what: str = "the move") -> None:
+        """Take the snapshots, if a call may have changed the state since
+        they were last taken, and compare them."""
+        if self.changed:
+            self._snapshots, self.changed = self._take(), False
+            first, *others = self.snapshotting
+            for name in others:
+                if self._snapshots[name] != self._snapshots[first]:
+                    changes = "\n    ".join(diff(self._snapshots[first], self._snapshots[name])[:12])
+                    raise Finding(f"state differs after {what} ({first} vs {name}):\n    {changes}")
+
+    @property
+    def snapshots(self) -> dict[str, Any]:
+        """Each manager's snapshot now (equal, or ``Finding``)."""
+        self.settle()
+        return self._snapshots
 
     @property
     def yardstick(self) -> dict[str, Any]:
@@ -204,8 +243,11 @@ def check_state(world: World, lock: LeanLock) -> None:
                 manager.check_invariants()
             except Exception as error:  # noqa: BLE001 - any failure of the self-check is a finding
                 raise Finding(f"invariant broken in {name}: check_invariants() raised {type(error).__name__}: {error}") from None
-    view = world.invariant_world()
+    view, checked = world.invariant_world(), []
     for name, snap in lock.snapshots.items():
+        if snap in checked:  # equal snapshots break the same invariants
+            continue
+        checked.append(snap)
         if problems := invariants.check_snapshot(snap, view, num_free):
             raise Finding(f"invariant broken in {name}:\n  " + "\n  ".join(problems[:12]))
 
@@ -239,6 +281,7 @@ def expand(chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], successors: b
         if not successors:
             continue
         parent_snapshots, parent = lock.snapshots, canonical(lock.yardstick, world)
+        parent_world = world.state()
         dirty = False
         for move in moves(world, latest_time(lock.yardstick)):
             if dirty:
@@ -246,7 +289,13 @@ def expand(chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], successors: b
                 lock = LeanLock(managers, parent_snapshots, mirrors)
             lock.num_calls = 0
             try:
-                make(move, world, lock)
+                try:
+                    make(move, world, lock)
+                    lock.settle()
+                except MoveAgain:  # a call raised after another changed the state: again, call by call
+                    world, managers, mirrors = pickle.loads(blob)
+                    lock = LeanLock(managers, parent_snapshots, mirrors, each_call=True)
+                    make(move, world, lock)
             except Finding as failure:
                 out.failure = (path + (move,), str(failure))
                 return out
@@ -254,7 +303,8 @@ def expand(chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], successors: b
                 out.excluded[str(reason)] += 1
                 dirty = True
                 continue
-            key = canonical(lock.yardstick, world)
+            unchanged = lock.yardstick == parent_snapshots[lock.snapshotting[0]] and world.state() == parent_world
+            key = parent if unchanged else canonical(lock.yardstick, world)  # the digest only where it may differ
             dirty = key != parent
             if dirty:
                 try:
@@ -437,7 +487,7 @@ def replay(impls: Mapping[str, Any], scope: Scope, path: tuple, message: str) ->
     """Play ``path`` through a ``Lockstep`` whose script logs every world
     change and call: the failure with its runnable repro. A path found by
     the explorer fails there too (the ``Lockstep`` compares snapshots after
-    every call, the explorer only after calls that may change state)."""
+    every call, the explorer once a move and around the calls that raise)."""
     kwargs = scope.manager_kwargs()
     script = Script(impls, kwargs)
     try:

@@ -12,10 +12,11 @@ import sys
 import pytest
 
 from blockspace.conformance import Divergence
-from blockspace.conformance.explore import LeanLock, build, canonical, explore
+from blockspace.conformance.explore import Finding, LeanLock, MoveAgain, build, canonical, explore
 from blockspace.conformance.protocol import ScriptedWorld, World, make, moves
 from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
 from blockspace.conformance.script import Script
+from blockspace.errors import NoFreeBlocksError
 from blockspace.extras import missing_modules
 from blockspace.fast import FastBlockSpaceManager
 from blockspace.reference import ReferenceBlockSpaceManager
@@ -225,3 +226,39 @@ def test_the_scheduler_keeps_a_device_table_from_any_state() -> None:
     with pytest.raises(Divergence, match="table deltas disagree"):
         exec(compile(repro, "<repro>", "exec"), {})
     assert explore(PAIR, scope_from("plain", ["max_depth=4"]), workers=1).passed
+
+
+class RefusesToAllocate(ReferenceBlockSpaceManager):
+    """Every allocation that would work raises instead, changing nothing."""
+
+    def allocate(self, seq_group):
+        ReferenceBlockSpaceManager.allocate(copy.deepcopy(self), seq_group)  # bad input raises as it should
+        raise NoFreeBlocksError("no")
+
+
+class AllocatesThenRefuses(ReferenceBlockSpaceManager):
+    """Raises as ``RefusesToAllocate`` does, but after allocating: half done."""
+
+    def allocate(self, seq_group):
+        super().allocate(seq_group)
+        raise NoFreeBlocksError("no")
+
+
+def test_a_call_that_raises_after_the_move_changed_the_state_is_checked_call_by_call() -> None:
+    """The explorer compares snapshots once a move. With caching, admission
+    counts cached tokens (which changes the tracker) before it allocates, so
+    the state before ``allocate`` was never taken: when it raises, the move
+    is made again comparing after every call, and the half-done allocation
+    shows as a change made by a call that raised."""
+    pair = {"clean": RefusesToAllocate, "half": AllocatesThenRefuses}
+    scope = SCOPES["default"]
+    world, lock = World(scope), LeanLock(build(pair, scope))
+    make(("arrive", 0, 1), world, lock)
+    parent = pickle.dumps((world, lock.managers))
+    with pytest.raises(MoveAgain):
+        make(("admit", "g1", 0), world, lock)
+    world, managers = pickle.loads(parent)
+    with pytest.raises(Finding, match="allocate raised NoFreeBlocksError but changed half"):
+        make(("admit", "g1", 0), world, LeanLock(managers, each_call=True))
+    report = explore(pair, scope, workers=1)
+    assert report.path == (("arrive", 0, 1), ("admit", "g1", 0)), report.path
