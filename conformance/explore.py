@@ -85,13 +85,14 @@ class LeanLock:
     access, the common blocks and the marking that follow it) would take
     several pairs of snapshots where one tells the same; a difference that
     no later answer of the move shows and that has gone by its end is one
-    no caller can see. A call that raises must change nothing, so the
-    snapshots are taken around it; where an earlier call of the move
-    changed the state the snapshots before it are missing, and ``MoveAgain``
-    asks for the move to be made again, comparing after every call
-    (``each_call``; rare: mostly an append that finds the pool dry). A
-    failing path is replayed through a real ``Lockstep`` for its repro
-    (``replay``), which compares after every call."""
+    no caller can see. Calls that raise must change nothing, so the state
+    after them is compared with the state before; where a call of the move
+    that did not raise comes between (the snapshots before a call that
+    raised are then missing) or one of them changed the state,
+    ``MoveAgain`` asks for the move to be made again, comparing after
+    every call (``each_call``; rare, since a move's calls mostly all work or
+    all raise). A failing path is replayed through a real ``Lockstep`` for
+    its repro (``replay``), which compares after every call."""
 
     def __init__(
         self,
@@ -106,6 +107,7 @@ class LeanLock:
         self._snapshots = snapshots if snapshots is not None else self._take()
         self.each_call = each_call
         self.changed = False  # has a call changed the state since the snapshots were taken?
+        self.raised = ""  # the first call that raised since then, if one did (it must change nothing)
         self.num_calls = 0
 
     def _take(self) -> dict[str, Any]:
@@ -161,21 +163,30 @@ class LeanLock:
         if first.raised:
             if self.changed:
                 raise MoveAgain
-            before, self._snapshots = self._snapshots, self._take()
-            for name, snap in self._snapshots.items():
-                if snap != before[name]:
-                    changes = "\n    ".join(diff(before[name], snap)[:12])
-                    raise Finding(f"{what} raised {type(first.error).__name__} but changed {name}:\n    {changes}")
+            self.raised = f"{what} raised {type(first.error).__name__}"
+        elif self.raised:
+            raise MoveAgain  # the calls that raised are checked against the state before this one
         else:
             self.changed = True
-            if self.each_call:
-                self.settle(what)
+        if self.each_call:
+            self.settle(what)
         return first
 
     def settle(self, what: str = "the move") -> None:
         """Take the snapshots, if a call may have changed the state since
-        they were last taken, and compare them."""
-        if self.changed:
+        they were last taken, and compare them: with each other, or, after
+        calls that raised, with the state before them (several such calls
+        are checked at once, and where they changed it, call by call)."""
+        if self.raised:
+            before, self._snapshots = self._snapshots, self._take()
+            for name, snap in self._snapshots.items():
+                if snap != before[name]:
+                    if not self.each_call:
+                        raise MoveAgain
+                    changes = "\n    ".join(diff(before[name], snap)[:12])
+                    raise Finding(f"{self.raised} but changed {name}:\n    {changes}")
+            self.raised = ""
+        elif self.changed:
             self._snapshots, self.changed = self._take(), False
             first, *others = self.snapshotting
             for name in others:

@@ -48,35 +48,39 @@ def _blocks(pool: P.Pool, caching: bool) -> list[tuple[int, bool, bool, float]]:
     ]
 
 
-def _hit_stats(pool: P.Pool) -> tuple[int, float, int, int]:
-    meta = pool.meta
-    return (int(meta[P.HIT_BUCKETS]), float(pool.hit_mean[0]), int(meta[P.HIT_QUERIES]), int(meta[P.HIT_HITS]))
+def _hit_stats(meta: Any, hit_mean: Any) -> tuple[int, float, int, int]:
+    return (meta[P.HIT_BUCKETS], hit_mean[0], meta[P.HIT_QUERIES], meta[P.HIT_HITS])
 
 
 def snapshot(m: FastBlockSpaceManager) -> dict[str, Any]:
-    """The observable state in the form of ``blockspace.snapshot``."""
+    """The observable state in the form of ``blockspace.snapshot``. Single
+    cells are read through the store's memoryviews (plain Python numbers,
+    a fraction of a NumPy scalar's cost): the conformance explorer takes a
+    snapshot after every move."""
     store, rows = m.store, m.rows
-    tables = store.tables
-    null = int(store.null_block[0])
+    blocks, view = store.tables.blocks, store.tables_view
+    null = store.null_block.item(0)
     pools = {"GPU": store.gpu, "CPU": store.cpu}
+    metas = {"GPU": store.gpu_view, "CPU": store.cpu_view}
+    times = rows.access_times
     return {
         "tables": {
             seq_id: {
-                "blocks": list(rows.ids(row)),
-                "num_tokens": int(tables.num_filled[row]),
-                "device": "GPU" if tables.device[row] == T.GPU else "CPU",
-                "last_access": _time(rows.access_times.get(seq_id)),
+                "blocks": blocks[row, : view.num_blocks[row]].tolist(),
+                "num_tokens": view.num_filled[row],
+                "device": "GPU" if view.device[row] == T.GPU else "CPU",
+                "last_access": _time(times.get(seq_id)),
             }
             for seq_id, row in rows.of_seq.items()
         },
-        "cross_tables": {request_id: list(rows.ids(row)) for request_id, row in rows.of_cross.items()},
+        "cross_tables": {request_id: blocks[row, : view.num_blocks[row]].tolist() for request_id, row in rows.of_cross.items()},
         "blocks": _blocks(store.gpu, m.enable_caching) + _blocks(store.cpu, m.enable_caching),
         "free": {name: free_list(pool) for name, pool in pools.items()},
         "evictable": {name: evictable(pool) for name, pool in pools.items()},
-        "touched": sorted(store.gpu.touched_ids[: store.gpu.meta[P.NUM_TOUCHED]].tolist()) if m.enable_caching else [],
-        "hit_stats": {name: _hit_stats(pool) for name, pool in pools.items()},
+        "touched": sorted(store.gpu.touched_ids[: metas["GPU"].meta[P.NUM_TOUCHED]].tolist()) if m.enable_caching else [],
+        "hit_stats": {name: _hit_stats(pool.meta, pool.hit_mean) for name, pool in metas.items()},
         "tracker": {
-            seq_id: (int(store.tracker.num_keys[row]), int(store.tracker.num_cached[row]))
+            seq_id: (store.tracker_view.num_keys[row], store.tracker_view.num_cached[row])
             for seq_id, row in m.tracker.tracked.items()
         },
         "null_block": None if null < 0 else null,

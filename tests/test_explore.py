@@ -249,7 +249,8 @@ def test_a_call_that_raises_after_the_move_changed_the_state_is_checked_call_by_
     counts cached tokens (which changes the tracker) before it allocates, so
     the state before ``allocate`` was never taken: when it raises, the move
     is made again comparing after every call, and the half-done allocation
-    shows as a change made by a call that raised."""
+    shows as a change made by a call that raised (so does one that raised
+    first, when the move ends)."""
     pair = {"clean": RefusesToAllocate, "half": AllocatesThenRefuses}
     scope = SCOPES["default"]
     world, lock = World(scope), LeanLock(build(pair, scope))
@@ -260,5 +261,11 @@ def test_a_call_that_raises_after_the_move_changed_the_state_is_checked_call_by_
     world, managers = pickle.loads(parent)
     with pytest.raises(Finding, match="allocate raised NoFreeBlocksError but changed half"):
         make(("admit", "g1", 0), world, LeanLock(managers, each_call=True))
+    # Without asking first, the call that raised is the move's first: checked when the move settles.
+    world, managers = pickle.loads(parent)
+    lock = LeanLock(managers)
+    make(("force", "g1"), world, lock)
+    with pytest.raises(MoveAgain):
+        lock.settle()
     report = explore(pair, scope, workers=1)
     assert report.path == (("arrive", 0, 1), ("admit", "g1", 0)), report.path
