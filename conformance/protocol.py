@@ -41,7 +41,8 @@ The moves (``PLAYS`` maps each name to its play):
 * ``fork(seq)``, ``free(seq)``, ``recompute(request)``, ``swap_out(request)``
   (``can_swap_out`` first, then the swap whatever it said) and
   ``swap_in(request, lookahead)`` (likewise with ``can_swap_in``);
-* caching: ``reset(device)``; with the scope's ``free_calls`` also
+* ``reset(device)`` (without caching too, where it answers True); with
+  caching and the scope's ``free_calls`` also
   ``access(seq, now)``, ``count(seq)``, ``untrack(seq)``, ``mark(request)``
   and ``common(request)`` (``"*"``: every running sequence) on their own;
 * ``illegal(kind)``: a call the protocol forbids (``ILLEGAL``); it must
@@ -300,10 +301,9 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
             if len(group.seqs) < scope.max_seqs:
                 yield ("fork", seq.seq_id)
             yield ("free", seq.seq_id)
-    if caching:
-        if scope.free_calls and len(world.seqs(RUNNING)) > 1:
-            yield ("common", "*")
-        yield from (("reset", device) for device in (None, "GPU", "CPU"))
+    if caching and scope.free_calls and len(world.seqs(RUNNING)) > 1:
+        yield ("common", "*")
+    yield from (("reset", device) for device in (None, "GPU", "CPU"))  # without caching too: it answers True
     yield from (("illegal", kind) for kind in ILLEGAL if _illegal_enabled(world, kind))
     if world.offers_device and not world.tracking:
         yield ("track",)
