@@ -57,3 +57,16 @@ def test_a_report_names_its_mutants_again_even_where_a_line_repeats(tmp_path):
                 "verdict": "survived"} for name, m in chosen]  # fmt: skip
     (tmp_path / "report.json").write_text(json.dumps({"results": records}))
     assert from_report(str(tmp_path / "report.json"), mutants, survivors_only=True) == chosen
+
+
+def test_an_exhaustive_run_cut_by_the_timeout_is_no_kill(tmp_path):
+    """Under the quick profile a run past the timeout is a hang, a kill; the
+    exhaustive profile's survivors take minutes, so its cut runs count as
+    survived, said so."""
+    from blockspace.conformance.mutation import build_workdir, run_mutant
+
+    build_workdir(tmp_path)
+    name = "reference/rules.py"
+    unchanged = (ROOT / name).read_text()
+    assert run_mutant(tmp_path, name, unchanged, timeout=2, profile="exhaustive")[::2] == ("survived", "not killed in 2 s")
+    assert run_mutant(tmp_path, name, unchanged, timeout=2, profile="quick")[::2] == ("killed", "timeout")
