@@ -58,7 +58,7 @@ def snapshot(m: FastBlockSpaceManager) -> dict[str, Any]:
     a fraction of a NumPy scalar's cost): the conformance explorer takes a
     snapshot after every move."""
     store, rows = m.store, m.rows
-    blocks, view = store.tables.blocks, store.tables_view
+    view = store.tables_view
     null = store.null_block.item(0)
     pools = {"GPU": store.gpu, "CPU": store.cpu}
     metas = {"GPU": store.gpu_view, "CPU": store.cpu_view}
@@ -66,14 +66,14 @@ def snapshot(m: FastBlockSpaceManager) -> dict[str, Any]:
     return {
         "tables": {
             seq_id: {
-                "blocks": blocks[row, : view.num_blocks[row]].tolist(),
+                "blocks": list(rows.ids(row)),
                 "num_tokens": view.num_filled[row],
                 "device": "GPU" if view.device[row] == T.GPU else "CPU",
                 "last_access": _time(times.get(seq_id)),
             }
             for seq_id, row in rows.of_seq.items()
         },
-        "cross_tables": {request_id: blocks[row, : view.num_blocks[row]].tolist() for request_id, row in rows.of_cross.items()},
+        "cross_tables": {request_id: list(rows.ids(row)) for request_id, row in rows.of_cross.items()},
         "blocks": _blocks(store.gpu, m.enable_caching) + _blocks(store.cpu, m.enable_caching),
         "free": {name: free_list(pool) for name, pool in pools.items()},
         "evictable": {name: evictable(pool) for name, pool in pools.items()},
