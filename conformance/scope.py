@@ -17,8 +17,9 @@ states, about twice the work.
 
 ``SCOPES`` names the documented ones: ``default`` (the one CI exhausts),
 one for each family, and a few more that each reach one thing the
-family's cannot (adapters, blocks of one token, a prompt of 1,000 blocks, three
-sequences of one request); ``scope_from`` builds one from a name and ``key=value``
+family's cannot (two shared blocks written in one append, adapters, adapters in
+recycled rows, blocks of one token, a prompt of 1,000 blocks, three sequences of
+one request); ``scope_from`` builds one from a name and ``key=value``
 changes, and says which key or value is wrong.
 """
 
@@ -113,11 +114,25 @@ SCOPES = {
     "speculative": Scope(name="speculative", family="caching", block_size=3, num_gpu_blocks=3, num_cpu_blocks=0,
                          enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                          max_len=4, lookaheads=(0, 3), new_tokens=(0, 1, 2), max_preemptions=0),
+    # Two blocks shared by a fork, written in one append: the lookahead slots an append of no token
+    # reserves make the second block, so the child's two-token append copies both (two copies in one
+    # call), and the parent's fills its first block onto the child's cached copy, a promotion whose
+    # block a copy later in the same append takes, with a block to spare (the speculative scope's pool
+    # is dry by then, where a gain miscounted as a loss still passes).
+    "shared_writes": Scope(name="shared_writes", family="caching", block_size=2, num_gpu_blocks=4, num_cpu_blocks=0,
+                           enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
+                           max_len=4, lookaheads=(0, 2), new_tokens=(0, 1, 2), max_preemptions=0),
     # Prompts of a full block, keyed at admission: a request the dry pool turns away parks its tracker
     # row and takes it back; LoRA adapters key equal tokens apart.
     "adapters": Scope(name="adapters", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
                       enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(2,), alphabet=(1,),
                       max_len=3, max_preemptions=0, adapters=(0, 1)),
+    # A one-block LoRA request in the table row a two-block request of another adapter left, its
+    # block filled in a row step: the adapter ids read for it must be its own (prompts of one and two
+    # tokens; no forks, which would make it too large to exhaust).
+    "adapter_rows": Scope(name="adapter_rows", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
+                          enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(1, 2), alphabet=(1,),
+                          max_len=3, max_preemptions=0, adapters=(0, 1)),
     # Blocks of one token: prefixes and tracker rows of several blocks, appends that key two blocks in a
     # chain, forks whose cached prefixes part after a common block.
     "chains": Scope(name="chains", family="caching", block_size=1, num_gpu_blocks=4, num_cpu_blocks=0,
@@ -129,14 +144,19 @@ SCOPES = {
                          max_len=1001, max_preemptions=0),
     # Three sequences of one request: a batch whose one group needs more blocks than any of its
     # sequences may (the batched step's quick bound on the whole batch, fast/table.py, is met only then).
+    # Lookahead slots reserved by an append of no token, then written by one of two tokens: a
+    # multi-token append that needs no block (the batched step's in-place test).
     "wide": Scope(name="wide", family="plain", block_size=1, num_gpu_blocks=3, num_cpu_blocks=0, max_requests=1,
-                  max_seqs=3, prompt_lengths=(1,), alphabet=(1,), max_len=3, max_preemptions=0),
+                  max_seqs=3, prompt_lengths=(1,), alphabet=(1,), max_len=3, lookaheads=(0, 2), new_tokens=(0, 1, 2),
+                  max_preemptions=0),
     "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                   max_len=2, max_preemptions=1),
+    # Prompts of a full block and a part of one (three tokens), admitted without asking on a pool a
+    # block short; a request's tables in rows another's freed, the cross table in the first row.
     "encoder_decoder": Scope(name="encoder_decoder", family="encoder_decoder", block_size=2, num_gpu_blocks=3,
                              num_cpu_blocks=1, encoder_decoder=True, max_requests=2, max_seqs=2,
-                             prompt_lengths=(1,), alphabet=(1,), max_len=2, max_preemptions=1),
+                             prompt_lengths=(1, 3), alphabet=(1,), max_len=3, max_preemptions=1),
 }  # fmt: skip
 
 FAMILY_CAPABILITY = {  # the capability a scope's family needs from a manager (None: every manager)

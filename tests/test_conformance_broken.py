@@ -7,6 +7,8 @@ same examples each run, so that CI cannot miss the bug by chance (a random
 run of 300 examples once missed ``LateSlots``). The kit's quick profile
 itself stays random, for variety across runs."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from blockspace.conformance.explore import explore
 from blockspace.conformance.long_runs import long_run_checks
 from blockspace.conformance.reduce import failure_of, reduce
 from blockspace.conformance.runner import PROFILES, REPRO, run_machine, with_changes
-from blockspace.conformance.scope import SCOPES
+from blockspace.conformance.scope import SCOPES, scope_from
 from blockspace.conformance.sweeps import SWEEPS, sweep_check, sweep_checks
 from blockspace.extras import missing_modules
 from blockspace.fast import FastBlockSpaceManager
@@ -355,6 +357,34 @@ def test_the_explorer_meets_a_promotion_that_pays_for_a_copy_and_a_forgotten_wat
     assert promotion.path[-1][-1] == 2 and "append_slots disagrees" in promotion.failure  # two new tokens
     watermark = explore({"reference": "reference", "broken": ForgetsItsWatermark}, SCOPES["default"], workers=1)
     assert watermark.path == () and "broken.watermark is None" in watermark.failure
+
+
+class PromotionCountedAsLoss(ReferenceBlockSpaceManager):
+    """An append's fit check that takes the block a promotion gives back
+    instead of adding it (``free -= gain``, a mutant of the reference): on
+    a dry pool the count goes below zero, which the check's "none left"
+    test passes, so only a promotion with a block to spare shows it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gpu.promote_gain = functools.partial(_as_loss, self.gpu)  # pickles (the explorer clones by pickling)
+
+
+def _as_loss(gpu, key):
+    return -type(gpu).promote_gain(gpu, key)
+
+
+def test_the_shared_writes_scope_meets_a_promotion_with_a_block_to_spare():
+    """The speculative scope's pool is dry when its promotion pays for a
+    copy; the shared_writes scope has one block more (six moves: the
+    parent's append of no token reserves a second block, the fork shares
+    both, the child's append copies the first, the parent's two-token
+    append promotes onto that copy and then copies the second)."""
+    speculative = scope_from("speculative", ["max_depth=6"])  # whole, it passes too (about a minute)
+    assert explore({"reference": "reference", "broken": PromotionCountedAsLoss}, speculative, workers=1).passed
+    report = explore({"reference": "reference", "broken": PromotionCountedAsLoss}, SCOPES["shared_writes"], workers=1)
+    assert [move[0] for move in report.path] == ["arrive", "admit", "append", "fork", "append", "append"]
+    assert "append_slots disagrees" in report.failure
 
 
 class ForgetsFullBuckets(ReferenceBlockSpaceManager):
