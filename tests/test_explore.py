@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from blockspace.conformance import Divergence
-from blockspace.conformance.explore import Finding, LeanLock, MoveAgain, build, canonical, explore
+from blockspace.conformance.explore import CHUNK, Finding, LeanLock, MoveAgain, Search, build, canonical, explore
 from blockspace.conformance.protocol import ScriptedWorld, World, make, moves
 from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
 from blockspace.conformance.script import Script
@@ -37,6 +37,22 @@ def test_any_number_of_workers_finds_the_same_states() -> None:
     one, two = (explore(PAIR, scope, workers=n) for n in (1, 2))
     figures = [(r.states, r.transitions, r.calls, r.layers, r.depth) for r in (one, two)]
     assert figures[0] == figures[1]
+
+
+def test_layers_of_many_chunks_keep_the_same_histories_for_any_number_of_workers() -> None:
+    """A process keeps a state once (``histories`` times) over all the
+    chunks of a layer it expands, not once a chunk; the layer is merged in
+    chunk order, so the same histories are kept, with the same paths."""
+    scope = scope_from("default", ["max_depth=7", "histories=2"])
+    searches = [Search(PAIR, scope, workers=n) for n in (1, 2)]
+    for search in searches:
+        while not search.done and max(search.report.layers, default=0) <= CHUNK:
+            search.advance()
+        assert len(search.frontier) > 2 * CHUNK  # the next layer is expanded in several chunks
+        search.advance()
+    one, two = ([path for _, path in search.frontier] for search in searches)
+    assert one == two and len(one) > 2 * CHUNK
+    assert searches[0].report.layers == searches[1].report.layers
 
 
 def test_a_broken_manager_fails_with_a_shortest_repro_that_runs_as_printed() -> None:
