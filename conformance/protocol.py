@@ -583,7 +583,9 @@ def observe(world: World, lock: Any) -> None:
     """Every question that changes nothing, asked in a state when it is first
     reached: admission, append and swap answers at each lookahead and at
     the pool's edges (``edge_lookaheads``), tables (one by one and as one
-    array of the running ones), hit rates, and the
+    array of the running ones), hit rates, without caching the tracker's
+    calls (then 0 and nothing; with caching they change the tracker, and
+    are moves: ``count``, ``untrack``), and the
     row API at its edges where a manager offers it (the free counts come
     with the invariants: ``explore.check_state``, ``Lockstep.verify``)."""
     for status, question in ((WAITING, "can_allocate"), (RUNNING, "can_append_slots"), (SWAPPED, "can_swap_in")):
@@ -594,6 +596,9 @@ def observe(world: World, lock: Any) -> None:
                 lock.call("can_swap_out", group, quiet=True)
     for seq in world.seqs(RUNNING, SWAPPED):
         lock.call("get_block_table", seq, quiet=True)
+        if not world.scope.enable_caching:
+            lock.call("get_num_cached_tokens", seq, quiet=True)
+            lock.call("remove_seq_from_computed_blocks_tracker", seq, quiet=True)
     if running := world.seqs(RUNNING):
         lock.table_arrays(running, quiet=True)
     for request_id in world.invariant_world().encoders:
