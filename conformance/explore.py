@@ -111,7 +111,13 @@ class LeanLock:
         self.num_calls = 0
 
     def _take(self) -> dict[str, Any]:
-        return {name: self.managers[name].snapshot() for name in self.snapshotting}
+        snapshots = {}
+        for name in self.snapshotting:
+            try:
+                snapshots[name] = self.managers[name].snapshot()
+            except Exception as error:  # noqa: BLE001 - a broken snapshot() is a finding, as in Lockstep
+                raise Finding(f"{name}.snapshot() raised {type(error).__name__}: {error}") from None
+        return snapshots
 
     @property
     def offers_rows(self) -> bool:

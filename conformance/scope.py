@@ -73,8 +73,16 @@ class Scope(ManagerConfig):
         return [list(p) for n in self.prompt_lengths for p in itertools.product(self.alphabet, repeat=n)]
 
     def manager_kwargs(self) -> dict[str, Any]:
-        """The managers' constructor arguments."""
-        return self.kwargs()
+        """The managers' constructor arguments; a sliding window or prefix
+        caching left out where the scope has none, so that the constructor's
+        own defaults (none, off) are what the scope runs with, as a
+        scheduler that never names them gets (``watermark=None``: the same
+        for the watermark)."""
+        kwargs = self.kwargs()
+        for key, default in (("sliding_window", None), ("enable_caching", False)):
+            if kwargs[key] is default:
+                del kwargs[key]
+        return kwargs
 
     def describe(self) -> str:
         """The scope as ``key=value`` pairs, as ``--scope-set`` takes them."""
@@ -145,10 +153,11 @@ SCOPES = {
     # Three sequences of one request: a batch whose one group needs more blocks than any of its
     # sequences may (the batched step's quick bound on the whole batch, fast/table.py, is met only then).
     # Lookahead slots reserved by an append of no token, then written by one of two tokens: a
-    # multi-token append that needs no block (the batched step's in-place test).
+    # multi-token append that needs no block (the batched step's in-place test). A request may
+    # arrive with two sequences (its tables made at once, not by a fork; two more states only).
     "wide": Scope(name="wide", family="plain", block_size=1, num_gpu_blocks=3, num_cpu_blocks=0, max_requests=1,
-                  max_seqs=3, prompt_lengths=(1,), alphabet=(1,), max_len=3, lookaheads=(0, 2), new_tokens=(0, 1, 2),
-                  max_preemptions=0),
+                  samples=(1, 2), max_seqs=3, prompt_lengths=(1,), alphabet=(1,), max_len=3, lookaheads=(0, 2),
+                  new_tokens=(0, 1, 2), max_preemptions=0),
     "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                   max_len=2, max_preemptions=1),
