@@ -581,8 +581,9 @@ PLAYS = {
 
 def observe(world: World, lock: Any) -> None:
     """Every question that changes nothing, asked in a state when it is first
-    reached: admission, append and swap answers with the lookahead left
-    out, at each lookahead and at the pool's edges (``edge_lookaheads``), tables (one by one and as one
+    reached: admission, append and swap answers at each lookahead and at
+    the pool's edges (``edge_lookaheads``), admission also with the
+    lookahead left to its default, tables (one by one and as one
     array of the running ones), hit rates, without caching the tracker's
     calls (then 0 and nothing; with caching they change the tracker, and
     are moves: ``count``, ``untrack``), and the
@@ -590,7 +591,8 @@ def observe(world: World, lock: Any) -> None:
     with the invariants: ``explore.check_state``, ``Lockstep.verify``)."""
     for status, question in ((WAITING, "can_allocate"), (RUNNING, "can_append_slots"), (SWAPPED, "can_swap_in")):
         for group in world.with_status(status):
-            lock.call(question, group, quiet=True)  # the lookahead left to the method's default (none)
+            if question == "can_allocate":  # the one of the three whose lookahead has a default (none)
+                lock.call(question, group, quiet=True)
             for la in edge_lookaheads(world.scope, max(s.get_len() for s in group.get_seqs(status=status))):
                 lock.call(question, group, la, quiet=True)
             if status == RUNNING:

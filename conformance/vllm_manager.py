@@ -191,7 +191,7 @@ class VllmManager:
                          "§14.18 encoder-decoder refused after its tables were made")  # fmt: skip
         self._run(self.vllm.allocate, seq_group, half_done=NO_FREE_BLOCKS)
 
-    def can_append_slots(self, seq_group: Any, num_lookahead_slots: int = 0) -> bool:
+    def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool:
         self._lookahead(num_lookahead_slots)
         return self._run(self.vllm.can_append_slots, seq_group, num_lookahead_slots)
 
@@ -212,7 +212,7 @@ class VllmManager:
     def _swap_checks(self, seq_group: Any) -> None:
         self._exclude_if(any(self._dropped(s.seq_id) for s in seq_group.get_seqs()), "§14.4 swap after a sliding-window drop")
 
-    def can_swap_in(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
+    def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
         self._lookahead(num_lookahead_slots)
         self._swap_checks(seq_group)
         return AllocStatus[self._run(self.vllm.can_swap_in, seq_group, num_lookahead_slots).name]
