@@ -23,6 +23,7 @@ from blockspace.errors import (
     TrackerError,
     UnsupportedError,
 )
+from blockspace.saved_state import SavedState, config_of
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32 by the fast manager
 
@@ -143,6 +144,21 @@ def shrunk_tokens(seq_id: int, num_tokens: int, num_keyed_tokens: int) -> Tracke
 def not_tracked(seq_id: int) -> TrackerError:
     """The error for removing a sequence the computed-blocks tracker does not hold."""
     return TrackerError(f"sequence {seq_id} is not in the computed-blocks tracker (query it first)")
+
+
+def check_saved(saved: Any, implementation: str, manager: Any) -> None:
+    """``restore_state``'s argument: a ``SavedState`` of this implementation
+    and of this manager's configuration (refused before any change)."""
+    if not isinstance(saved, SavedState):
+        raise InvalidArgumentError(f"restore_state() takes what save_state() returned, not {type(saved).__name__}")
+    if saved.implementation != implementation:
+        raise InvalidArgumentError(
+            f"a state saved by the {saved.implementation} manager cannot be restored into the {implementation} one"
+        )
+    if saved.config != config_of(manager):
+        raise InvalidArgumentError(
+            f"a state saved with the configuration {saved.config} cannot be restored into one of {config_of(manager)}"
+        )
 
 
 def waiting_seqs(seq_group: Any) -> list[Any]:

@@ -19,9 +19,13 @@ two states whose times are in the same order behave the same; the moves
 that use a time take it from the state (``moves``), never from the clock.
 ``tests/test_explore.py`` checks this on merged pairs.
 
-**Cloning**: a state is kept as the pickle of its world and managers
-(both managers support pickling and ``copy.deepcopy``), loaded again for
-each move that changes it. **Workers**: a layer's frontier is cut into
+**Cloning**: a state is kept as the pickle of its world and of each
+manager's ``save_state()`` (``blockspace/saved_state.py``; a manager
+without one, vLLM's, is pickled whole). Each process explores with one
+manager per implementation (``Keeper``), and before each move from a
+state that an earlier move changed, the state is put back into it
+(``restore_state``): for the fast manager a copy of bytes into the arrays
+it has, where loading a pickle made every array and kernel handle anew. **Workers**: a layer's frontier is cut into
 chunks of a fixed size, expanded by one forked process per core; their
 results are merged in frontier order, so the states, the counts and the
 first failure are the same for any number of workers.
@@ -58,6 +62,7 @@ from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, 
 from blockspace.conformance.vllm_manager import Excluded
 from blockspace.extras import missing_modules
 from blockspace.interfaces import load_manager_class, offers_rows
+from blockspace.saved_state import SavedState
 from blockspace.snapshot import diff
 
 CHUNK = 32  # frontier states a worker expands at a time (fixed, so results do not depend on the workers)
@@ -281,8 +286,34 @@ class Expansion:
     failure: tuple[tuple, str] | None = None  # (path, message) of the first failure
 
 
+class Keeper:
+    """The managers a process explores with, one per implementation, and
+    states put into them: ``restore_state`` where a manager offers it
+    (the same objects, their state replaced), else a pickle loaded."""
+
+    def __init__(self, impls: Mapping[str, Any], scope: Scope) -> None:
+        self.managers = build(impls, scope)
+
+    def blob(self, world: World, managers: Mapping[str, Any], mirrors: dict[str, DeviceMirror]) -> bytes:
+        """A state as the frontier keeps it: the world and mirrors (a pickle
+        of their own, loaded again before each move), and each manager's state."""
+        saved = {name: m.save_state() if callable(getattr(m, "save_state", None)) else pickle.dumps(m, pickle.HIGHEST_PROTOCOL)
+                 for name, m in managers.items()}  # fmt: skip
+        return pickle.dumps((pickle.dumps((world, mirrors), pickle.HIGHEST_PROTOCOL), saved), pickle.HIGHEST_PROTOCOL)
+
+    def load(self, places: bytes, saved: Mapping[str, Any]) -> tuple[World, dict[str, Any], dict[str, DeviceMirror]]:
+        """A state's world, managers and mirrors, from ``blob``'s parts."""
+        world, mirrors = pickle.loads(places)
+        for name, state in saved.items():
+            if isinstance(state, SavedState):
+                self.managers[name].restore_state(state)
+            else:
+                self.managers[name] = pickle.loads(state)
+        return world, dict(self.managers), mirrors
+
+
 def expand(
-    chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], successors: bool = True, histories: int = 1,
+    chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], keeper: Keeper, successors: bool = True, histories: int = 1,
     found: Counter[bytes] | None = None,
 ) -> Expansion:
     """Check each state of ``chunk`` and (``successors``) play every move
@@ -297,7 +328,8 @@ def expand(
     out = Expansion()
     found = Counter() if found is None else found
     for blob, path in chunk:
-        world, managers, mirrors = pickle.loads(blob)
+        places, saved = pickle.loads(blob)
+        world, managers, mirrors = keeper.load(places, saved)
         lock = LeanLock(managers, mirrors=mirrors)
         try:
             check_state(world, lock)
@@ -312,7 +344,7 @@ def expand(
         dirty = False
         for move in moves(world, latest_time(lock.yardstick)):
             if dirty:
-                world, managers, mirrors = pickle.loads(blob)
+                world, managers, mirrors = keeper.load(places, saved)
                 lock = LeanLock(managers, parent_snapshots, mirrors)
             lock.num_calls = 0
             try:
@@ -320,7 +352,7 @@ def expand(
                     make(move, world, lock)
                     lock.settle()
                 except MoveAgain:  # a call raised after another changed the state: again, call by call
-                    world, managers, mirrors = pickle.loads(blob)
+                    world, managers, mirrors = keeper.load(places, saved)
                     lock = LeanLock(managers, parent_snapshots, mirrors, each_call=True)
                     make(move, world, lock)
             except Finding as failure:
@@ -343,26 +375,29 @@ def expand(
             out.calls += lock.num_calls
             if dirty and seen[key] + found[key] < histories:
                 found[key] += 1
-                out.new.append((key, pickle.dumps((world, lock.managers, lock.mirrors), pickle.HIGHEST_PROTOCOL), path + (move,)))
+                out.new.append((key, keeper.blob(world, lock.managers, lock.mirrors), path + (move,)))
     return out
 
 
 _SEEN: Counter[bytes] = Counter()  # the states of earlier layers (histories kept), as a forked worker inherits them
 _FOUND: Counter[bytes] = Counter()  # the states this process kept from the layer's chunks so far (``expand``)
+_KEEPER: Keeper | None = None  # the search's managers, as a forked worker inherits them
 
 
 def _expand_chunk(job: tuple[list[tuple[bytes, tuple]], bool, int]) -> Expansion:
-    return expand(job[0], _SEEN, job[1], job[2], _FOUND)
+    assert _KEEPER is not None
+    return expand(job[0], _SEEN, _KEEPER, job[1], job[2], _FOUND)
 
 
 def expand_layer(
-    frontier: list[tuple[bytes, tuple]], seen: Counter[bytes], workers: int, successors: bool, histories: int = 1
+    frontier: list[tuple[bytes, tuple]], seen: Counter[bytes], keeper: Keeper, workers: int, successors: bool,
+    histories: int = 1,
 ) -> list[Expansion]:
     """The frontier's chunks expanded, in order, by ``workers`` processes
-    (forked, so each inherits ``seen`` without copying it over)."""
-    global _SEEN, _FOUND
+    (forked, so each inherits ``seen`` and the managers without copying them over)."""
+    global _SEEN, _FOUND, _KEEPER
     jobs = [(frontier[i : i + CHUNK], successors, histories) for i in range(0, len(frontier), CHUNK)]
-    _SEEN, _FOUND = seen, Counter()
+    _SEEN, _FOUND, _KEEPER = seen, Counter(), keeper
     if workers <= 1 or len(jobs) <= 1:
         return [_expand_chunk(job) for job in jobs]
     with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
@@ -450,7 +485,8 @@ class Search:
         self.workers = workers or os.cpu_count() or 1
         sys.setrecursionlimit(max(sys.getrecursionlimit(), PICKLE_DEPTH))
         self.report = Report(scope, list(impls), workers=self.workers)
-        managers = build(impls, scope)
+        self.keeper = Keeper(impls, scope)
+        managers = dict(self.keeper.managers)
         if not callable(getattr(next(iter(managers.values())), "snapshot", None)):
             raise TypeError(f"the yardstick {next(iter(impls))!r} offers no snapshot(): the explorer needs one to tell states apart")
         world = World(scope, offers_device=any(callable(getattr(m, "table_delta", None)) for m in managers.values())
@@ -458,7 +494,7 @@ class Search:
         lock = LeanLock(managers)
         self.seen = Counter({canonical(lock.yardstick, world): 1})  # state -> histories gone on from
         try:
-            self.frontier = [(pickle.dumps((world, managers, lock.mirrors), pickle.HIGHEST_PROTOCOL), ())]
+            self.frontier = [(self.keeper.blob(world, managers, lock.mirrors), ())]
         except Exception as error:  # noqa: BLE001 - any reason a manager does not pickle
             raise TypeError(f"the explorer keeps states as pickles, and a manager does not pickle: {error}") from None
         self.report.layers.append(1)
@@ -474,7 +510,7 @@ class Search:
         started, report, scope = time.perf_counter(), self.report, self.scope
         at_bound = scope.max_depth is not None and report.depth >= scope.max_depth
         out_of_time = self.max_seconds is not None and report.seconds > self.max_seconds
-        results = expand_layer(self.frontier, self.seen, self.workers, not (at_bound or out_of_time), scope.histories)
+        results = expand_layer(self.frontier, self.seen, self.keeper, self.workers, not (at_bound or out_of_time), scope.histories)
         new = []
         for result in results:
             report.transitions += result.transitions

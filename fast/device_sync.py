@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from blockspace.fast.store import Store, packed, unpacked
+from blockspace.fast.saving import Buffers, Packed, packed, unpacked
+from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
 
 FIRST_LOG_SIZE = 4  # writes the first log holds; why small: it doubles on overflow, and small scopes then overflow it too
@@ -30,14 +31,24 @@ class DeviceSync:
         self.rows = rows
         self.deltas: Any = None  # cuda_tables.DeltaBuffers while tracking
         self.device_table: Any = None
+        self.buffers = Buffers()
 
     def __getstate__(self) -> dict[str, Any]:
-        """The delta buffers as one buffer (``store.packed``: the explorer
-        pickles a manager at every step)."""
-        return self.__dict__ | {"deltas": packed(self.deltas) if self.deltas is not None else None}
+        """The delta buffers as one buffer (``fast/saving.py``), without the
+        restore's record (its buffers belong to this process's arrays)."""
+        return {name: value for name, value in self.__dict__.items() if name != "buffers"} | {"deltas": self.save()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, deltas=unpacked(*state["deltas"]) if state["deltas"] is not None else None)
+        self.buffers = Buffers()
+
+    def save(self) -> Packed | None:
+        """The delta buffers (``save_state``; a device table cannot be saved:
+        the manager refuses first)."""
+        return packed(self.deltas) if self.deltas is not None else None
+
+    def restore(self, saved: Packed | None) -> None:
+        self.deltas = None if saved is None else self.buffers.restored("deltas", self.deltas, saved)
 
     def device(self, block_size: int, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> Any:
         """The ``DeviceBlockTable`` (made on the first call; the arguments only count then)."""

@@ -24,11 +24,14 @@ import numpy as np
 
 from blockspace.fast import pool as P
 from blockspace.fast.content import collect_keys, grow_keys, remap_keys
+from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
 
 
-class KeySpace:
+class KeySpace(SavedFields):
     """Salt and extra ids, and room in the key table (see the module docstring)."""
+
+    SAVED = ("extra_ids", "root_ids", "num_keys_after_collect")
 
     def __init__(self, store: Store) -> None:
         self.store = store

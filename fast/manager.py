@@ -61,7 +61,15 @@ from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
 from blockspace.guard import guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
-from blockspace.validation import check_config, check_encoder_decoder, check_lookahead, group_salt, waiting_seqs
+from blockspace.saved_state import SavedState, config_of
+from blockspace.validation import (
+    check_config,
+    check_encoder_decoder,
+    check_lookahead,
+    check_saved,
+    group_salt,
+    waiting_seqs,
+)
 
 _ALLOC_STATUS = {status.value: status for status in AllocStatus}
 RUNNING = SequenceStatus.RUNNING
@@ -393,3 +401,25 @@ class FastBlockSpaceManager(BlockSpaceManager):
 
     def snapshot(self) -> dict[str, Any]:
         return snapshot(self)
+
+    def save_state(self) -> SavedState:
+        """The whole state, kept aside (``blockspace/saved_state.py``): the
+        arrays as bytes, the parts' fields as copies."""
+        if self.sync.device_table is not None:
+            raise UnsupportedError("a manager that keeps a device block table cannot save its state (the table is on the device)")
+        parts = (self.rows.save(), self.key_space.save(), self.tracker.save(), self.sync.save())
+        return SavedState("fast", config_of(self), (self.store.save(), parts))
+
+    def restore_state(self, saved: SavedState) -> None:
+        """The state ``save_state`` gave, back: the bytes copied into the
+        arrays held now (where their shapes are the same), the fields into
+        the parts' own containers."""
+        check_saved(saved, "fast", self)
+        if self.sync.device_table is not None:
+            raise UnsupportedError("a manager that keeps a device block table cannot restore a state (the table is on the device)")
+        store, (rows, key_space, tracker, sync) = saved.data
+        self.store.restore(store)
+        self.rows.restore(rows)
+        self.key_space.restore(key_space)
+        self.tracker.restore(tracker)
+        self.sync.restore(sync)

@@ -18,7 +18,6 @@ arrays (what kernels get, ``<name>_ref``; ``fast/handles.py``), and
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -28,6 +27,7 @@ from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.content import new_keys
 from blockspace.fast.handles import Derived, State
+from blockspace.fast.saving import Buffers, Packed, packed, unpacked
 
 
 class Store(Derived):
@@ -42,6 +42,7 @@ class Store(Derived):
         self.tables = T.new_tables()  # two rows of two blocks, doubled as they fill, so small worlds grow them too
         self.tracker = K.new_tracker()
         self.null_block = np.full(1, -1, np.int64)
+        self.buffers = Buffers()
 
     def num_free_gpu(self) -> int:
         """Free GPU blocks, uncached plus idle cached (two reads, no kernel call)."""
@@ -66,11 +67,9 @@ class Store(Derived):
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling and ``copy.deepcopy`` take each state as one buffer and
-        its layout, and the null block; the kernels' handles and the
-        memoryviews are made anew on the way back (``__setstate__``). Why
-        one buffer: pickle's own way with ~50 small arrays costs a few
-        microseconds each, and the conformance explorer pickles a manager at
-        every step; why anew: a handle is a pointer into this process, and a
+        its layout (``fast/saving.py``), and the null block; the kernels'
+        handles and the memoryviews are made anew on the way back
+        (``__setstate__``): a handle is a pointer into this process, and a
         copied view would still look at the old arrays."""
         return {name: packed(getattr(self, name)) for name in STATE_NAMES} | {"null_block": self.null_block}
 
@@ -78,6 +77,22 @@ class Store(Derived):
         for name in STATE_NAMES:
             setattr(self, name, unpacked(*state[name]))  # through ``State``: handles and views made when first read
         self.null_block = state["null_block"]
+        self.buffers = Buffers()
+
+    def save(self) -> tuple[tuple[Packed, ...], int]:
+        """Every state as one buffer, and the null block (``save_state``)."""
+        return tuple(packed(getattr(self, name)) for name in STATE_NAMES), self.null_block.item(0)
+
+    def restore(self, saved: tuple[tuple[Packed, ...], int]) -> None:
+        """``save``'s states back, into the arrays held now where their
+        layout is the same: then the handles and views stay as they are."""
+        states, null = saved
+        held = self.__dict__
+        for name, state in zip(STATE_NAMES, states):
+            restored = self.buffers.restored(name, held[name], state)
+            if restored is not held[name]:
+                setattr(self, name, restored)  # through ``State``: the handle and view made anew
+        self.null_block[0] = null
 
     def commit(self, trial: Store) -> None:
         self.gpu, self.keys, self.tables = trial.gpu, trial.keys, trial.tables
@@ -103,27 +118,6 @@ def key_capacity(block_size: int, num_blocks: int) -> int:
     return capacity
 
 
-def packed(state: Any) -> tuple[type, tuple[tuple[str, tuple[int, ...], int], ...], bytes]:
-    """A NamedTuple of arrays as its type, each array's dtype (as its
-    character), shape and offset, and one buffer (each array's bytes padded to ``_ALIGN``: an
-    unaligned array is slower, and its memoryview cannot be indexed)."""
-    chunks = [_padded(array.tobytes()) for array in state]
-    offsets = itertools.accumulate((len(chunk) for chunk in chunks[:-1]), initial=0)
-    layout = tuple((array.dtype.char, array.shape, offset) for array, offset in zip(state, offsets))  # native byte order
-    return type(state), layout, b"".join(chunks)
-
-
-def _padded(data: bytes) -> bytes:
-    return data + bytes(-len(data) % _ALIGN)
-
-
-def unpacked(kind: type, layout: tuple[tuple[str, tuple[int, ...], int], ...], blob: bytes) -> Any:
-    """``packed``'s NamedTuple again, its arrays writable views of one new buffer."""
-    buffer = bytearray(blob)
-    return kind(*[np.ndarray(shape, dtype, buffer, offset) for dtype, shape, offset in layout])
-
-
-_ALIGN = 16
 
 
 def _copy(state: Any) -> Any:

@@ -35,13 +35,17 @@ import numpy as np
 from blockspace.block_ids import EMPTY, BlockIds, rebuilt
 from blockspace.errors import UnknownSequenceError
 from blockspace.fast import table as T
+from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
 
 _FEW = 8  # entries read one by one below this; converted as an array slice above
 
 
-class TableRows:
+class TableRows(SavedFields):
     """Sequence and cross-table rows, and the block-id answers."""
+
+    SAVED = ("of_seq", "of_cross", "seq_of_row", "free_rows", "num_used", "live", "seen", "stamp", "answers", "stale",
+             "prefixes", "cross_answers", "access_times")  # fmt: skip
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -61,15 +65,24 @@ class TableRows:
         self.access_times: dict[int, float | None] = {}  # seq_id -> last access_all_blocks_in_seq time
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._answers_again()
+
+    def restore(self, saved: tuple) -> None:
+        super().restore(saved)
+        self._answers_again()  # ``saved`` may have been pickled (the explorer's frontier)
+
+    def _answers_again(self) -> None:
         """After pickling or ``copy.deepcopy``, the kept answers are
         ``BlockIds`` again: a ``BlockIds`` pickles as a plain list (for
         whoever holds one), but the manager hands these out as they are.
         In place, and one answer for one list: the manager holds ``answers``
         itself too, and ``prefixes`` tells a kept answer by identity."""
-        self.__dict__.update(state)
         made: dict[int, BlockIds] = {}
 
         def answer(ids: list[int]) -> BlockIds:
+            if type(ids) is BlockIds:
+                return ids
             if id(ids) not in made:
                 made[id(ids)] = BlockIds(ids) if ids else EMPTY
             return made[id(ids)]

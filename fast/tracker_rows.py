@@ -26,6 +26,7 @@ from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.checks import int64_or_none
 from blockspace.fast.key_space import KeySpace
+from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
 from blockspace.validation import cache_salt, not_tracked, shrunk_tokens
 
@@ -48,10 +49,11 @@ class Memo:
         return tokens[: len(self.tokens)] == self.tokens
 
 
-class TrackerRows:
+class TrackerRows(SavedFields):
     """Tracker rows of sequences, parked rows and their memos."""
 
     MAX_PARKED_ROWS = 64
+    SAVED = ("tracked", "free_rows", "num_used", "memos", "parked")
 
     def __init__(self, store: Store, key_space: KeySpace, block_size: int) -> None:
         self.store = store

@@ -9,6 +9,7 @@ so an error leaves the manager exactly as it was.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from blockspace.block_ids import EMPTY, BlockIds
@@ -32,10 +33,12 @@ from blockspace.reference.content import ContentKeys
 from blockspace.reference.invariants import check_invariants, snapshot
 from blockspace.reference.table import BlockTable
 from blockspace.reference.tracker import ComputedBlocksTracker
+from blockspace.saved_state import SavedState, config_of
 from blockspace.validation import (
     check_config,
     check_encoder_decoder,
     check_lookahead,
+    check_saved,
     check_token_ids,
     group_salt,
     token_ids,
@@ -375,3 +378,18 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
 
     def snapshot(self) -> dict[str, Any]:
         return snapshot(self)
+
+    STATE = ("gpu", "cpu", "content_keys", "tracker", "block_tables", "cross_block_tables", "null_block_id")
+
+    def save_state(self) -> SavedState:
+        """The whole state, kept aside (``blockspace/saved_state.py``): the
+        fields that change, pickled together (the tracker shares the keys
+        and the GPU allocator)."""
+        state = pickle.dumps(tuple(getattr(self, name) for name in self.STATE), pickle.HIGHEST_PROTOCOL)
+        return SavedState("reference", config_of(self), state)
+
+    def restore_state(self, saved: SavedState) -> None:
+        """The state ``save_state`` gave, back (a fresh copy each time)."""
+        check_saved(saved, "reference", self)
+        for name, value in zip(self.STATE, pickle.loads(saved.data)):
+            setattr(self, name, value)
