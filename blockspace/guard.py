@@ -28,6 +28,7 @@ from blockspace.errors import BlockSpaceError
 T = TypeVar("T", bound=type)
 
 ENABLED = os.environ.get("BLOCKSPACE_CHECK_THREADS", "") not in ("", "0")
+BUSY = "_blockspace_busy"  # the flag's attribute (a manager's saved state leaves it out)
 
 
 class ConcurrentUseError(BlockSpaceError, RuntimeError):
@@ -37,16 +38,16 @@ class ConcurrentUseError(BlockSpaceError, RuntimeError):
 def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.__dict__.get("_blockspace_busy"):
+        if self.__dict__.get(BUSY):
             raise ConcurrentUseError(
                 f"{type(self).__name__}.{method.__name__} called while another call is running: "
                 "a block manager must be driven by one scheduler thread"
             )
-        self._blockspace_busy = True
+        setattr(self, BUSY, True)
         try:
             return method(self, *args, **kwargs)
         finally:
-            self._blockspace_busy = False
+            setattr(self, BUSY, False)
 
     call.guarded = True  # type: ignore[attr-defined]
     return call

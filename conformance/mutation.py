@@ -260,7 +260,7 @@ def probe(target: str, profile: str = "quick") -> int:
     return 0
 
 
-MUTATION_DEPTH = 8  # the family scopes' cut for a mutant (the default scope is exhausted whole)
+MUTATION_DEPTH = 10  # the family scopes' cut for a mutant (the default scope is exhausted whole)
 HANG_SECONDS = 120  # a layer of a mutant's scope takes at most about a minute (one worker); one that takes this long is a hang
 
 
@@ -269,10 +269,12 @@ def killed_by_exploring(impls: dict[str, str]) -> bool:
     with two histories a state (a mutant of private layout shows after one
     the canonical form merges away), every other scope cut at
     ``MUTATION_DEPTH`` moves, on one worker (the campaign runs mutants side
-    by side). The scopes are searched side by side, a layer of each in
-    turn, so a kill is found at the least depth of any scope, in seconds,
-    instead of after the scopes before it. A layer that runs past
-    ``HANG_SECONDS`` ends the process as a hang (``faulthandler``)."""
+    by side). The scopes are searched side by side, the one whose next
+    layer is smallest first, so the small scopes are exhausted in seconds
+    and a kill in any scope comes without waiting for the large scopes'
+    deep layers (each scope's failure is still one of its shortest). A
+    layer that runs past ``HANG_SECONDS`` ends the process as a hang
+    (``faulthandler``)."""
     from dataclasses import replace
 
     from blockspace.conformance.explore import Search
@@ -281,11 +283,11 @@ def killed_by_exploring(impls: dict[str, str]) -> bool:
     scopes = [replace(SCOPES["default"], histories=2)] + [replace(scope, max_depth=MUTATION_DEPTH) for name, scope in SCOPES.items() if name != "default"]
     searches = [Search(impls, scope, workers=1) for scope in scopes]
     while live := [search for search in searches if not search.done]:
-        for search in live:
-            faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)
-            if (report := search.advance()).failure:
-                print(f"killed by explore[{report.scope.name}] in {len(report.path)} moves")
-                return True
+        search = min(live, key=lambda search: len(search.frontier))
+        faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)
+        if (report := search.advance()).failure:
+            print(f"killed by explore[{report.scope.name}] in {len(report.path)} moves")
+            return True
     faulthandler.cancel_dump_traceback_later()
     return False
 

@@ -32,8 +32,9 @@ The moves (``PLAYS`` maps each name to its play):
   caching it then stamps the sequence at ``now`` (None: a new time, else
   the latest time the state holds, as one step stamps all its sequences
   with one time), asks its group's common computed blocks and marks them;
-* ``step(token, lookahead, guarded, way)``: a decode step of every running
-  group whose tables are not empty, each sequence sampling ``token``, made
+* ``step(token, lookahead, guarded, way[, count])``: a decode step of every running
+  group whose tables are not empty, each sequence sampling ``token``
+  (``count`` times: the scope's ``step_tokens``), made
   at once ``way`` (``"rows"``: the row API; ``"batch"``: the batched calls)
   where a manager offers it and through the per-sequence calls elsewhere
   (``steps.py``; ``guarded``: only if every group fits), then with caching
@@ -292,9 +293,11 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
         if can_preempt and len(world.live(group)) == 1:
             yield ("recompute", group.request_id)
     row_groups = world.row_groups()
-    if row_groups and all(s.get_len() < scope.max_len for g in row_groups for s in g.get_seqs(status=RUNNING)):
-        yield from (("step", t, la, guarded, way) for t in scope.alphabet for la in scope.lookaheads
-                    for guarded in (True, False) for way in WAYS)  # fmt: skip
+    longest = max((s.get_len() for g in row_groups for s in g.get_seqs(status=RUNNING)), default=None)
+    for count in (k for k in scope.step_tokens if longest is not None and longest + k <= scope.max_len):
+        tokens = scope.alphabet if count else scope.alphabet[:1]
+        yield from (("step", t, la, guarded, way, *((count,) if count != 1 else ())) for t in tokens
+                    for la in scope.lookaheads for guarded in (True, False) for way in WAYS)  # fmt: skip
     for group in world.with_status(SWAPPED):
         yield from (("swap_in", group.request_id, la) for la in scope.lookaheads)
         for seq in group.get_seqs(status=SWAPPED):
@@ -415,13 +418,15 @@ def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int, no
         _mark(world, lock, seq.group.request_id)
 
 
-def _step(world: World, lock: Any, token: int, lookahead: int, guarded: bool, way: str) -> None:
+def _step(world: World, lock: Any, token: int, lookahead: int, guarded: bool, way: str, count: int = 1) -> None:
     """One decode step of the row groups, as an array-level scheduler makes
-    it (``Lockstep.row_step``), at a new time."""
+    it (``Lockstep.row_step``), at a new time; each sequence samples
+    ``count`` tokens (none: a running prefill's later chunk)."""
     groups = world.row_groups()
     seqs = [s for g in groups for s in g.get_seqs(status=RUNNING)]
     for seq in seqs:
-        world.sample(seq, token)
+        for _ in range(count):
+            world.sample(seq, token)
     now, world.clock = world.clock, world.clock + 1.0
     outcome = lock.row_step(groups, lookahead, now, guarded, way)
     if outcome.raised or not outcome.value[0]:

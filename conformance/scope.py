@@ -18,8 +18,8 @@ states, about twice the work.
 ``SCOPES`` names the documented ones: ``default`` (the one CI exhausts),
 one for each family, and a few more that each reach one thing the
 family's cannot (two shared blocks written in one append, adapters, adapters in
-recycled rows, blocks of one token, a prompt of 1,000 blocks, three sequences of
-one request); ``scope_from`` builds one from a name and ``key=value``
+recycled rows, blocks of one token, prompts of 500 blocks, tables of three full
+blocks, steps of two tokens a sequence, three sequences of one request); ``scope_from`` builds one from a name and ``key=value``
 changes, and says which key or value is wrong.
 """
 
@@ -47,6 +47,8 @@ class Scope(ManagerConfig):
     block edge, as speculative decoding makes it).
     A step may also sample none (0): the scheduler appends to a running
     prefill, a chunked prefill's later chunk, with no new token.
+    ``step_tokens``: the same for the ``step`` move, a decode step of
+    every running group at once, each sequence the same count.
     ``adapters``: the LoRA ids a request may carry (0: none); they key
     the prefix cache apart.
     ``max_depth`` cuts the search (None: until no new state is found)."""
@@ -61,6 +63,7 @@ class Scope(ManagerConfig):
     max_len: int = 4
     lookaheads: tuple[int, ...] = (0,)
     new_tokens: tuple[int, ...] = (1,)  # tokens one decode step samples (more: speculative decoding)
+    step_tokens: tuple[int, ...] = (1,)  # tokens each sequence samples in a step of every running group
     max_preemptions: int = 1
     adapters: tuple[int, ...] = (0,)
     free_calls: bool = False  # the cache calls as moves of their own, in every order (else where vLLM makes them)
@@ -146,10 +149,22 @@ SCOPES = {
     "chains": Scope(name="chains", family="caching", block_size=1, num_gpu_blocks=4, num_cpu_blocks=0,
                     enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(1,), alphabet=(0, 1),
                     max_len=4, new_tokens=(1, 2), max_preemptions=0),
-    # A prompt of 1,000 blocks: the hit rate's first buckets of 1,000 queries fill (a few states, each large).
+    # Prompts of 500 blocks: the hit rate's first bucket of 1,000 queries fills with the second
+    # request's hits in it, so its mean is not 0 (a few states, each large).
     "long_prompt": Scope(name="long_prompt", family="caching", block_size=1, num_gpu_blocks=1001, num_cpu_blocks=0,
-                         enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(1000,), alphabet=(1,),
-                         max_len=1001, max_preemptions=0),
+                         enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(500,), alphabet=(1,),
+                         max_len=501, max_preemptions=0),
+    # Tables of three full blocks: a free releases three blocks at one time, and their depths order
+    # the evictable blocks (with blocks of one token, the depth's division is exact).
+    "long_tables": Scope(name="long_tables", family="caching", block_size=2, num_gpu_blocks=4, num_cpu_blocks=0,
+                         enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(2,), alphabet=(1,),
+                         max_len=6, lookaheads=(0,), new_tokens=(2,), max_preemptions=0),
+    # Steps of two tokens a sequence, blocks of three: a row that fills no block (a fork's parent two
+    # tokens ahead) before one that fills one, so the keyed tails' offsets in one flat array matter;
+    # two token values, so a tail read from the wrong offset keys other content.
+    "step_tails": Scope(name="step_tails", family="caching", block_size=3, num_gpu_blocks=3, num_cpu_blocks=0,
+                        enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(1,), alphabet=(0, 1),
+                        max_len=5, lookaheads=(0,), new_tokens=(2,), step_tokens=(2,), max_preemptions=0),
     # Three sequences of one request: a batch whose one group needs more blocks than any of its
     # sequences may (the batched step's quick bound on the whole batch, fast/table.py, is met only then).
     # Lookahead slots reserved by an append of no token, then written by one of two tokens: a
@@ -213,6 +228,7 @@ def check_scope(scope: Scope) -> None:
         (not scope.prompt_lengths or min(scope.prompt_lengths) < 0, "prompt_lengths must be >= 0"),
         (not scope.lookaheads or min(scope.lookaheads) < 0, "lookaheads must be >= 0"),
         (not scope.new_tokens or min(scope.new_tokens) < 0, "new_tokens must be >= 0"),
+        (not scope.step_tokens or min(scope.step_tokens) < 0, "step_tokens must be >= 0"),
         (not scope.adapters or min(scope.adapters) < 0, "adapters must be LoRA ids >= 0"),
         (scope.max_len < max(scope.prompt_lengths or (0,)), "max_len must be >= the longest prompt"),
         (scope.max_depth is not None and scope.max_depth < 0, "max_depth must be >= 0"),

@@ -30,6 +30,7 @@ arithmetic for the append check.
 from __future__ import annotations
 
 import functools
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -59,7 +60,7 @@ from blockspace.fast.store import Store
 from blockspace.fast.swaps import Swaps
 from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
-from blockspace.guard import guard_concurrency
+from blockspace.guard import BUSY, guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
 from blockspace.saved_state import SavedState, config_of
 from blockspace.validation import (
@@ -129,6 +130,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
         self._of_seq, self._answers, self._access_times = self.rows.of_seq, self.rows.answers, self.rows.access_times
         if track_device_table:
             self.sync.start()
+        self._own = frozenset(vars(self)) | {"_own", BUSY}  # the rest is a subclass's (``save_state`` pickles it)
 
     def _handle(self, device: Device) -> Any:
         return self.store.gpu_ref if device == Device.GPU else self.store.cpu_ref
@@ -404,11 +406,13 @@ class FastBlockSpaceManager(BlockSpaceManager):
 
     def save_state(self) -> SavedState:
         """The whole state, kept aside (``blockspace/saved_state.py``): the
-        arrays as bytes, the parts' fields as copies."""
+        arrays as bytes, the parts' fields as copies, and a subclass's own
+        fields (those ``__init__`` did not make) pickled."""
         if self.sync.device_table is not None:
             raise UnsupportedError("a manager that keeps a device block table cannot save its state (the table is on the device)")
         parts = (self.rows.save(), self.key_space.save(), self.tracker.save(), self.sync.save())
-        return SavedState("fast", config_of(self), (self.store.save(), parts))
+        extra = {name: value for name, value in vars(self).items() if name not in self._own}
+        return SavedState("fast", config_of(self), (self.store.save(), parts, pickle.dumps(extra) if extra else None))
 
     def restore_state(self, saved: SavedState) -> None:
         """The state ``save_state`` gave, back: the bytes copied into the
@@ -417,7 +421,11 @@ class FastBlockSpaceManager(BlockSpaceManager):
         check_saved(saved, "fast", self)
         if self.sync.device_table is not None:
             raise UnsupportedError("a manager that keeps a device block table cannot restore a state (the table is on the device)")
-        store, (rows, key_space, tracker, sync) = saved.data
+        store, (rows, key_space, tracker, sync), extra = saved.data
+        for name in [name for name in vars(self) if name not in self._own]:
+            delattr(self, name)
+        if extra is not None:
+            vars(self).update(pickle.loads(extra))
         self.store.restore(store)
         self.rows.restore(rows)
         self.key_space.restore(key_space)

@@ -25,7 +25,7 @@ from blockspace.errors import (
     UnsupportedError,
     WrongDeviceError,
 )
-from blockspace.guard import guard_concurrency
+from blockspace.guard import BUSY, guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
 from blockspace.reference import rules
 from blockspace.reference.allocator import BlockAllocator, CachingAllocator
@@ -379,17 +379,18 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
     def snapshot(self) -> dict[str, Any]:
         return snapshot(self)
 
-    STATE = ("gpu", "cpu", "content_keys", "tracker", "block_tables", "cross_block_tables", "null_block_id")
-
     def save_state(self) -> SavedState:
-        """The whole state, kept aside (``blockspace/saved_state.py``): the
-        fields that change, pickled together (the tracker shares the keys
-        and the GPU allocator)."""
-        state = pickle.dumps(tuple(getattr(self, name) for name in self.STATE), pickle.HIGHEST_PROTOCOL)
-        return SavedState("reference", config_of(self), state)
+        """The whole state, kept aside (``blockspace/saved_state.py``): every
+        field pickled together (the tracker shares the keys and the GPU
+        allocator; a subclass's own fields come along)."""
+        state = {name: value for name, value in vars(self).items() if name != BUSY}
+        return SavedState("reference", config_of(self), pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
 
     def restore_state(self, saved: SavedState) -> None:
         """The state ``save_state`` gave, back (a fresh copy each time)."""
         check_saved(saved, "reference", self)
-        for name, value in zip(self.STATE, pickle.loads(saved.data)):
-            setattr(self, name, value)
+        state, busy = pickle.loads(saved.data), vars(self).get(BUSY)
+        vars(self).clear()
+        vars(self).update(state)
+        if busy is not None:
+            setattr(self, BUSY, busy)

@@ -125,3 +125,19 @@ def test_the_explorer_finds_the_same_states_restoring_as_loading_pickles(scope: 
     assert restored.passed and pickled.passed
     figures = [(r.states, r.transitions, r.calls, r.layers) for r in (restored, pickled)]
     assert figures[0] == figures[1] and restored.states > 100
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_subclass_s_own_fields_come_back_too(impl: str) -> None:
+    """A subclass (a broken manager of the kit, a user's wrapper) may keep
+    fields of its own: they are saved and restored with the rest, and
+    one made after the save is gone again."""
+    manager = type("WithNotes", (IMPLS[impl],), {})(2, 8, 0)
+    manager.notes = [1]
+    saved = manager.save_state()
+    manager.notes.append(2)
+    manager.later = True
+    manager.restore_state(saved)
+    assert manager.notes == [1] and not hasattr(manager, "later")
+    manager.restore_state(saved)
+    assert manager.notes == [1] and manager.notes is not saved  # a fresh copy each time
