@@ -15,9 +15,11 @@ replayed path prints as the runnable script of exactly what ran.
 
 The moves (``PLAYS`` maps each name to its play):
 
-* ``arrive(prompt, n[, encoder[, lora]])``: a request with one of the
+* ``arrive(prompt, n[, encoder[, lora[, salt]]])``: a request with one of the
   scope's prompts and ``n`` WAITING sequences (and an encoder prompt, for
-  encoder-decoder; and a LoRA id of the scope's ``adapters`` other than 0);
+  encoder-decoder; a LoRA id of the scope's ``adapters`` other than 0; and
+  a cache salt ``"t<salt>"`` of the scope's ``salts`` other than 0, which
+  every sequence carries);
 * ``admit(request, lookahead)``: (caching) ``get_num_cached_tokens`` of the
   WAITING sequences, ``can_allocate``; OK: ``allocate``, RUNNING; LATER:
   ``remove_seq_from_computed_blocks_tracker``, then all of it once more (the
@@ -110,20 +112,24 @@ class World:
         self.dropped: dict[int, int] = {}  # seq_id -> leading entries a sliding window dropped
 
     # -- the world changes (ScriptedWorld makes each from a line of Python) -------------
-    def new_request(self, prompt: list[int], n: int, encoder: list[int] | None, lora: int = 0) -> SequenceGroup:
+    def new_request(
+        self, prompt: list[int], n: int, encoder: list[int] | None, lora: int = 0, salt: str | None = None
+    ) -> SequenceGroup:
         self.num_requests += 1
         first = SEQ_IDS * self.num_requests
         ids = [first + i for i in range(n)] + ([first + SEQ_IDS - 1] if encoder is not None else [])
-        group = self.make_group(f"g{self.num_requests}", ids, prompt, encoder, lora=lora)
+        group = self.make_group(f"g{self.num_requests}", ids, prompt, encoder, lora=lora, salt=salt)
         self.groups[group.request_id] = group
         return group
 
     def make_group(
-        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s", lora: int = 0
+        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s", lora: int = 0,
+        salt: str | None = None,
     ) -> SequenceGroup:
         """A group of new sequences (``name``: what a script calls them; a
         throw-away for a forbidden call is ``x<id>``)."""
-        seqs = [Sequence(seq_id, prompt, lora_int_id=lora) for seq_id in ids[: len(ids) - (encoder is not None)]]
+        decoder_ids = ids[: len(ids) - (encoder is not None)]
+        seqs = [Sequence(seq_id, prompt, lora_int_id=lora, cache_salt=salt) for seq_id in decoder_ids]
         return SequenceGroup(request_id, seqs, Sequence(ids[-1], encoder) if encoder is not None else None)
 
     def set_status(self, seqs: list[Any], status: SequenceStatus) -> None:
@@ -198,7 +204,7 @@ class World:
         explorer's canonical form takes it whole, beside the snapshot)."""
         requests = tuple(
             (g.request_id, tuple(g.encoder_seq.get_token_ids()) if g.encoder_seq is not None else None,
-             tuple((s.seq_id, s.status.value, s.lora_int_id, tuple(s.get_token_ids()), s.data._num_computed_tokens,
+             tuple((s.seq_id, s.status.value, s.lora_int_id, s.cache_salt, tuple(s.get_token_ids()), s.data._num_computed_tokens,
                     s.data._num_output_tokens, s.data._is_decoding) for s in g.seqs))
             for g in self.groups.values()
         )  # fmt: skip
@@ -214,10 +220,11 @@ class ScriptedWorld(World):
         self.script = script
 
     def make_group(
-        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s", lora: int = 0
+        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s", lora: int = 0,
+        salt: str | None = None,
     ) -> SequenceGroup:
         decoder_ids = ids[: len(ids) - (encoder is not None)]
-        adapter = f", lora_int_id={lora}" if lora else ""
+        adapter = (f", lora_int_id={lora}" if lora else "") + (f", cache_salt={salt!r}" if salt is not None else "")
         for seq_id in decoder_ids:
             self.script.do(f"{name}{seq_id} = Sequence({seq_id}, {prompt!r}{adapter})")
         cross = ""
@@ -261,8 +268,11 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
     can_preempt = world.num_preemptions < scope.max_preemptions
     if world.num_requests < scope.max_requests:
         encoders = range(len(scope.prompts)) if scope.encoder_decoder else (None,)
-        for p, n, e, lora in itertools.product(range(len(scope.prompts)), scope.samples, encoders, scope.adapters):
-            tail = (e, lora) if lora else (e,) if e is not None else ()  # the defaults left off, as a path prints
+        for p, n, e, lora, salt in itertools.product(range(len(scope.prompts)), scope.samples, encoders, scope.adapters,
+                                                    scope.salts):  # fmt: skip
+            tail = [e, lora, salt]
+            while tail and tail[-1] in (None, 0):  # the defaults left off, as a path prints
+                tail.pop()
             yield ("arrive", p, n, *tail)
     for group in world.with_status(WAITING):
         yield from (("admit", group.request_id, la) for la in scope.lookaheads)
@@ -343,9 +353,9 @@ def keep_device_tables(world: World, lock: Any) -> None:
         lock.device_tables(world.with_status(RUNNING))
 
 
-def _arrive(world: World, lock: Any, prompt: int, n: int, encoder: int | None = None, lora: int = 0) -> None:
+def _arrive(world: World, lock: Any, prompt: int, n: int, encoder: int | None = None, lora: int = 0, salt: int = 0) -> None:
     prompts = world.scope.prompts
-    world.new_request(prompts[prompt], n, prompts[encoder] if encoder is not None else None, lora)
+    world.new_request(prompts[prompt], n, prompts[encoder] if encoder is not None else None, lora, f"t{salt}" if salt else None)
 
 
 def _admit(world: World, lock: Any, request_id: str, lookahead: int) -> None:

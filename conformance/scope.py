@@ -17,9 +17,10 @@ states, about twice the work.
 
 ``SCOPES`` names the documented ones: ``default`` (the one CI exhausts),
 one for each family, and a few more that each reach one thing the
-family's cannot (two shared blocks written in one append, adapters, adapters in
-recycled rows, blocks of one token, prompts of 500 blocks, tables of three full
-blocks, steps of two tokens a sequence, three sequences of one request); ``scope_from`` builds one from a name and ``key=value``
+family's cannot (two shared blocks written in one append, adapters, cache salts,
+adapters in recycled rows, blocks of one token, prompts of 500 blocks, tables of three full
+blocks, steps of two tokens a sequence, more content keys than the key table's
+first size, three sequences of one request); ``scope_from`` builds one from a name and ``key=value``
 changes, and says which key or value is wrong.
 """
 
@@ -50,7 +51,7 @@ class Scope(ManagerConfig):
     ``step_tokens``: the same for the ``step`` move, a decode step of
     every running group at once, each sequence the same count.
     ``adapters``: the LoRA ids a request may carry (0: none); they key
-    the prefix cache apart.
+    the prefix cache apart. ``salts``: the same for cache salts (tenants).
     ``max_depth`` cuts the search (None: until no new state is found)."""
 
     name: str = "custom"
@@ -66,6 +67,7 @@ class Scope(ManagerConfig):
     step_tokens: tuple[int, ...] = (1,)  # tokens each sequence samples in a step of every running group
     max_preemptions: int = 1
     adapters: tuple[int, ...] = (0,)
+    salts: tuple[int, ...] = (0,)  # cache salts a request may carry, as "t<n>" (0: none)
     free_calls: bool = False  # the cache calls as moves of their own, in every order (else where vLLM makes them)
     histories: int = 1  # how many histories of each state to go on from (the first ones found; module docstring)
     max_depth: int | None = None
@@ -138,6 +140,11 @@ SCOPES = {
     "adapters": Scope(name="adapters", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
                       enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(2,), alphabet=(1,),
                       max_len=3, max_preemptions=0, adapters=(0, 1)),
+    # Two tenants' cache salts: equal prompts of two salts are keyed apart (two salts, not a salt and
+    # none: a root that mixes up the salted and the unsalted still tells those two apart).
+    "salts": Scope(name="salts", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
+                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(2,), alphabet=(1,),
+                   max_len=3, max_preemptions=0, salts=(1, 2)),
     # A one-block LoRA request in the table row a two-block request of another adapter left, its
     # block filled in a row step: the adapter ids read for it must be its own (prompts of one and two
     # tokens; no forks, which would make it too large to exhaust).
@@ -154,6 +161,11 @@ SCOPES = {
     "long_prompt": Scope(name="long_prompt", family="caching", block_size=1, num_gpu_blocks=1001, num_cpu_blocks=0,
                          enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(500,), alphabet=(1,),
                          max_len=501, max_preemptions=0),
+    # Prompts of five blocks on a pool of one: admission asks (NEVER), and the tracker keys five
+    # blocks, more than the key table's first size (four), which must grow first.
+    "key_room": Scope(name="key_room", family="caching", block_size=1, num_gpu_blocks=1, num_cpu_blocks=0,
+                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(5,), alphabet=(1,),
+                      max_len=6, max_preemptions=0),
     # Tables of three full blocks: a free releases three blocks at one time, and their depths order
     # the evictable blocks (with blocks of one token, the depth's division is exact).
     "long_tables": Scope(name="long_tables", family="caching", block_size=2, num_gpu_blocks=4, num_cpu_blocks=0,
@@ -230,6 +242,7 @@ def check_scope(scope: Scope) -> None:
         (not scope.new_tokens or min(scope.new_tokens) < 0, "new_tokens must be >= 0"),
         (not scope.step_tokens or min(scope.step_tokens) < 0, "step_tokens must be >= 0"),
         (not scope.adapters or min(scope.adapters) < 0, "adapters must be LoRA ids >= 0"),
+        (not scope.salts or min(scope.salts) < 0, "salts must be >= 0 (0: no salt)"),
         (scope.max_len < max(scope.prompt_lengths or (0,)), "max_len must be >= the longest prompt"),
         (scope.max_depth is not None and scope.max_depth < 0, "max_depth must be >= 0"),
         (scope.histories < 1, "histories must be >= 1"),
