@@ -270,9 +270,9 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
         encoders = range(len(scope.prompts)) if scope.encoder_decoder else (None,)
         for p, n, e, lora, salt in itertools.product(range(len(scope.prompts)), scope.samples, encoders, scope.adapters,
                                                     scope.salts):  # fmt: skip
-            tail = [e, lora, salt]
-            while tail and tail[-1] in (None, 0):  # the defaults left off, as a path prints
-                tail.pop()
+            tail = (e, lora, salt)
+            while tail and tail[-1] == ARRIVE_DEFAULTS[len(tail) - 1]:  # the defaults left off, as a path prints
+                tail = tail[:-1]
             yield ("arrive", p, n, *tail)
     for group in world.with_status(WAITING):
         yield from (("admit", group.request_id, la) for la in scope.lookaheads)
@@ -320,6 +320,9 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
     yield from (("illegal", kind) for kind in ILLEGAL if _illegal_enabled(world, kind))
     if world.offers_device and not world.tracking:
         yield ("track",)
+
+
+ARRIVE_DEFAULTS = (None, 0, 0)  # ``arrive``'s encoder, LoRA id and salt when left off
 
 
 def _illegal_enabled(world: World, kind: str) -> bool:

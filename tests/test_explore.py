@@ -285,3 +285,13 @@ def test_a_call_that_raises_after_the_move_changed_the_state_is_checked_call_by_
         lock.settle()
     report = explore(pair, scope, workers=1)
     assert report.path == (("arrive", 0, 1), ("admit", "g1", 0)), report.path
+
+
+def test_every_arrival_of_an_encoder_decoder_scope_brings_its_encoder_prompt() -> None:
+    """A move prints with its defaults left off (no LoRA id, no salt), but
+    an encoder prompt of index 0 is no default: it must stay in the move."""
+    world = World(SCOPES["encoder_decoder"])
+    arrivals = [move for move in moves(world, None) if move[0] == "arrive"]
+    assert arrivals and all(len(move) == 4 for move in arrivals), arrivals
+    make(arrivals[0], world, LeanLock(build(PAIR, SCOPES["encoder_decoder"])))
+    assert all(group.is_encoder_decoder() for group in world.groups.values())

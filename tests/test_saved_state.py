@@ -34,7 +34,7 @@ def _walk(world: World, lock: LeanLock, rng: random.Random, num_moves: int) -> N
 
 
 @pytest.mark.parametrize("scope_name", ["swap", "shared_writes", "sliding_window", "encoder_decoder", "chains", "adapters"])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 def test_a_restored_manager_goes_on_in_lockstep_with_a_copy_pickled_when_it_was_saved(scope_name: str, seed: int) -> None:
     """Walk, save, walk on (the state changes), restore; the restored
     managers then answer a third walk exactly as copies pickled at the
@@ -118,13 +118,14 @@ class PickledFast(FastBlockSpaceManager):
     save_state = None
 
 
-@pytest.mark.parametrize("scope", ["default", "sliding_window", "encoder_decoder"])
-def test_the_explorer_finds_the_same_states_restoring_as_loading_pickles(scope: str) -> None:
-    restored = explore(PAIR, scope_from(scope, ["max_depth=7"]), workers=1)
-    pickled = explore({"reference": PickledReference, "fast": PickledFast}, scope_from(scope, ["max_depth=7"]), workers=1)
+@pytest.mark.parametrize(("scope", "depth"), [("default", 7), ("sliding_window", 7), ("encoder_decoder", 5)])
+def test_the_explorer_finds_the_same_states_restoring_as_loading_pickles(scope: str, depth: int) -> None:
+    cut = scope_from(scope, [f"max_depth={depth}"])
+    restored = explore(PAIR, cut, workers=1)
+    pickled = explore({"reference": PickledReference, "fast": PickledFast}, cut, workers=1)
     assert restored.passed and pickled.passed
     figures = [(r.states, r.transitions, r.calls, r.layers) for r in (restored, pickled)]
-    assert figures[0] == figures[1] and restored.states > 100
+    assert figures[0] == figures[1] and restored.states > 100, figures
 
 
 @pytest.mark.parametrize("impl", IMPLS)
