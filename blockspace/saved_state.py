@@ -8,14 +8,13 @@ for any manager; both of ours also keep a state aside themselves
 later one (``restore_state(saved)``), which for the fast manager means
 copying bytes into the arrays it already has, several times cheaper than
 loading a pickle. What comes back must be the same manager in every way a
-caller can see: ``tests/test_saved_state.py`` runs a restored manager in
-lockstep with the one it was saved from.
+caller can see: ``tests/test_saved_state.py`` runs restored managers in
+lockstep with copies pickled when they were saved.
 
 A ``SavedState`` names the implementation and the configuration it was
 saved from; restoring it into another implementation or configuration is
 refused (``InvalidArgumentError``, ``validation.check_saved``) before
-anything changes. It is not
-compared between implementations (its ``data`` is each one's own), and a
+anything changes. It is not compared between implementations (its ``data`` is each one's own), and a
 manager may restore the same one any number of times.
 """
 
