@@ -43,11 +43,11 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
                 f"{type(self).__name__}.{method.__name__} called while another call is running: "
                 "a block manager must be driven by one scheduler thread"
             )
-        setattr(self, BUSY, True)
+        self._blockspace_busy = True  # BUSY, stored directly: this runs around every call
         try:
             return method(self, *args, **kwargs)
         finally:
-            setattr(self, BUSY, False)
+            self._blockspace_busy = False
 
     call.guarded = True  # type: ignore[attr-defined]
     return call

@@ -404,12 +404,15 @@ class FastBlockSpaceManager(BlockSpaceManager):
     def snapshot(self) -> dict[str, Any]:
         return snapshot(self)
 
+    def _no_device_table(self, what: str) -> None:
+        if self.sync.device_table is not None:
+            raise UnsupportedError(f"a manager that keeps a device block table cannot {what} (the table is on the device)")
+
     def save_state(self) -> SavedState:
         """The whole state, kept aside (``blockspace/saved_state.py``): the
         arrays as bytes, the parts' fields as copies, and a subclass's own
         fields (those ``__init__`` did not make) pickled."""
-        if self.sync.device_table is not None:
-            raise UnsupportedError("a manager that keeps a device block table cannot save its state (the table is on the device)")
+        self._no_device_table("save its state")
         parts = (self.rows.save(), self.key_space.save(), self.tracker.save(), self.sync.save())
         extra = {name: value for name, value in vars(self).items() if name not in self._own}
         return SavedState("fast", config_of(self), (self.store.save(), parts, pickle.dumps(extra) if extra else None))
@@ -419,8 +422,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
         arrays held now (where their shapes are the same), the fields into
         the parts' own containers."""
         check_saved(saved, "fast", self)
-        if self.sync.device_table is not None:
-            raise UnsupportedError("a manager that keeps a device block table cannot restore a state (the table is on the device)")
+        self._no_device_table("restore a state")
         store, (rows, key_space, tracker, sync), extra = saved.data
         for name in [name for name in vars(self) if name not in self._own]:
             delattr(self, name)

@@ -65,18 +65,19 @@ class Store(Derived):
         trial.null_block = self.null_block.copy()
         return trial
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> tuple[tuple[Packed, ...], int]:
         """Pickling and ``copy.deepcopy`` take each state as one buffer and
         its layout (``fast/saving.py``), and the null block; the kernels'
         handles and the memoryviews are made anew on the way back
         (``__setstate__``): a handle is a pointer into this process, and a
         copied view would still look at the old arrays."""
-        return {name: packed(getattr(self, name)) for name in STATE_NAMES} | {"null_block": self.null_block}
+        return self.save()
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for name in STATE_NAMES:
-            setattr(self, name, unpacked(*state[name]))  # through ``State``: handles and views made when first read
-        self.null_block = state["null_block"]
+    def __setstate__(self, state: tuple[tuple[Packed, ...], int]) -> None:
+        states, null = state
+        for name, packed_state in zip(STATE_NAMES, states):
+            setattr(self, name, unpacked(*packed_state))  # through ``State``: handles and views made when first read
+        self.null_block = np.full(1, null, np.int64)
         self.buffers = Buffers()
 
     def save(self) -> tuple[tuple[Packed, ...], int]:
