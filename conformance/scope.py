@@ -161,16 +161,25 @@ SCOPES = {
     "long_prompt": Scope(name="long_prompt", family="caching", block_size=1, num_gpu_blocks=1001, num_cpu_blocks=0,
                          enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(500,), alphabet=(1,),
                          max_len=501, max_preemptions=0),
-    # Prompts of five blocks on a pool of one: admission asks (NEVER), and the tracker keys five
-    # blocks, more than the key table's first size (four), which must grow first.
-    "key_room": Scope(name="key_room", family="caching", block_size=1, num_gpu_blocks=1, num_cpu_blocks=0,
-                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(5,), alphabet=(1,),
-                      max_len=6, max_preemptions=0),
+    # Prompts of one block and of five: a running request's two blocks of zeros are keyed (root, 00)
+    # and (key 0, 00), whose hashes meet in one slot of the key table; a prompt of five blocks, asked
+    # about (NEVER on two blocks), keys more than the table's first size (four), so it grows, and its
+    # rehash must keep both keys of that slot, or the prompt misses the cached block it starts with.
+    "key_room": Scope(name="key_room", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
+                      enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(2, 10), alphabet=(0,),
+                      max_len=10, max_preemptions=0),
     # Tables of three full blocks: a free releases three blocks at one time, and their depths order
     # the evictable blocks (with blocks of one token, the depth's division is exact).
     "long_tables": Scope(name="long_tables", family="caching", block_size=2, num_gpu_blocks=4, num_cpu_blocks=0,
                          enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(2,), alphabet=(1,),
                          max_len=6, lookaheads=(0,), new_tokens=(2,), max_preemptions=0),
+    # A promotion and then two copies on write in one append, on a dry pool: blocks of one token, three
+    # lookahead blocks reserved and shared by a fork, the child's one-token append copies the first, and
+    # the parent's three-token append fills its first onto the child's copy (a block back) and must copy
+    # the other two: one block short, so the fit check must count the promotion's block once.
+    "promoted_copies": Scope(name="promoted_copies", family="caching", block_size=1, num_gpu_blocks=5,
+                             num_cpu_blocks=0, enable_caching=True, max_requests=1, max_seqs=2, prompt_lengths=(1,),
+                             alphabet=(1,), max_len=4, lookaheads=(0, 3), new_tokens=(0, 1, 3), max_preemptions=0),
     # Steps of two tokens a sequence, blocks of three: a row that fills no block (a fork's parent two
     # tokens ahead) before one that fills one, so the keyed tails' offsets in one flat array matter;
     # two token values, so a tail read from the wrong offset keys other content.
@@ -185,6 +194,12 @@ SCOPES = {
     "wide": Scope(name="wide", family="plain", block_size=1, num_gpu_blocks=3, num_cpu_blocks=0, max_requests=1,
                   samples=(1, 2), max_seqs=3, prompt_lengths=(1,), alphabet=(1,), max_len=3, lookaheads=(0, 2),
                   new_tokens=(0, 1, 2), max_preemptions=0),
+    # Three sequences sampling sixteen tokens each in one row step: 48 new blocks, where the batch's
+    # quick bound allows 2 x 48 + 3 x 3; on 44 free blocks only the trial tells whether the step fits,
+    # so a quick bound that counted one row's tokens (2 x 16 + 9 = 41) would step in place and run dry.
+    "big_steps": Scope(name="big_steps", family="plain", block_size=1, num_gpu_blocks=45, num_cpu_blocks=0,
+                       max_requests=1, samples=(1, 2), max_seqs=3, prompt_lengths=(1,), alphabet=(1,), max_len=17,
+                       new_tokens=(16,), step_tokens=(16,), max_preemptions=0),
     "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                   max_len=2, max_preemptions=1),
