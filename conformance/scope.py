@@ -113,6 +113,10 @@ SCOPES = {
     "plain": Scope(name="plain", family="plain", block_size=2, num_gpu_blocks=3, num_cpu_blocks=1, watermark=0.34,
                    max_requests=2, max_seqs=2, prompt_lengths=(0, 1, 2), alphabet=(0,), max_len=2,
                    lookaheads=(0, 2), max_preemptions=1),
+    # The plain family's largest (10^5 states): plain with a second CPU block, more room to swap out.
+    "plain_swaps": Scope(name="plain_swaps", family="plain", block_size=2, num_gpu_blocks=3, num_cpu_blocks=2,
+                         watermark=0.34, max_requests=2, max_seqs=2, prompt_lengths=(0, 1, 2), alphabet=(0,),
+                         max_len=2, lookaheads=(0, 2), max_preemptions=1),
     "caching": Scope(name="caching", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
                      enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(0, 1),
                      max_len=2, max_preemptions=0),
