@@ -28,6 +28,13 @@ class Idle(NamedTuple):
     serial: int
 
 
+def _rank(block_id: int, idle: Idle) -> tuple[float, int, int, int]:
+    """Where an idle block stands in the eviction order: oldest first, then
+    deepest, then smallest id. The serial, last, only tells a heap item
+    current or stale; one rule for the heap, its compaction and ``order``."""
+    return (idle.time, -idle.depth, block_id, idle.serial)
+
+
 class Evictor:
     """The idle cached blocks of one device, in LRU order."""
 
@@ -46,9 +53,9 @@ class Evictor:
         """Park an idle block with its content key."""
         idle = Idle(key, depth, time, next(self._serials))
         self._idle[block_id] = idle
-        heapq.heappush(self._heap, (time, -depth, block_id, idle.serial))
-        if len(self._heap) > 2 * len(self._idle) + 64:
-            self._heap = [(i.time, -i.depth, b, i.serial) for b, i in self._idle.items()]
+        heapq.heappush(self._heap, _rank(block_id, idle))
+        if len(self._heap) > 2 * len(self._idle) + 64:  # mostly stale: keep only the current items
+            self._heap = [_rank(b, i) for b, i in self._idle.items()]
             heapq.heapify(self._heap)
 
     def remove(self, block_id: int) -> None:
@@ -69,4 +76,4 @@ class Evictor:
 
     def order(self) -> list[int]:
         """Block ids in the order they would be evicted."""
-        return sorted(self._idle, key=lambda b: (self._idle[b].time, -self._idle[b].depth, b))
+        return sorted(self._idle, key=lambda b: _rank(b, self._idle[b]))
