@@ -18,7 +18,7 @@ states, about twice the work.
 ``SCOPES`` names the documented ones: ``default`` (the one CI exhausts),
 one for each family, and a few more that each reach one thing the
 family's cannot (two shared blocks written in one append, adapters, cache salts,
-adapters in recycled rows, blocks of one token, prompts of 500 blocks, tables of three full
+adapters in recycled rows, blocks of one token, prompts of 500 blocks and of 1,000, tables of three full
 blocks, steps of two tokens a sequence, more content keys than the key table's
 first size, three sequences of one request); ``scope_from`` builds one from a name and ``key=value``
 changes, and says which key or value is wrong.
@@ -165,6 +165,11 @@ SCOPES = {
     "long_prompt": Scope(name="long_prompt", family="caching", block_size=1, num_gpu_blocks=1001, num_cpu_blocks=0,
                          enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(500,), alphabet=(1,),
                          max_len=501, max_preemptions=0),
+    # Prompts of 1,000 blocks: two admissions fill two buckets of 1,000 lookups (all misses, then all
+    # hits), so the hit rate blends two completed buckets (``long_prompt`` completes one at most).
+    "two_buckets": Scope(name="two_buckets", family="caching", block_size=1, num_gpu_blocks=1001,
+                         num_cpu_blocks=0, enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(1000,),
+                         alphabet=(1,), max_len=1001, max_preemptions=0),
     # Prompts of one block and of five: a running request's two blocks of zeros are keyed (root, 00)
     # and (key 0, 00), whose hashes meet in one slot of the key table; a prompt of five blocks, asked
     # about (NEVER on two blocks), keys more than the table's first size (four), so it grows, and its

@@ -74,3 +74,26 @@ def test_the_big_steps_scope_steps_past_the_quick_bound_of_one_row(monkeypatch):
     report = explore({"fast": "fast", "reference": "reference"}, SCOPES["big_steps"], workers=1)
     assert moves(report) == ["arrive", "admit", "fork", "step"], report.path
     assert not report.passed, report.failure
+
+
+class OneBucketAtMost(ReferenceBlockSpaceManager):
+    """A hit rate that sets its count of completed buckets to one where it
+    should add one: right until a second bucket of 1,000 lookups completes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gpu.stats.query = functools.partial(_query_one_bucket, self.gpu.stats)
+
+
+def _query_one_bucket(stats, hit):
+    type(stats).query(stats, hit)
+    stats.num_buckets = min(stats.num_buckets, 1)
+
+
+def test_the_two_buckets_scope_completes_a_second_bucket_of_lookups():
+    """The second admission of a prompt of 1,000 blocks completes the
+    second bucket (``long_prompt`` completes one at most, so it passes there)."""
+    assert explore({"reference": "reference", "broken": OneBucketAtMost}, SCOPES["long_prompt"], workers=1).passed
+    report = explore({"reference": "reference", "broken": OneBucketAtMost}, SCOPES["two_buckets"], workers=1)
+    assert moves(report) == ["arrive", "arrive", "admit", "force"], report.path
+    assert "hit_stats" in report.failure, report.failure[:300]
