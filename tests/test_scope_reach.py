@@ -65,7 +65,9 @@ def test_the_key_room_scope_rehashes_two_keys_of_one_slot(monkeypatch):
 def _bound_of_the_last_row(tables, rows, seq_lens, num_lookahead, block_size, window, null_block, needs):
     """``batch_needs`` whose block bound counts the new tokens of the batch's last row alone."""
     T.batch_needs(tables, rows, seq_lens, num_lookahead, block_size, window, null_block, needs)
-    last = T.batch_needs(tables, rows[-1:], seq_lens[-1:], num_lookahead, block_size, window, null_block, np.zeros(2, np.int64))
+    last = T.batch_needs(
+        tables, rows[-1:], seq_lens[-1:], num_lookahead, block_size, window, null_block, np.zeros(2, np.int64)
+    )
     return last + 3 * (len(rows) - 1)
 
 
