@@ -217,6 +217,12 @@ SCOPES = {
     "encoder_decoder": Scope(name="encoder_decoder", family="encoder_decoder", block_size=2, num_gpu_blocks=3,
                              num_cpu_blocks=1, encoder_decoder=True, max_requests=2, max_seqs=2,
                              prompt_lengths=(1, 3), alphabet=(1,), max_len=3, max_preemptions=1),
+    # The family's largest (10^5 states): encoder_decoder with lookaheads of 0 and 2 (at admission, appends
+    # and swap-ins) and three CPU blocks, more room to swap out.
+    "encoder_decoder_swaps": Scope(name="encoder_decoder_swaps", family="encoder_decoder", block_size=2,
+                                   num_gpu_blocks=3, num_cpu_blocks=3, encoder_decoder=True, max_requests=2,
+                                   max_seqs=2, prompt_lengths=(1, 3), alphabet=(1,), max_len=3, lookaheads=(0, 2),
+                                   max_preemptions=1),
 }  # fmt: skip
 
 FAMILY_CAPABILITY = {  # the capability a scope's family needs from a manager (None: every manager)
