@@ -1,5 +1,5 @@
 """The eviction order survives the evictor's housekeeping: among equally
-old idle blocks the deepest goes first (spec §7), also after many cache
+old idle blocks the deepest goes first (spec §6.3), also after many cache
 hits have left the evictor's heap mostly stale items and it has been
 compacted (the reference keeps a lazy heap and rebuilds it once stale items
 outnumber the current ones by more than 64)."""
