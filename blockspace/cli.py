@@ -33,15 +33,33 @@ class Subcommand(NamedTuple):
 
 
 SUBCOMMANDS = {
-    "simulate": Subcommand("blockspace.simulator.cli", None, "replay a request trace through a continuous-batching scheduler"),
-    "bench": Subcommand("blockspace.bench.cli", "bench", "benchmark the implementations side by side",
-                        "blockspace.bench.cli:build_parser"),  # fmt: skip
-    "conformance": Subcommand("blockspace.conformance.cli", "conformance", "prove two implementations agree",
-                              "blockspace.kit_options:build_parser"),  # fmt: skip
-    "soak": Subcommand("blockspace.soak.cli", "conformance", "long random run looking for leaks, drift and disagreement",
-                       "blockspace.soak.options:build_parser"),
-    "gpu-bench": Subcommand("blockspace.bench.gpu", "gpu", "benchmark the CUDA kernels (table sync, slot mapping, KV copies)",
-                            "blockspace.bench.gpu_options:build_parser"),
+    "simulate": Subcommand(
+        "blockspace.simulator.cli", None, "replay a request trace through a continuous-batching scheduler"
+    ),
+    "bench": Subcommand(
+        "blockspace.bench.cli",
+        "bench",
+        "benchmark the implementations side by side",
+        "blockspace.bench.cli:build_parser",
+    ),  # fmt: skip
+    "conformance": Subcommand(
+        "blockspace.conformance.cli",
+        "conformance",
+        "prove two implementations agree",
+        "blockspace.kit_options:build_parser",
+    ),  # fmt: skip
+    "soak": Subcommand(
+        "blockspace.soak.cli",
+        "conformance",
+        "long random run looking for leaks, drift and disagreement",
+        "blockspace.soak.options:build_parser",
+    ),
+    "gpu-bench": Subcommand(
+        "blockspace.bench.gpu",
+        "gpu",
+        "benchmark the CUDA kernels (table sync, slot mapping, KV copies)",
+        "blockspace.bench.gpu_options:build_parser",
+    ),
 }
 HELP = ("-h", "--help")
 
@@ -70,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         getattr(importlib.import_module(module_name), function)().print_help()
         return 0
     if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # --impl / --manager mypackage.module:Class from the current folder, as python -m
+        sys.path.insert(
+            0, os.getcwd()
+        )  # --impl / --manager mypackage.module:Class from the current folder, as python -m
     try:
         if command.extra is not None:
             require(command.extra, f"blockspace {args[0]}")

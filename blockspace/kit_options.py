@@ -41,7 +41,11 @@ PROFILES = {
                           scopes=("default",)),
 }  # fmt: skip
 
-RANGES = {"examples": Range(least=1), "shrink_budget": Range(above=0), "workers": Range(least=1)}  # validation.check_ranges
+RANGES = {
+    "examples": Range(least=1),
+    "shrink_budget": Range(above=0),
+    "workers": Range(least=1),
+}  # validation.check_ranges
 
 CAPABILITIES = ("supports_caching", "supports_sliding_window", "supports_encoder_decoder")
 FEATURES = {name.removeprefix("supports_"): name for name in CAPABILITIES}  # --without NAME -> the flag it clears
@@ -67,23 +71,49 @@ def build_parser() -> argparse.ArgumentParser:
     profiles = ", ".join(f"{p.name} ({p.max_examples} examples x {p.step_count} steps)" if p.max_examples else
                          f"{p.name} (the explorer)" for p in PROFILES.values())  # fmt: skip
     add = parser.add_argument
-    add("--impl", required=True, metavar="NAME",
-        help='the implementation under test: "fast", "reference" or package.module:Class (required, no default)')
+    add(
+        "--impl",
+        required=True,
+        metavar="NAME",
+        help='the implementation under test: "fast", "reference" or package.module:Class (required, no default)',
+    )
     add("--against", default="reference", metavar="NAME", help="the yardstick, named as --impl (default: reference)")
     add("--profile", choices=list(PROFILES), default="quick", help=f"what to run: {profiles} (default: quick)")
     add("--json", metavar="PATH", help="write a JSON report here (default: none)")
-    add("--only", metavar="TEXT", action="append",
-        help="run only the checks whose name contains TEXT, e.g. machine[caching], sweep; repeatable (default: every check)")
+    add(
+        "--only",
+        metavar="TEXT",
+        action="append",
+        help="run only the checks whose name contains TEXT, e.g. machine[caching], sweep; repeatable (default: every check)",
+    )
     add("--examples", type=int, metavar="N", help="state-machine examples per family (default: the profile's)")
-    add("--shrink-budget", type=float, metavar="SECONDS",
-        help="time to shorten a family's failure once found (default: the profile's, 20)")
+    add(
+        "--shrink-budget",
+        type=float,
+        metavar="SECONDS",
+        help="time to shorten a family's failure once found (default: the profile's, 20)",
+    )
     add("--fail-fast", action="store_true", help="stop at the first failing check (default: run them all)")
-    add("--without", choices=list(FEATURES), action="append", default=[],
-        help="a feature the implementation lacks: its checks are skipped; repeatable (default: none)")
-    add("--scope", metavar="NAME", action="append",
+    add(
+        "--without",
+        choices=list(FEATURES),
+        action="append",
+        default=[],
+        help="a feature the implementation lacks: its checks are skipped; repeatable (default: none)",
+    )
+    add(
+        "--scope",
+        metavar="NAME",
+        action="append",
         help="a scope the explorer exhausts, under any profile, e.g. default; a wrong name lists them all "
-             "(default: none; the exhaustive profile's: default)")
-    add("--scope-set", metavar="KEY=VALUE", action="append", default=[],
-        help="change a value of every --scope, e.g. num_gpu_blocks=5, alphabet=1,2, max_depth=8 (default: none)")
+        "(default: none; the exhaustive profile's: default)",
+    )
+    add(
+        "--scope-set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="change a value of every --scope, e.g. num_gpu_blocks=5, alphabet=1,2, max_depth=8 (default: none)",
+    )
     add("--workers", type=int, metavar="N", help="the explorer's processes (default: one per core)")
     return parser

@@ -44,7 +44,9 @@ def pytest_configure(config: Any) -> None:
     config.addinivalue_line("markers", f"{MARKER}: a test of the blockspace conformance kit (ManagerConformance)")
     name = config.getoption("blockspace_profile", default=None)
     if name is not None and name not in PROFILES:
-        raise pytest.UsageError(f"--blockspace-profile: unknown conformance profile {name!r} (known: {', '.join(PROFILES)})")
+        raise pytest.UsageError(
+            f"--blockspace-profile: unknown conformance profile {name!r} (known: {', '.join(PROFILES)})"
+        )
     _profile = name
 
 

@@ -153,7 +153,12 @@ def run_with_progress(checks: list[Check], reporter: Reporter, fail_fast: bool =
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     results = []
-    columns = (TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, transient=False) as progress:
         reporter.console = progress.console
         task = progress.add_task("conformance", total=len(checks))
@@ -165,7 +170,9 @@ def run_with_progress(checks: list[Check], reporter: Reporter, fail_fast: bool =
             if result.status == "failed":
                 reporter.failed(result)
                 if fail_fast:
-                    reporter.say(f"--fail-fast: stopping after {result.name}; {len(checks) - len(results)} check(s) not run")
+                    reporter.say(
+                        f"--fail-fast: stopping after {result.name}; {len(checks) - len(results)} check(s) not run"
+                    )
                     break
         progress.update(task, description="done")
     return results
@@ -215,7 +222,9 @@ def print_summary(report: dict[str, Any]) -> None:
         console.width = max(console.width, wanted)
     elif wanted > console.width:  # the notes give up what is missing, the rest stays whole
         room = max(max(len(row[-1]) for row in rows) - (wanted - console.width), 2)
-        table = _table(title, [(*row[:-1], row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…") for row in rows])
+        table = _table(
+            title, [(*row[:-1], row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…") for row in rows]
+        )
     console.print(table)
     for check in checks:
         if "theorem" in check and check["status"] == "passed":

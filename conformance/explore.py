@@ -131,7 +131,9 @@ class LeanLock:
     def call(self, method: str, *args: Any, quiet: bool = False) -> Outcome:
         return self.run(method, lambda manager: getattr(manager, method)(*args), quiet or method in PURE)
 
-    def row_step(self, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True, way: str = "rows") -> Outcome:
+    def row_step(
+        self, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True, way: str = "rows"
+    ) -> Outcome:
         """``Lockstep.row_step``: a decode step ``way`` (the row API or the
         batched calls) where a manager offers it, through the calls elsewhere."""
         return self.run("row_step", lambda manager: decode_step(manager, groups, lookahead, access_time, guarded, way))
@@ -264,7 +266,9 @@ def check_state(world: World, lock: LeanLock) -> None:
             try:
                 manager.check_invariants()
             except Exception as error:  # noqa: BLE001 - any failure of the self-check is a finding
-                raise Finding(f"invariant broken in {name}: check_invariants() raised {type(error).__name__}: {error}") from None
+                raise Finding(
+                    f"invariant broken in {name}: check_invariants() raised {type(error).__name__}: {error}"
+                ) from None
     view, checked = world.invariant_world(), []
     for name, snap in lock.snapshots.items():
         if snap in checked:  # equal snapshots break the same invariants
@@ -313,7 +317,11 @@ class Keeper:
 
 
 def expand(
-    chunk: list[tuple[bytes, tuple]], seen: Counter[bytes], keeper: Keeper, successors: bool = True, histories: int = 1,
+    chunk: list[tuple[bytes, tuple]],
+    seen: Counter[bytes],
+    keeper: Keeper,
+    successors: bool = True,
+    histories: int = 1,
     found: Counter[bytes] | None = None,
 ) -> Expansion:
     """Check each state of ``chunk`` and (``successors``) play every move
@@ -390,7 +398,11 @@ def _expand_chunk(job: tuple[list[tuple[bytes, tuple]], bool, int]) -> Expansion
 
 
 def expand_layer(
-    frontier: list[tuple[bytes, tuple]], seen: Counter[bytes], keeper: Keeper, workers: int, successors: bool,
+    frontier: list[tuple[bytes, tuple]],
+    seen: Counter[bytes],
+    keeper: Keeper,
+    workers: int,
+    successors: bool,
     histories: int = 1,
 ) -> list[Expansion]:
     """The frontier's chunks expanded, in order, by ``workers`` processes
@@ -433,7 +445,9 @@ class Report:
         first, *others = self.names
         verbs = ("returns", "reaches", "disagrees") if len(others) == 1 else ("return", "reach", "disagree")
         if self.failure:
-            return f"scope {self.scope.name}: {' and '.join(others)} {verbs[2]} with {first} after {len(self.path)} moves"
+            return (
+                f"scope {self.scope.name}: {' and '.join(others)} {verbs[2]} with {first} after {len(self.path)} moves"
+            )
         figures = (f"{self.states:,} states, {self.transitions:,} transitions ({self.calls:,} calls), depth {self.depth}, "
                    f"{self.seconds:.1f} s on {self.workers} worker(s), {self.rate():,.0f} transitions/s per worker")  # fmt: skip
         if self.exhausted:
@@ -479,7 +493,9 @@ class Search:
     a layer of each in turn, so the shallowest failure of any scope comes
     first."""
 
-    def __init__(self, impls: Mapping[str, Any], scope: Scope, workers: int | None = None, max_seconds: float | None = None) -> None:
+    def __init__(
+        self, impls: Mapping[str, Any], scope: Scope, workers: int | None = None, max_seconds: float | None = None
+    ) -> None:
         started = time.perf_counter()
         self.impls, self.scope, self.max_seconds = impls, scope, max_seconds
         self.workers = workers or os.cpu_count() or 1
@@ -488,7 +504,9 @@ class Search:
         self.keeper = Keeper(impls, scope)
         managers = dict(self.keeper.managers)
         if not callable(getattr(next(iter(managers.values())), "snapshot", None)):
-            raise TypeError(f"the yardstick {next(iter(impls))!r} offers no snapshot(): the explorer needs one to tell states apart")
+            raise TypeError(
+                f"the yardstick {next(iter(impls))!r} offers no snapshot(): the explorer needs one to tell states apart"
+            )
         world = World(scope, offers_device=any(callable(getattr(m, "table_delta", None)) for m in managers.values())
                       and not missing_modules("gpu"))  # fmt: skip
         lock = LeanLock(managers)
@@ -510,7 +528,9 @@ class Search:
         started, report, scope = time.perf_counter(), self.report, self.scope
         at_bound = scope.max_depth is not None and report.depth >= scope.max_depth
         out_of_time = self.max_seconds is not None and report.seconds > self.max_seconds
-        results = expand_layer(self.frontier, self.seen, self.keeper, self.workers, not (at_bound or out_of_time), scope.histories)
+        results = expand_layer(
+            self.frontier, self.seen, self.keeper, self.workers, not (at_bound or out_of_time), scope.histories
+        )
         new = []
         for result in results:
             report.transitions += result.transitions
@@ -537,7 +557,9 @@ class Search:
         return report
 
 
-def explore(impls: Mapping[str, Any], scope: Scope, workers: int | None = None, max_seconds: float | None = None) -> Report:
+def explore(
+    impls: Mapping[str, Any], scope: Scope, workers: int | None = None, max_seconds: float | None = None
+) -> Report:
     """Breadth-first search of ``scope`` with ``impls`` in lockstep (the
     first is the yardstick and must offer ``snapshot()``), to its end."""
     search = Search(impls, scope, workers, max_seconds)
@@ -576,7 +598,9 @@ def describe(move: Move) -> str:
 
 
 # -- as a check of the kit ----------------------------------------------------------------------
-def explore_check(impls: Mapping[str, Any], scope: Scope | str, capabilities: Mapping[str, bool], workers: int | None = None) -> Check:
+def explore_check(
+    impls: Mapping[str, Any], scope: Scope | str, capabilities: Mapping[str, bool], workers: int | None = None
+) -> Check:
     """``explore[<scope>]``: the scope exhausted (or cut by its ``max_depth``);
     passed with its theorem, failed with the first failure's repro; skipped
     when the implementation lacks the family's capability."""
@@ -592,6 +616,8 @@ def explore_check(impls: Mapping[str, Any], scope: Scope | str, capabilities: Ma
         except (TypeError, RecursionError, pickle.PicklingError) as error:  # no snapshot() on the yardstick; no pickle
             return CheckResult(name, "failed", detail=f"cannot explore: {type(error).__name__}: {error}")
         detail = report.theorem() + ("\n" + report.failure if report.failure else "")
-        return CheckResult(name, "passed" if report.passed else "failed", report.states, report.seconds, detail, report.as_dict())
+        return CheckResult(
+            name, "passed" if report.passed else "failed", report.states, report.seconds, detail, report.as_dict()
+        )
 
     return Check(name, run)

@@ -153,7 +153,9 @@ def check_tables(snap: dict[str, Any], world: World) -> list[str]:
         problems.append(f"cross tables {sorted(snap['cross_tables'])}, expected {sorted(world.encoders)}")
     for seq_id, table in snap["tables"].items():
         if seq_id in world.written and table["num_tokens"] != world.written[seq_id]:
-            problems.append(f"sequence {seq_id}: table holds {table['num_tokens']} tokens, {world.written[seq_id]} were written")
+            problems.append(
+                f"sequence {seq_id}: table holds {table['num_tokens']} tokens, {world.written[seq_id]} were written"
+            )
         problems += _length_problems(f"sequence {seq_id}", len(table["blocks"]), table["num_tokens"], world)
     for request_id, blocks in snap["cross_tables"].items():
         if request_id in world.encoders:

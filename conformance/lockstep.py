@@ -190,7 +190,9 @@ class Lockstep:
             self.fail("the configuration differs:\n  " + "\n  ".join(problems))
 
     @classmethod
-    def build(cls, impls: Mapping[str, Any], script: Script | None = None, every_call: bool = True, **config: Any) -> Lockstep:
+    def build(
+        cls, impls: Mapping[str, Any], script: Script | None = None, every_call: bool = True, **config: Any
+    ) -> Lockstep:
         """Managers from classes or version names (``"reference"``,
         ``"package.module:Class"``), all built with the same ``config``."""
         managers = {}
@@ -280,7 +282,9 @@ class Lockstep:
         options = ("" if guarded else ", guarded=False") + ("" if way == "rows" else f", way={way!r}")
         line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r}{options})"
         first = self._each_manager(
-            "row_step", line, lambda manager: decode_step(manager, groups, num_lookahead_slots, access_time, guarded, way)
+            "row_step",
+            line,
+            lambda manager: decode_step(manager, groups, num_lookahead_slots, access_time, guarded, way),
         )
         self._take_snapshots()
         self.compare_snapshots("row_step")
@@ -354,9 +358,15 @@ class Lockstep:
         ledger is not among them: it follows the whole run."""
         from blockspace.conformance import invariants
 
-        num_free = (self.value("get_num_free_gpu_blocks", quiet=True), self.value("get_num_free_cpu_blocks", quiet=True))
+        num_free = (
+            self.value("get_num_free_gpu_blocks", quiet=True),
+            self.value("get_num_free_cpu_blocks", quiet=True),
+        )
         tables = {seq_id: self.value("get_block_table", seq, quiet=True) for seq_id, seq in world.seqs.items()}
-        cross = {request_id: self.value("get_cross_block_table", groups[request_id], quiet=True) for request_id in world.encoders}
+        cross = {
+            request_id: self.value("get_cross_block_table", groups[request_id], quiet=True)
+            for request_id in world.encoders
+        }
         self.require(invariants.check_returns(tables, cross, *num_free, world), "the return values")
         for name, manager in self.managers.items():  # the manager's own self-check, where offered
             if callable(getattr(manager, "check_invariants", None)):

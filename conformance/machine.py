@@ -183,7 +183,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         """Admission as the scheduler does it."""
         group = data.draw(st.sampled_from(self.groups_with(WAITING)), label="group")
         waiting = group.get_seqs(status=WAITING)
-        asked = self.caching and data.draw(st.integers(0, 4), label="ask the cache") > 0  # vLLM always asks; others may not
+        asked = (
+            self.caching and data.draw(st.integers(0, 4), label="ask the cache") > 0
+        )  # vLLM always asks; others may not
         if asked:
             for s in waiting:
                 self.lock.call("get_num_cached_tokens", s)
@@ -544,7 +546,9 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.lock.fail(str(failure).partition(REPRO_HEADING)[0])
         if self.caching:
             for name, snap in self.lock.snapshots.items():
-                self.require(self.ledgers[name].observe(snap, self.world), f"{name} (the content ledger, over the whole run)")
+                self.require(
+                    self.ledgers[name].observe(snap, self.world), f"{name} (the content ledger, over the whole run)"
+                )
 
     def world_source(self) -> str:
         """The scheduler's view now, as a ``World(...)`` expression of the script."""
@@ -617,7 +621,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         null = 1 if self.config.sliding_window is not None else 0
         free_gpu = self.lock.value("get_num_free_gpu_blocks")
         free_cpu = self.lock.value("get_num_free_cpu_blocks")
-        if free_cpu != self.config.num_cpu_blocks or free_gpu not in range(self.config.num_gpu_blocks - null, self.config.num_gpu_blocks + 1):
+        if free_cpu != self.config.num_cpu_blocks or free_gpu not in range(
+            self.config.num_gpu_blocks - null, self.config.num_gpu_blocks + 1
+        ):
             self.require([f"after freeing everything {free_gpu} GPU / {free_cpu} CPU blocks are free"])
         done = self.lock.value("reset_prefix_cache")
         if free_gpu == self.config.num_gpu_blocks and done is not True:

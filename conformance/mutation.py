@@ -111,7 +111,9 @@ SKIPPED_TYPES = {"string", "fstring"}
 def _operators() -> SimpleNamespace:
     from mutmut import mutations_by_type
 
-    return SimpleNamespace(mutation_types_to_apply=set(mutations_by_type) - SKIPPED_TYPES, covered_lines_by_filename=None)
+    return SimpleNamespace(
+        mutation_types_to_apply=set(mutations_by_type) - SKIPPED_TYPES, covered_lines_by_filename=None
+    )
 
 
 def enumerate_mutants(target: str = "reference", root: Path = ROOT) -> list[tuple[str, object]]:
@@ -144,7 +146,9 @@ def build_workdir(workdir: Path) -> None:
     mutated) and ``pristine/pristine_reference`` (an untouched copy)."""
     shutil.rmtree(workdir, ignore_errors=True)
     for source, target in PACKAGES.items():
-        shutil.copytree(ROOT / source, workdir / "pkg" / target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+        shutil.copytree(
+            ROOT / source, workdir / "pkg" / target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True
+        )
     pristine = workdir / "pristine" / "pristine_reference"
     shutil.copytree(ROOT / "reference", pristine, ignore=shutil.ignore_patterns("__pycache__"))
     for path in pristine.glob("*.py"):
@@ -176,7 +180,9 @@ def run_mutant(
     target = workdir / "pkg" / "blockspace" / package / Path(name).name
     original = target.read_text()
     target.write_text(source)
-    env = dict(os.environ, PYTHONPATH=f"{workdir / 'pkg'}{os.pathsep}{workdir / 'pristine'}", PYTHONDONTWRITEBYTECODE="1")
+    env = dict(
+        os.environ, PYTHONPATH=f"{workdir / 'pkg'}{os.pathsep}{workdir / 'pristine'}", PYTHONDONTWRITEBYTECODE="1"
+    )
     if package == "fast" and not jit:
         env["NUMBA_DISABLE_JIT"] = "1"  # the kernels run as the mutated Python, with no compile
     started = time.perf_counter()
@@ -261,7 +267,9 @@ def probe(target: str, profile: str = "quick") -> int:
 
 
 MUTATION_DEPTH = 10  # the family scopes' cut for a mutant (the default scope is exhausted whole)
-HANG_SECONDS = 120  # a layer of a mutant's scope takes at most about a minute (one worker); one that takes this long is a hang
+HANG_SECONDS = (
+    120  # a layer of a mutant's scope takes at most about a minute (one worker); one that takes this long is a hang
+)
 
 
 def killed_by_exploring(impls: dict[str, str]) -> bool:
@@ -280,7 +288,9 @@ def killed_by_exploring(impls: dict[str, str]) -> bool:
     from blockspace.conformance.explore import Search
     from blockspace.conformance.scope import SCOPES
 
-    scopes = [replace(SCOPES["default"], histories=2)] + [replace(scope, max_depth=MUTATION_DEPTH) for name, scope in SCOPES.items() if name != "default"]
+    scopes = [replace(SCOPES["default"], histories=2)] + [
+        replace(scope, max_depth=MUTATION_DEPTH) for name, scope in SCOPES.items() if name != "default"
+    ]
     searches = [Search(impls, scope, workers=1) for scope in scopes]
     while live := [search for search in searches if not search.done]:
         search = min(live, key=lambda search: len(search.frontier))
@@ -313,7 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blockspace.conformance.mutation")
     parser.add_argument("--probe", choices=("reference", "fast"), help=argparse.SUPPRESS)
     parser.add_argument("--target", choices=sorted(TARGETS), default="reference", help="what to mutate")
-    parser.add_argument("--profile", choices=("quick", "full", "exhaustive"), default="quick", help="the kit's profile each mutant faces")
+    parser.add_argument(
+        "--profile",
+        choices=("quick", "full", "exhaustive"),
+        default="quick",
+        help="the kit's profile each mutant faces",
+    )
     parser.add_argument("--sample", type=int, default=0, help="mutants drawn at random (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--first", type=int, default=0, help="only the first N mutants of the sample (0: all)")
@@ -322,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="/tmp/blockspace-mutation")
     parser.add_argument("--out", default="mutants.json")
     parser.add_argument("--rerun", metavar="JSON", help="only the survivors of an earlier report")
-    parser.add_argument("--again", metavar="JSON", help="every mutant of an earlier report (the same sample under another profile)")
+    parser.add_argument(
+        "--again", metavar="JSON", help="every mutant of an earlier report (the same sample under another profile)"
+    )
     args = parser.parse_args(argv)
     if args.probe:
         return probe(args.probe, args.profile)
@@ -343,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             name, mutation_id = item
             source = mutated_source(name, mutation_id, sources_in(workdir))
-            verdict, seconds, why = run_mutant(workdir, name, source, args.timeout, args.profile, jit=args.target == "fast-python")
+            verdict, seconds, why = run_mutant(
+                workdir, name, source, args.timeout, args.profile, jit=args.target == "fast-python"
+            )
         finally:
             free.append(workdir)
         record = {
@@ -357,15 +376,30 @@ def main(argv: list[str] | None = None) -> int:
             "why": why,
         }
         results.append(record)
-        print(f"[{len(results)}/{len(chosen)}] {verdict:8} {name}:{record['line_number']} {record['line'][:70]}", flush=True)
+        print(
+            f"[{len(results)}/{len(chosen)}] {verdict:8} {name}:{record['line_number']} {record['line'][:70]}",
+            flush=True,
+        )
         with open(args.out, "w") as handle:
-            json.dump({"target": args.target, "profile": args.profile, "total_mutants": len(mutants), "sampled": len(chosen), "results": results}, handle, indent=1)
+            json.dump(
+                {
+                    "target": args.target,
+                    "profile": args.profile,
+                    "total_mutants": len(mutants),
+                    "sampled": len(chosen),
+                    "results": results,
+                },
+                handle,
+                indent=1,
+            )
         return record
 
     with ThreadPoolExecutor(args.workers) as pool:
         list(pool.map(one, chosen))
     killed = sum(r["verdict"] == "killed" for r in results)
-    print(f"mutation score: {killed}/{len(results)} = {killed / max(1, len(results)):.1%} ({len(mutants)} mutants of {args.target})")
+    print(
+        f"mutation score: {killed}/{len(results)} = {killed / max(1, len(results)):.1%} ({len(mutants)} mutants of {args.target})"
+    )
     return 0
 
 

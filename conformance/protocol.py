@@ -123,7 +123,13 @@ class World:
         return group
 
     def make_group(
-        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s", lora: int = 0,
+        self,
+        request_id: str,
+        ids: list[int],
+        prompt: list[int],
+        encoder: list[int] | None,
+        name: str = "s",
+        lora: int = 0,
         salt: str | None = None,
     ) -> SequenceGroup:
         """A group of new sequences (``name``: what a script calls them; a
@@ -162,7 +168,9 @@ class World:
     def row_groups(self) -> list[SequenceGroup]:
         """Running groups whose running sequences all have a non-empty table:
         what an array-level scheduler batches in one step."""
-        return [g for g in self.with_status(RUNNING) if all(self.written.get(s.seq_id) for s in g.get_seqs(status=RUNNING))]
+        return [
+            g for g in self.with_status(RUNNING) if all(self.written.get(s.seq_id) for s in g.get_seqs(status=RUNNING))
+        ]
 
     def live(self, group: SequenceGroup) -> list[Any]:
         return [s for s in group.seqs if not s.is_finished()]
@@ -220,7 +228,13 @@ class ScriptedWorld(World):
         self.script = script
 
     def make_group(
-        self, request_id: str, ids: list[int], prompt: list[int], encoder: list[int] | None, name: str = "s", lora: int = 0,
+        self,
+        request_id: str,
+        ids: list[int],
+        prompt: list[int],
+        encoder: list[int] | None,
+        name: str = "s",
+        lora: int = 0,
         salt: str | None = None,
     ) -> SequenceGroup:
         decoder_ids = ids[: len(ids) - (encoder is not None)]
@@ -356,9 +370,13 @@ def keep_device_tables(world: World, lock: Any) -> None:
         lock.device_tables(world.with_status(RUNNING))
 
 
-def _arrive(world: World, lock: Any, prompt: int, n: int, encoder: int | None = None, lora: int = 0, salt: int = 0) -> None:
+def _arrive(
+    world: World, lock: Any, prompt: int, n: int, encoder: int | None = None, lora: int = 0, salt: int = 0
+) -> None:
     prompts = world.scope.prompts
-    world.new_request(prompts[prompt], n, prompts[encoder] if encoder is not None else None, lora, f"t{salt}" if salt else None)
+    world.new_request(
+        prompts[prompt], n, prompts[encoder] if encoder is not None else None, lora, f"t{salt}" if salt else None
+    )
 
 
 def _admit(world: World, lock: Any, request_id: str, lookahead: int) -> None:
@@ -412,7 +430,9 @@ def _abort(world: World, lock: Any, request_id: str) -> None:
     world.close_if_done(group, lock)
 
 
-def _append(world: World, lock: Any, seq_id: int, token: int, lookahead: int, now: float | None, count: int = 1) -> None:
+def _append(
+    world: World, lock: Any, seq_id: int, token: int, lookahead: int, now: float | None, count: int = 1
+) -> None:
     """One decode step of one sequence, as vLLM's scheduler makes it; with
     caching also its access at a new time or at the state's latest one
     (``now``: a step stamps all its sequences with one time), its group's
@@ -491,7 +511,9 @@ def _recompute(world: World, lock: Any, request_id: str) -> None:
         lock.call("free_cross", group)
 
 
-def _swap(world: World, lock: Any, group: SequenceGroup, method: str, status: SequenceStatus, to: SequenceStatus) -> None:
+def _swap(
+    world: World, lock: Any, group: SequenceGroup, method: str, status: SequenceStatus, to: SequenceStatus
+) -> None:
     seqs = group.get_seqs(status=status)
     if not lock.call(method, group).raised:
         world.set_status(seqs, to)

@@ -81,7 +81,9 @@ class Check:
     run: Callable[[], CheckResult]
 
 
-def scripted_check(name: str, needs: str | None, capabilities: Mapping[str, bool], examples: int, run: Callable[[], int]) -> Check:
+def scripted_check(
+    name: str, needs: str | None, capabilities: Mapping[str, bool], examples: int, run: Callable[[], int]
+) -> Check:
     """A deterministic check in lockstep (a long run, a sweep): ``run()``
     makes its calls and returns how many; skipped when the capability
     ``needs`` is False, failed with the ``Divergence`` (its repro) it raises."""
@@ -195,7 +197,12 @@ def machine_checks(
     for family in FAMILIES:
         needed = FAMILY_CAPABILITY[family]
         if needed is not None and not capabilities.get(needed, True):
-            checks.append(Check(f"machine[{family}]", lambda f=family, n=needed: CheckResult(f"machine[{f}]", "skipped", detail=f"{n} is False")))
+            checks.append(
+                Check(
+                    f"machine[{family}]",
+                    lambda f=family, n=needed: CheckResult(f"machine[{f}]", "skipped", detail=f"{n} is False"),
+                )
+            )
         else:
             checks.append(Check(f"machine[{family}]", lambda f=family: run_machine(impls, f, profile, on_failure)))
     return checks

@@ -28,7 +28,9 @@ from blockspace.conformance.script import restore
 QUIET = "\0"  # marks a logged observation (see Script.add)
 
 
-def restore(seq: Sequence, tokens: list[int], status: SequenceStatus, computed: int, output: int, decoding: bool) -> None:
+def restore(
+    seq: Sequence, tokens: list[int], status: SequenceStatus, computed: int, output: int, decoding: bool
+) -> None:
     """Set a sequence's tokens, status and progress (a repro's copy of a
     sequence made outside the script catches up with the original)."""
     seq.data._token_ids, seq.data._make_tokens = list(tokens), None
@@ -101,7 +103,11 @@ class Script:
         not make (a ``Lockstep`` driven by hand): a line that rebuilds it
         now, and later ``catch_up`` lines when it changes."""
         if isinstance(value, Sequence):
-            options = "".join(f", {key}={getattr(value, key)!r}" for key in ("lora_int_id", "prompt_adapter_id") if getattr(value, key))
+            options = "".join(
+                f", {key}={getattr(value, key)!r}"
+                for key in ("lora_int_id", "prompt_adapter_id")
+                if getattr(value, key)
+            )
             if value._cache_salt is not None:
                 options += f", cache_salt={value._cache_salt!r}"
             code = f"Sequence({value.seq_id!r}{options})"
@@ -124,7 +130,9 @@ class Script:
             return
         if isinstance(value, Sequence):
             tokens, status, computed, output, decoding = state
-            self.lines.append(f"restore({name}, {list(tokens)!r}, SequenceStatus.{status.name}, {computed}, {output}, {decoding})")
+            self.lines.append(
+                f"restore({name}, {list(tokens)!r}, SequenceStatus.{status.name}, {computed}, {output}, {decoding})"
+            )
         else:
             seqs = ", ".join(self.render_value(seq) for seq in value.seqs)
             self.lines.append(f"{name}.seqs[:] = [{seqs}]; {name}.cache_salt = {value.cache_salt!r}")

@@ -128,7 +128,9 @@ def rows_step(manager: Any, groups: list[Any], lookahead: int, access_time: floa
         return (False, fits, [], [], [], [])
     tokens = [seq.get_token_ids() for seq in seqs]
     computed_tokens = [seq.data.get_num_computed_tokens() for seq in seqs]
-    mixed = [np.array(ids, np.int64) if i % 2 else ids for i, ids in enumerate(tokens)]  # lists and arrays: both are taken
+    mixed = [
+        np.array(ids, np.int64) if i % 2 else ids for i, ids in enumerate(tokens)
+    ]  # lists and arrays: both are taken
     pairs = manager.append_slots_rows(rows, lengths, lookahead, token_ids=mixed, num_computed_tokens=computed_tokens)
     padded = manager.block_table_array(rows, -1)
     tables = [[block for block in row if block != -1] for row in padded.tolist()]
@@ -160,7 +162,9 @@ def _same_in_other_forms(manager: Any, rows: np.ndarray, seqs: list[Any], padded
 WAYS = {"rows": rows_step, "batch": batch_step}  # a step's way -> how a manager offering it makes the step
 
 
-def decode_step(manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True, way: str = "rows") -> tuple:
+def decode_step(
+    manager: Any, groups: list[Any], lookahead: int, access_time: float, guarded: bool = True, way: str = "rows"
+) -> tuple:
     """The step the way ``way`` where ``manager`` offers it (``offers``),
     else through the per-sequence calls."""
     step = WAYS[way] if offers(manager, way) else calls_step
@@ -177,7 +181,9 @@ def table_arrays(manager: Any, seqs: list[Any]) -> tuple[int, list[list[int]]]:
         by_rows = manager.block_table_array(manager.rows_of(seqs), -1)
         by_seqs = manager.block_table_array(list(seqs), -1)
         if by_rows.shape != by_seqs.shape or (by_rows != by_seqs).any():
-            raise AssertionError(f"block_table_array of rows {by_rows.tolist()} and of sequences {by_seqs.tolist()} differ")
+            raise AssertionError(
+                f"block_table_array of rows {by_rows.tolist()} and of sequences {by_seqs.tolist()} differ"
+            )
         return by_rows.shape[1], by_rows.tolist()
     tables = [list(manager.get_block_table(seq)) for seq in seqs]
     width = max(map(len, tables), default=0)
@@ -213,7 +219,9 @@ def _edge_problems(manager: Any, seqs: list[Any]) -> list[str]:
     except Exception as error:  # noqa: BLE001
         return [*problems, f"can_append_slots_rows with an empty first group raised {type(error).__name__}: {error}"]
     if with_empty != [True, *together]:
-        problems.append(f"can_append_slots_rows with an empty first group answered {with_empty}, not {[True, *together]}")
+        problems.append(
+            f"can_append_slots_rows with an empty first group answered {with_empty}, not {[True, *together]}"
+        )
     if getattr(manager, "enable_caching", False):  # each row's token ids must be as long as its length says
         for i in range(len(seqs)):
             wrong = [seq.get_token_ids() + ([1] if j == i else []) for j, seq in enumerate(seqs)]
@@ -223,7 +231,9 @@ def _edge_problems(manager: Any, seqs: list[Any]) -> list[str]:
             except InvalidArgumentError:
                 pass
             except Exception as error:  # noqa: BLE001
-                problems.append(f"append_slots_rows with a wrong token_ids[{i}] raised {type(error).__name__}, not InvalidArgumentError")
+                problems.append(
+                    f"append_slots_rows with a wrong token_ids[{i}] raised {type(error).__name__}, not InvalidArgumentError"
+                )
     return problems
 
 

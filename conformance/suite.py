@@ -70,7 +70,10 @@ class ManagerConformance:
         """The profile to run: ``--blockspace-profile``, else the class's."""
         name = profile_override() or cls.profile  # the plugin has checked the option's name already
         if name not in PROFILES:
-            pytest.fail(f"{cls.__name__}.profile: unknown conformance profile {name!r} (known: {', '.join(PROFILES)})", pytrace=False)
+            pytest.fail(
+                f"{cls.__name__}.profile: unknown conformance profile {name!r} (known: {', '.join(PROFILES)})",
+                pytrace=False,
+            )
         return PROFILES[name]
 
     @classmethod
@@ -79,7 +82,10 @@ class ManagerConformance:
 
     @classmethod
     def capabilities(cls) -> dict[str, bool]:
-        return {name: getattr(cls, name) for name in ("supports_caching", "supports_sliding_window", "supports_encoder_decoder")}
+        return {
+            name: getattr(cls, name)
+            for name in ("supports_caching", "supports_sliding_window", "supports_encoder_decoder")
+        }
 
     @staticmethod
     def require(result: CheckResult) -> None:
@@ -132,4 +138,6 @@ class ManagerConformance:
 
     @pytest.mark.parametrize("variant", list(VARIANTS))
     def test_trace_replay(self, variant: str) -> None:
-        self.require(trace_check(self.impls(), self.profile_settings().trace_requests, self.capabilities(), variant).run())
+        self.require(
+            trace_check(self.impls(), self.profile_settings().trace_requests, self.capabilities(), variant).run()
+        )

@@ -305,7 +305,9 @@ def sweep(impls: Mapping[str, Any], name: str) -> int:
     for num_gpu_blocks in spec.gpu_sizes:
         for num_cpu_blocks in spec.cpu_sizes:
             for variant in spec.variants:
-                play = Play(impls, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, watermark=0.0, **spec.config)
+                play = Play(
+                    impls, num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks, watermark=0.0, **spec.config
+                )
                 try:
                     spec.shape(play, *variant)
                 except Divergence as failure:

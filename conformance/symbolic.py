@@ -57,7 +57,11 @@ def check_contracts(timeout: float = PER_CONDITION_TIMEOUT) -> CheckResult:
             ["check", "--report_all", "--per_condition_timeout", str(timeout), f"{RULES_MODULE}.{name}"], RULE_TIMEOUT
         )
         confirmed = output.count("Confirmed over all paths")
-        per_rule[name] = {"seconds": round(seconds, 1), "clean": code == 0, "postconditions_confirmed_over_all_paths": confirmed}
+        per_rule[name] = {
+            "seconds": round(seconds, 1),
+            "clean": code == 0,
+            "postconditions_confirmed_over_all_paths": confirmed,
+        }
         if code != 0:
             problems.append(f"{name}: {output}")
     status = "failed" if problems else "passed"

@@ -104,8 +104,12 @@ def vllm_snapshot(manager: Any, vllm_device: Any) -> dict[str, Any]:
         "evictable": evictable,
         "touched": sorted(allocators[vllm_device.GPU]._touched_blocks) if caching else [],
         "hit_stats": hit_stats,
-        "tracker": {i: (len(tracker._seq_id_to_blocks_hashes.get(i, [])), n)
-                    for i, n in tracker._seq_id_to_num_tokens_computed.items()} if caching else {},  # fmt: skip
+        "tracker": {
+            i: (len(tracker._seq_id_to_blocks_hashes.get(i, [])), n)
+            for i, n in tracker._seq_id_to_num_tokens_computed.items()
+        }
+        if caching
+        else {},  # fmt: skip
         "null_block": None if null_block is None else null_block.block_id,
     }
 
@@ -186,7 +190,9 @@ class VllmManager:
         waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
         self._exclude_if(any(type(t) is not int or t < 0 for s in waiting for t in s.get_token_ids()),
                          "a token id that is no int or negative (vLLM does not check it)")  # fmt: skip
-        self._exclude_if(len(waiting) > 1 and not waiting[0].get_token_ids(), "§15 an empty prompt for several sequences")
+        self._exclude_if(
+            len(waiting) > 1 and not waiting[0].get_token_ids(), "§15 an empty prompt for several sequences"
+        )
         self._exclude_if(seq_group.is_encoder_decoder() and (self.enable_caching or self.sliding_window is not None),
                          "§14.18 encoder-decoder refused after its tables were made")  # fmt: skip
         self._run(self.vllm.allocate, seq_group, half_done=NO_FREE_BLOCKS)
@@ -210,7 +216,9 @@ class VllmManager:
         self._run(self.vllm.fork, parent_seq, child_seq)
 
     def _swap_checks(self, seq_group: Any) -> None:
-        self._exclude_if(any(self._dropped(s.seq_id) for s in seq_group.get_seqs()), "§14.4 swap after a sliding-window drop")
+        self._exclude_if(
+            any(self._dropped(s.seq_id) for s in seq_group.get_seqs()), "§14.4 swap after a sliding-window drop"
+        )
 
     def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
         self._lookahead(num_lookahead_slots)
@@ -231,7 +239,11 @@ class VllmManager:
         self._swap_checks(seq_group)
         for seq in seq_group.get_seqs():
             self._after_unsharing(seq)
-        ids = [b for s in seq_group.get_seqs() for b in getattr(self.vllm.block_tables.get(s.seq_id), "physical_block_ids", [])]
+        ids = [
+            b
+            for s in seq_group.get_seqs()
+            for b in getattr(self.vllm.block_tables.get(s.seq_id), "physical_block_ids", [])
+        ]
         pairs = self._run(swap, seq_group, half_done=NO_FREE_BLOCKS)
         if len(ids) != len(set(ids)):
             self.unshared.update(s.seq_id for s in seq_group.get_seqs())

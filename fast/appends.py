@@ -151,7 +151,9 @@ class Appends:
         status = self.status
         status[0] = 0
         if bound <= store.num_free_gpu():  # no append can fail
-            count = kernels.append_batch(store.gpu_ref, store.keys_ref, store.tables_ref, *args, store.null_block, cow, status)
+            count = kernels.append_batch(
+                store.gpu_ref, store.keys_ref, store.tables_ref, *args, store.null_block, cow, status
+            )
         else:  # it may fail: run it on a copy, keep it only if it all fits
             trial = store.trial()
             count = kernels.append_batch(

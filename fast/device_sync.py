@@ -20,7 +20,9 @@ from blockspace.fast.saving import Buffers, Packed, packed, unpacked
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
 
-FIRST_LOG_SIZE = 4  # writes the first log holds; why small: it doubles on overflow, and small scopes then overflow it too
+FIRST_LOG_SIZE = (
+    4  # writes the first log holds; why small: it doubles on overflow, and small scopes then overflow it too
+)
 
 
 class DeviceSync:

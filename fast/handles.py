@@ -139,7 +139,11 @@ class Derived:
 
     def __getattr__(self, name: str) -> Any:
         state, _, kind = name.rpartition("_")
-        if kind not in ("ref", "view") or not isinstance(getattr(type(self), state, None), State) or state not in self.__dict__:
+        if (
+            kind not in ("ref", "view")
+            or not isinstance(getattr(type(self), state, None), State)
+            or state not in self.__dict__
+        ):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         value = self.__dict__[state]
         made = handle(value) if kind == "ref" else type(value)(*(memoryview(array) for array in value))

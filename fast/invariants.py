@@ -44,7 +44,9 @@ def _blocks(pool: P.Pool, caching: bool) -> list[tuple[int, bool, bool, float]]:
     columns = (pool.heap_pos, pool.idle_time, pool.last_access, pool.block_key, pool.computed)
     return [
         (ref, key >= 0, computed, idle_time if heap_pos >= 0 else last_access)  # an idle block's time is its idle time
-        for ref, heap_pos, idle_time, last_access, key, computed in zip(refcount, *(column[:n].tolist() for column in columns))
+        for ref, heap_pos, idle_time, last_access, key, computed in zip(
+            refcount, *(column[:n].tolist() for column in columns)
+        )
     ]
 
 
@@ -77,7 +79,9 @@ def snapshot(m: FastBlockSpaceManager) -> dict[str, Any]:
         "blocks": _blocks(store.gpu, m.enable_caching) + _blocks(store.cpu, m.enable_caching),
         "free": {name: free_list(pool) for name, pool in pools.items()},
         "evictable": {name: evictable(pool) for name, pool in pools.items()},
-        "touched": sorted(store.gpu.touched_ids[: metas["GPU"].meta[P.NUM_TOUCHED]].tolist()) if m.enable_caching else [],
+        "touched": sorted(store.gpu.touched_ids[: metas["GPU"].meta[P.NUM_TOUCHED]].tolist())
+        if m.enable_caching
+        else [],
         "hit_stats": {name: _hit_stats(pool.meta, pool.hit_mean) for name, pool in metas.items()},
         "tracker": {
             seq_id: (store.tracker_view.num_keys[row], store.tracker_view.num_cached[row])

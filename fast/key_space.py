@@ -75,7 +75,10 @@ class KeySpace(SavedFields):
         live = np.zeros(int(store.keys.count[0]), np.bool_)
         for pool in (store.gpu, store.cpu):
             live[pool.block_key[pool.block_key >= 0]] = True
-        for stored, lengths in ((store.tables.keys, store.tables.num_blocks), (store.tracker.keys, store.tracker.num_keys)):
+        for stored, lengths in (
+            (store.tables.keys, store.tables.num_blocks),
+            (store.tracker.keys, store.tracker.num_keys),
+        ):
             in_row = np.arange(stored.shape[1])[None, :] < lengths[:, None]
             named = stored[in_row]
             live[named[named >= 0]] = True

@@ -406,7 +406,9 @@ class FastBlockSpaceManager(BlockSpaceManager):
 
     def _no_device_table(self, what: str) -> None:
         if self.sync.device_table is not None:
-            raise UnsupportedError(f"a manager that keeps a device block table cannot {what} (the table is on the device)")
+            raise UnsupportedError(
+                f"a manager that keeps a device block table cannot {what} (the table is on the device)"
+            )
 
     def save_state(self) -> SavedState:
         """The whole state, kept aside (``blockspace/saved_state.py``): the

@@ -223,7 +223,9 @@ class RowSteps:
             prefill = np.asarray(prefill)
             if prefill.shape != rows.shape or (prefill.dtype != np.bool_ and prefill.size):  # [] is float to NumPy
                 raise InvalidArgumentError(f"prefill must be {len(rows)} bools, one per row")
-            prefill = np.ascontiguousarray(prefill, np.bool_)  # one layout and type: the kernels are called without typing
+            prefill = np.ascontiguousarray(
+                prefill, np.bool_
+            )  # one layout and type: the kernels are called without typing
         seq_of_row = self.rows.seq_of_row
         seq_ids = [seq_of_row[row] for row in rows.tolist()]
         if len(set(seq_ids)) != len(seq_ids):

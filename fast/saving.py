@@ -30,7 +30,9 @@ def packed(state: Any) -> Packed:
     unaligned array is slower, and its memoryview cannot be indexed)."""
     chunks = [_padded(array.tobytes()) for array in state]
     offsets = itertools.accumulate((len(chunk) for chunk in chunks[:-1]), initial=0)
-    layout = tuple((array.dtype.char, array.shape, offset) for array, offset in zip(state, offsets))  # native byte order
+    layout = tuple(
+        (array.dtype.char, array.shape, offset) for array, offset in zip(state, offsets)
+    )  # native byte order
     return type(state), layout, b"".join(chunks)
 
 

@@ -36,7 +36,9 @@ class Store(Derived):
     gpu, cpu, keys, tables, tracker = State(), State(), State(), State(), State()
 
     def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, caching: bool) -> None:
-        self.keys = new_keys(block_size, key_capacity(block_size, num_gpu_blocks + num_cpu_blocks) if caching else FIRST_SIZE)
+        self.keys = new_keys(
+            block_size, key_capacity(block_size, num_gpu_blocks + num_cpu_blocks) if caching else FIRST_SIZE
+        )
         self.gpu = P.new_pool(0, num_gpu_blocks, caching, len(self.keys.parent))
         self.cpu = P.new_pool(num_gpu_blocks, num_cpu_blocks, caching, len(self.keys.parent))
         self.tables = T.new_tables()  # two rows of two blocks, doubled as they fill, so small worlds grow them too
@@ -117,8 +119,6 @@ def key_capacity(block_size: int, num_blocks: int) -> int:
     while capacity < 2 * num_blocks and 2 * capacity * block_size <= MAX_KEY_TOKENS:
         capacity *= 2
     return capacity
-
-
 
 
 def _copy(state: Any) -> Any:

@@ -64,7 +64,9 @@ class Tables(NamedTuple):
     last_access: np.ndarray  # float64[rows]
     accessed: np.ndarray  # bool[rows]: last_access was set (access_all_blocks_in_seq)
     roots: np.ndarray  # int64[rows]: parent of the first block's key (-1, or a cache salt's id)
-    changed_from: np.ndarray  # int64[rows]: first entry written since the row's block ids were last read (UNCHANGED: none)
+    changed_from: (
+        np.ndarray
+    )  # int64[rows]: first entry written since the row's block ids were last read (UNCHANGED: none)
     log: np.ndarray  # int32[capacity, 2]: (row, index) of each block write since the last drain
     num_logged: np.ndarray  # int64[1]: writes logged (past capacity: overflowed); -1: not logging
 

@@ -105,7 +105,9 @@ class TrackerRows(SavedFields):
             self.memos[row] = memo
         return count
 
-    def num_computed_rows(self, seq_ids: list[int], table_rows: np.ndarray, token_ids: Any, prefill: np.ndarray) -> np.ndarray:
+    def num_computed_rows(
+        self, seq_ids: list[int], table_rows: np.ndarray, token_ids: Any, prefill: np.ndarray
+    ) -> np.ndarray:
         """How many blocks of each table ``get_common_computed_block_ids``
         would give for the sequences ``seq_ids`` (of table rows
         ``table_rows``), keyed and counted at once from their token lists, with

@@ -127,7 +127,12 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
             encoder = seq_group.get_encoder_seq()
         extra = first.extra_hash()
-        table = BlockTable(self.block_size, root=ContentKeys.root(group_salt(seq_group, self.tracker.is_tracked if self.tracker else lambda seq_id: False)))
+        table = BlockTable(
+            self.block_size,
+            root=ContentKeys.root(
+                group_salt(seq_group, self.tracker.is_tracked if self.tracker else lambda seq_id: False)
+            ),
+        )
         chunk_keys = table.prompt_keys(tokens, extra, self.content_keys)
         need = table.cost_allocate(tokens, chunk_keys, self.gpu)
         if encoder is not None:

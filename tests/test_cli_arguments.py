@@ -99,7 +99,11 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
         "json": [["--json", "/proc/nope/g.json"], ["--json", "adir"]],
     },
     "conformance": {
-        "impl": [["--impl", "nosuch"], ["--impl", "json:JSONDecoder"], ["--impl", "blockspace.interfaces:BlockSpaceManager"]],
+        "impl": [
+            ["--impl", "nosuch"],
+            ["--impl", "json:JSONDecoder"],
+            ["--impl", "blockspace.interfaces:BlockSpaceManager"],
+        ],
         "against": [["--against", "nosuch"], ["--against", "json:dumps"]],
         "json": [["--json", "/proc/nope/c.json"], ["--json", "adir"], ["--json", "afile/c.json"]],
         "only": [["--only", "nosuch"]],

@@ -103,7 +103,10 @@ def test_the_notice_comes_once_at_the_first_compile_of_the_watched_package():
     def add_one(x):
         return x + 1
 
-    with numba_event.install_listener("numba:compile", watched), numba_event.install_listener("numba:compile", unwatched):
+    with (
+        numba_event.install_listener("numba:compile", watched),
+        numba_event.install_listener("numba:compile", unwatched),
+    ):
         assert add_one(1) == 2 and add_one(1.5) == 2.5  # two compiles, one notice
     assert said.getvalue() == compile_notice.NOTICE + "\n" and other.getvalue() == ""
 
@@ -143,14 +146,26 @@ def test_a_warm_kernel_cache_says_nothing(tmp_path):
 def test_every_run_of_a_command_listens_with_the_one_listener(capsys):
     for _ in range(2):
         assert blockspace(["conformance", "--impl", "json:JSONDecoder"]) == 2
-    listeners = [one for one in numba_event._registered["numba:compile"] if isinstance(one, compile_notice.CompileNotice)]
+    listeners = [
+        one for one in numba_event._registered["numba:compile"] if isinstance(one, compile_notice.CompileNotice)
+    ]
     assert listeners == [compile_notice.watch()]
 
 
 # -- the pytest plugin -------------------------------------------------------------------------
 def test_an_unknown_blockspace_profile_stops_the_whole_pytest_run(tmp_path):
     (tmp_path / "test_other.py").write_text("def test_other():\n    pass\n")
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path), "--blockspace-profile", "bogus"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        str(tmp_path),
+        "--blockspace-profile",
+        "bogus",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
     assert "--blockspace-profile: unknown conformance profile 'bogus' (known: quick, full" in done.stderr

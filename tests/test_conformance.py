@@ -117,7 +117,9 @@ def test_state_is_compared_after_every_call():
         def access_all_blocks_in_seq(self, seq, access_time):
             pass
 
-    lock = Lockstep.build({"reference": ReferenceBlockSpaceManager, "other": ForgetsTheClock}, enable_caching=True, **CONFIG)
+    lock = Lockstep.build(
+        {"reference": ReferenceBlockSpaceManager, "other": ForgetsTheClock}, enable_caching=True, **CONFIG
+    )
     seq = running_group(lock).get_seqs()[0]
     with pytest.raises(Divergence, match="state differs after access_all_blocks_in_seq"):
         lock.call("access_all_blocks_in_seq", seq, 3.0)
@@ -284,4 +286,7 @@ def test_cli_fail_fast_stops_at_the_first_failing_check(tmp_path, capsys):
     assert [c["name"] for c in report["checks"]] == ["machine[plain]"]  # the other eighteen never ran
     assert report["checks"][0]["shrink_budget_s"] == 3.0
     out = capsys.readouterr().out
-    assert "machine[plain]: a failure after" in out and "--fail-fast: stopping after machine[plain]; 18 check(s) not run" in out
+    assert (
+        "machine[plain]: a failure after" in out
+        and "--fail-fast: stopping after machine[plain]; 18 check(s) not run" in out
+    )

@@ -118,7 +118,9 @@ class MiscountsFree(ReferenceBlockSpaceManager):
 
 def test_a_broken_invariant_prints_a_repro_that_fails_as_printed():
     profile = with_changes(PROFILES["quick"], shrink_seconds=4.0)
-    result = run_machine({"one": MiscountsFree, "two": MiscountsFree}, "plain", profile, max_examples=50, derandomize=True)
+    result = run_machine(
+        {"one": MiscountsFree, "two": MiscountsFree}, "plain", profile, max_examples=50, derandomize=True
+    )
     assert result.status == "failed" and "invariant broken" in result.detail
     repro = repro_of(result.detail)
     assert repro.rstrip().splitlines()[-1].startswith("lock.verify(World(")
@@ -184,7 +186,9 @@ def test_a_wrong_row_api_answer_is_caught_by_the_row_step(broken, family, found)
     if broken is ForgetfulTableDelta and missing_modules("gpu"):
         pytest.skip("table_delta needs the [gpu] extra (torch, numba-cuda)")
     profile = with_changes(PROFILES["quick"], shrink_seconds=6.0)
-    result = run_machine({"reference": "reference", "broken": broken}, family, profile, max_examples=300, derandomize=True)
+    result = run_machine(
+        {"reference": "reference", "broken": broken}, family, profile, max_examples=300, derandomize=True
+    )
     assert result.status == "failed" and "row_step" in result.detail, result.detail[:500]
     assert raises_as_printed(repro_of(result.detail)).startswith(found)
 
@@ -200,8 +204,16 @@ class ForgetsItsWatermark(ReferenceBlockSpaceManager):
 
 def test_configuration_attributes_must_agree():
     with pytest.raises(Divergence, match=r"broken.watermark is None, reference.watermark is 0.01"):
-        Lockstep.build({"reference": "reference", "broken": ForgetsItsWatermark}, block_size=4, num_gpu_blocks=8, num_cpu_blocks=4)
-    Lockstep.build({"reference": "reference", "fast": "fast"}, block_size=4, num_gpu_blocks=8, num_cpu_blocks=4, enable_caching=True)
+        Lockstep.build(
+            {"reference": "reference", "broken": ForgetsItsWatermark}, block_size=4, num_gpu_blocks=8, num_cpu_blocks=4
+        )
+    Lockstep.build(
+        {"reference": "reference", "fast": "fast"},
+        block_size=4,
+        num_gpu_blocks=8,
+        num_cpu_blocks=4,
+        enable_caching=True,
+    )
 
 
 def two_appends_that_do_not_fit_together(impls):
@@ -340,10 +352,14 @@ def _no_gain(key):
 
 
 def test_the_sweeps_meet_the_pool_margin_and_print_the_play():
-    assert [check.run().status for check in sweep_checks({"reference": "reference", "fast": "fast"}, {})] == ["passed"] * len(SWEEPS)
+    assert [check.run().status for check in sweep_checks({"reference": "reference", "fast": "fast"}, {})] == [
+        "passed"
+    ] * len(SWEEPS)
     result = sweep_check({"reference": "reference", "broken": PromotionGivesNothing}, {}, "sweep[shared_writes]").run()
     assert result.status == "failed", "no play met the margin where a promotion's block counts"
-    assert result.detail.startswith("in shared_writes(2, True) with 3 GPU and 0 CPU blocks: append_slots disagrees"), result.detail[:300]
+    assert result.detail.startswith("in shared_writes(2, True) with 3 GPU and 0 CPU blocks: append_slots disagrees"), (
+        result.detail[:300]
+    )
     assert raises_as_printed(repro_of(result.detail)).startswith("append_slots disagrees")
 
 

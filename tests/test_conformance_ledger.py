@@ -43,7 +43,9 @@ def ledger_with_idle_block_1() -> ContentLedger:
 def test_reusing_an_idle_block_while_free_blocks_suffice_is_a_finding():
     ledger = ledger_with_idle_block_1()
     found = ledger.observe(snap({5: [0, 1]}, [5, 6], [0]), World([5]))  # one entry written, two blocks free
-    assert found == ["idle cached block 1 came back with other content although uncached free blocks [5, 6] were never used"]
+    assert found == [
+        "idle cached block 1 came back with other content although uncached free blocks [5, 6] were never used"
+    ]
 
 
 def test_an_append_that_takes_more_blocks_than_are_free_may_evict():

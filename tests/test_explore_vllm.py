@@ -23,10 +23,14 @@ def test_the_reference_agrees_with_vllm_within_the_default_scope() -> None:
     report = explore({"reference": "reference", "vllm": VLLM}, SCOPES["default"], workers=2)
     assert report.passed, report.failure
     assert report.exhausted and report.states > 1000
-    assert report.excluded and all(reason.startswith(("§14", "§15", "a token id", "a lookahead", "an append")) for reason in report.excluded)
+    assert report.excluded and all(
+        reason.startswith(("§14", "§15", "a token id", "a lookahead", "an append")) for reason in report.excluded
+    )
 
 
 def test_a_wrong_manager_disagrees_with_vllm_too() -> None:
     """The comparison has teeth: vLLM against a broken reference fails."""
-    report = explore({"vllm": VLLM, "broken": "blockspace.conformance.broken:FifoFreeList"}, SCOPES["default"], workers=1)
+    report = explore(
+        {"vllm": VLLM, "broken": "blockspace.conformance.broken:FifoFreeList"}, SCOPES["default"], workers=1
+    )
     assert not report.passed and "free" in report.failure

@@ -107,7 +107,9 @@ def test_row_steps_equal_the_per_sequence_calls(name, seed):
         slots = fast.slot_mapping_array(rows, 2)  # the last two tokens' slots, from the reference's tables
         bs = fast.block_size
         assert slots.dtype == np.int64 and slots.tolist() == [
-            table[t // bs] * bs + t % bs for seq, table in zip(ref_seqs, expected_tables) for t in (seq.get_len() - 2, seq.get_len() - 1)
+            table[t // bs] * bs + t % bs
+            for seq, table in zip(ref_seqs, expected_tables)
+            for t in (seq.get_len() - 2, seq.get_len() - 1)
         ]
         assert not diff(reference.snapshot(), fast.snapshot()), diff(reference.snapshot(), fast.snapshot())[:5]
         fast.check_invariants()

@@ -65,10 +65,14 @@ def test_the_signature_leaves_out_the_place_and_the_numbers():
 
 
 def test_a_sweep_repro_is_shortened_to_the_calls_the_failure_needs():
-    result = sweep_check({"reference": "reference", "broken": OffByOneFreeCount}, {}, "sweep[shared_writes_plain]").run()
+    result = sweep_check(
+        {"reference": "reference", "broken": OffByOneFreeCount}, {}, "sweep[shared_writes_plain]"
+    ).run()
     assert result.status == "failed"
     first = result.detail.splitlines()[0]
-    assert first.startswith("in shared_writes(2, False) with ") and first.endswith("get_num_free_gpu_blocks disagrees:"), first
+    assert first.startswith("in shared_writes(2, False) with ") and first.endswith(
+        "get_num_free_gpu_blocks disagrees:"
+    ), first
     assert calls_in(result.detail) == ["lock.call('get_num_free_gpu_blocks')  # the managers disagree here"]
     with pytest.raises(Divergence, match="get_num_free_gpu_blocks disagrees"):
         exec(compile(result.detail.partition(REPRO)[2], "<repro>", "exec"), {})
@@ -86,7 +90,11 @@ def test_output_that_is_not_a_terminal_is_not_cut(capsys):
 def test_the_json_path_is_checked_before_anything_runs(capsys):
     assert main(["--impl", "reference", "--json", "/proc/nope/x.json"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err.startswith("error: --json /proc/nope/x.json") and captured.err.count("\n") == 1
+    assert (
+        captured.out == ""
+        and captured.err.startswith("error: --json /proc/nope/x.json")
+        and captured.err.count("\n") == 1
+    )
 
 
 def test_the_json_report_may_go_to_a_folder_still_to_be_made(tmp_path, capsys):
@@ -96,7 +104,9 @@ def test_the_json_report_may_go_to_a_folder_still_to_be_made(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("option", ["--impl", "--against"])
-@pytest.mark.parametrize(("spec", "words"), [("json:JSONDecoder", "is not a block manager"), ("json:dumps", "is not a class")])
+@pytest.mark.parametrize(
+    ("spec", "words"), [("json:JSONDecoder", "is not a block manager"), ("json:dumps", "is not a class")]
+)
 def test_a_class_that_is_no_manager_is_refused_before_anything_runs(capsys, option, spec, words):
     argv = {"--impl": "reference", option: spec}
     assert main([arg for pair in argv.items() for arg in pair]) == 2

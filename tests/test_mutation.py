@@ -68,5 +68,8 @@ def test_an_exhaustive_run_cut_by_the_timeout_is_no_kill(tmp_path):
     build_workdir(tmp_path)
     name = "reference/rules.py"
     unchanged = (ROOT / name).read_text()
-    assert run_mutant(tmp_path, name, unchanged, timeout=2, profile="exhaustive")[::2] == ("survived", "not killed in 2 s")
+    assert run_mutant(tmp_path, name, unchanged, timeout=2, profile="exhaustive")[::2] == (
+        "survived",
+        "not killed in 2 s",
+    )
     assert run_mutant(tmp_path, name, unchanged, timeout=2, profile="quick")[::2] == ("killed", "timeout")

@@ -109,7 +109,9 @@ def shipped_files() -> list[pathlib.Path]:
     files = [ROOT / name for name in names] or [
         p for p in ROOT.rglob("*") if p.is_file() and not ({".git", ".venv"} & set(p.relative_to(ROOT).parts))
     ]
-    return [f for f in files if f.suffix in {".py", ".md", ".toml", ".txt", ".cfg", ".json", ".jsonl", ""} and f.is_file()]
+    return [
+        f for f in files if f.suffix in {".py", ".md", ".toml", ".txt", ".cfg", ".json", ".jsonl", ""} and f.is_file()
+    ]
 
 
 def test_nothing_shipped_names_a_path_of_our_machines():
@@ -125,7 +127,12 @@ def test_nothing_shipped_names_a_path_of_our_machines():
 # -- folders that show the architecture ------------------------------------------------------
 TOOLS = ("blockspace.simulator", "blockspace.bench", "blockspace.soak")
 CORE = [p for p in (ROOT / "blockspace").glob("*.py")]
-MANAGERS_AND_KIT = [*CORE, *(ROOT / "reference").rglob("*.py"), *(ROOT / "fast").rglob("*.py"), *(ROOT / "conformance").rglob("*.py")]
+MANAGERS_AND_KIT = [
+    *CORE,
+    *(ROOT / "reference").rglob("*.py"),
+    *(ROOT / "fast").rglob("*.py"),
+    *(ROOT / "conformance").rglob("*.py"),
+]
 
 
 def imported_modules(path: pathlib.Path) -> set[str]:
@@ -166,10 +173,14 @@ def test_the_plugin_marks_the_kit_tests_and_its_option_picks_the_profile(tmp_pat
     )
     run = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path / "test_mine.py")]
     env = dict(os.environ, PYTHONPATH="")
-    selected = subprocess.run([*run, "--collect-only", "-m", "blockspace_conformance"], capture_output=True, text=True, env=env)
+    selected = subprocess.run(
+        [*run, "--collect-only", "-m", "blockspace_conformance"], capture_output=True, text=True, env=env
+    )
     assert "TestMine::test_interface" in selected.stdout and "test_other" not in selected.stdout, selected.stdout
     assert "PytestUnknownMarkWarning" not in selected.stdout + selected.stderr
-    wrong = subprocess.run([*run, "-k", "test_trace_replay", "--blockspace-profile", "nonesuch"], capture_output=True, text=True, env=env)
+    wrong = subprocess.run(
+        [*run, "-k", "test_trace_replay", "--blockspace-profile", "nonesuch"], capture_output=True, text=True, env=env
+    )
     assert wrong.returncode == 4 and "unknown conformance profile 'nonesuch'" in wrong.stderr  # a usage error
 
 
@@ -226,4 +237,7 @@ def test_an_installed_kit_runs_its_trace_check(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     checks = json.loads(report.read_text())["checks"]
-    assert [(c["name"], c["status"]) for c in checks] == [("trace[mooncake]", "passed"), ("trace[mooncake-rows]", "passed")], checks
+    assert [(c["name"], c["status"]) for c in checks] == [
+        ("trace[mooncake]", "passed"),
+        ("trace[mooncake-rows]", "passed"),
+    ], checks

@@ -16,7 +16,9 @@ def python_blocks() -> list[tuple[int, str]]:
     return [(text.count("\n", 0, match.start()) + 1, match.group(1)) for match in BLOCK.finditer(text)]
 
 
-@pytest.mark.parametrize(("line", "code"), python_blocks(), ids=lambda value: f"line {value}" if isinstance(value, int) else "")
+@pytest.mark.parametrize(
+    ("line", "code"), python_blocks(), ids=lambda value: f"line {value}" if isinstance(value, int) else ""
+)
 def test_each_python_block_runs_on_its_own(line, code):
     """In a namespace of its own: every name it uses, it imports."""
     exec(compile(code, f"README.md, the block at line {line}", "exec"), {})

@@ -95,7 +95,12 @@ def test_a_salt_wherever_the_request_carries_it_isolates_it(build):
     answers = []
     for manager in managers():
         seen = []
-        for request_id, seq_id, salt in (("a1", 1, "tenant-a"), ("a2", 2, "tenant-a"), ("b", 3, "tenant-b"), ("u", 4, None)):
+        for request_id, seq_id, salt in (
+            ("a1", 1, "tenant-a"),
+            ("a2", 2, "tenant-a"),
+            ("b", 3, "tenant-b"),
+            ("u", 4, None),
+        ):
             group = build(request_id, seq_id, salt)
             seq = group.get_seqs()[0]
             cached = manager.get_num_cached_tokens(seq)
@@ -124,14 +129,18 @@ def test_the_counted_hits_are_the_hits_allocate_takes():
                 seq = group.get_seqs()[0]
                 cached = manager.get_num_cached_tokens(seq)
                 manager.allocate(group)
-                shared = [i for i in manager.get_block_table(seq) if i in set(manager.get_block_table(warm.get_seqs()[0]))]
+                shared = [
+                    i for i in manager.get_block_table(seq) if i in set(manager.get_block_table(warm.get_seqs()[0]))
+                ]
                 assert cached == 4 * len(shared), (build.__name__, salt)
 
 
 def disagreeing_groups() -> list:
     group_and_seq = SequenceGroup("g", [Sequence(1, PROMPT, cache_salt="tenant-a")])
     group_and_seq.cache_salt = "tenant-b"
-    two_seqs = SequenceGroup("s", [Sequence(2, PROMPT, cache_salt="tenant-a"), Sequence(3, PROMPT, cache_salt="tenant-b")])
+    two_seqs = SequenceGroup(
+        "s", [Sequence(2, PROMPT, cache_salt="tenant-a"), Sequence(3, PROMPT, cache_salt="tenant-b")]
+    )
     salted_and_plain = SequenceGroup("p", [Sequence(4, PROMPT, cache_salt="tenant-a"), Sequence(5, PROMPT)])
     vllm = VllmLikeGroup("v", [VllmLikeSequence(6, PROMPT, "tenant-a")], cache_salt="tenant-b")
     return [group_and_seq, two_seqs, salted_and_plain, vllm]
@@ -184,7 +193,9 @@ def test_a_salt_only_a_vllm_group_carries_is_refused_after_a_count_made_without_
         assert manager.snapshot() == before
         uncounted = vllm_group_only("u", 3, "tenant-a")
         manager.allocate(uncounted)
-        shared = set(manager.get_block_table(uncounted.get_seqs()[0])) & set(manager.get_block_table(warm.get_seqs()[0]))
+        shared = set(manager.get_block_table(uncounted.get_seqs()[0])) & set(
+            manager.get_block_table(warm.get_seqs()[0])
+        )
         assert not shared
         manager.check_invariants()
         outcomes.append((str(error.value), manager.snapshot()))

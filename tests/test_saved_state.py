@@ -33,9 +33,13 @@ def _walk(world: World, lock: LeanLock, rng: random.Random, num_moves: int) -> N
         lock.settle()
 
 
-@pytest.mark.parametrize("scope_name", ["swap", "shared_writes", "sliding_window", "encoder_decoder", "chains", "adapters"])
+@pytest.mark.parametrize(
+    "scope_name", ["swap", "shared_writes", "sliding_window", "encoder_decoder", "chains", "adapters"]
+)
 @pytest.mark.parametrize("seed", range(3))
-def test_a_restored_manager_goes_on_in_lockstep_with_a_copy_pickled_when_it_was_saved(scope_name: str, seed: int) -> None:
+def test_a_restored_manager_goes_on_in_lockstep_with_a_copy_pickled_when_it_was_saved(
+    scope_name: str, seed: int
+) -> None:
     """Walk, save, walk on (the state changes), restore; the restored
     managers then answer a third walk exactly as copies pickled at the
     save do, with equal snapshots after every move. The saved state also

@@ -25,7 +25,12 @@ def sample_trace():
     three shared contents, for n>1 sampling with heavy swapping."""
     lines = [
         json.dumps(
-            {"timestamp": 100 * i, "input_length": 100 + 37 * (i % 7), "output_length": 30 + 11 * (i % 5), "hash_ids": [i % 3]}
+            {
+                "timestamp": 100 * i,
+                "input_length": 100 + 37 * (i % 7),
+                "output_length": 30 + 11 * (i % 5),
+                "hash_ids": [i % 3],
+            }
         )
         for i in range(24)
     ]
@@ -117,10 +122,16 @@ def test_n_samples_fork_share_copy_on_write_and_swap(enable_prefix_caching):
 
 def test_cli_writes_summary_json_and_plot(tmp_path, capsys):
     out = tmp_path / "out"
-    status = main(["--manager", "reference", "--max-requests", "25", "--max-output-len", "20", "--out", str(out), "--quiet"])
+    status = main(
+        ["--manager", "reference", "--max-requests", "25", "--max-output-len", "20", "--out", str(out), "--quiet"]
+    )
     printed = capsys.readouterr().out
     assert status == 0
-    assert "requests finished" in printed and "TTFT p50/p90/p99" in printed and "wall time in the manager / step" in printed
+    assert (
+        "requests finished" in printed
+        and "TTFT p50/p90/p99" in printed
+        and "wall time in the manager / step" in printed
+    )
     assert "(the replay alone: start-up, loading and reporting left out)" in printed  # what the wall time holds
     assert str(out / "simulation.png") in printed and str(out / "simulation.json") in printed
     assert "time split: scheduler and model " in printed and ", reporting " in printed
@@ -136,8 +147,20 @@ def test_cli_writes_summary_json_and_plot(tmp_path, capsys):
 def test_cli_compare_asserts_identical_decisions(tmp_path, capsys):
     fast_class()
     status = main(
-        ["--compare", "reference,fast", "--max-requests", "20", "--max-output-len", "20", "--num-gpu-blocks", "1200",
-         "--out", str(tmp_path), "--quiet", "--no-plot"]
+        [
+            "--compare",
+            "reference,fast",
+            "--max-requests",
+            "20",
+            "--max-output-len",
+            "20",
+            "--num-gpu-blocks",
+            "1200",
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--no-plot",
+        ]
     )
     printed = capsys.readouterr().out
     assert status == 0
@@ -195,7 +218,9 @@ def test_a_degenerate_run_warns(tmp_path, capsys):
 def test_the_plot_states_what_ran_and_bins_latency_by_finish_time():
     from blockspace.simulator.plot import latency_over_time, title_of
 
-    config = SimulationConfig(num_gpu_blocks=1200, num_cpu_blocks=0, scheduler=SchedulerConfig(enable_prefix_caching=False))
+    config = SimulationConfig(
+        num_gpu_blocks=1200, num_cpu_blocks=0, scheduler=SchedulerConfig(enable_prefix_caching=False)
+    )
     result = run_simulation(load_trace(None, 30), fast_class(), config)
     title = title_of(result, "the bundled sample")
     assert "FastBlockSpaceManager" in title and "block size 16" in title and "1,200 GPU blocks" in title

@@ -24,7 +24,9 @@ CONFIGS = {
         2400, 400, watermark=0.0, scheduler=SchedulerConfig(preemption_mode="swap", record_tables=True)
     ),
     "samples": SimulationConfig(2000, 200, num_samples=2, scheduler=SchedulerConfig(record_tables=True)),
-    "block-32": SimulationConfig(800, 64, scheduler=SchedulerConfig(block_size=32, max_num_batched_tokens=512, record_tables=True)),
+    "block-32": SimulationConfig(
+        800, 64, scheduler=SchedulerConfig(block_size=32, max_num_batched_tokens=512, record_tables=True)
+    ),
 }
 
 
@@ -80,7 +82,10 @@ def test_the_way_against_way_bench_runs_and_writes_its_figures(tmp_path, capsys)
     from blockspace.bench.simulator import main as bench
 
     path = tmp_path / "ways.json"
-    assert bench(["--max-requests", "6", "--rounds", "1", "--ways", "reference,fast@calls,fast@rows", "--json", str(path)]) == 0
+    assert (
+        bench(["--max-requests", "6", "--rounds", "1", "--ways", "reference,fast@calls,fast@rows", "--json", str(path)])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "| reference |" in printed and "| fast@rows |" in printed and "1.00x" in printed
     ways = json.loads(path.read_text())["ways"]

@@ -56,7 +56,9 @@ def hand_config() -> SimulationConfig:
         num_gpu_blocks=10,
         num_cpu_blocks=0,
         watermark=0.0,
-        scheduler=SchedulerConfig(block_size=16, max_num_seqs=4, max_num_batched_tokens=64, enable_prefix_caching=False),
+        scheduler=SchedulerConfig(
+            block_size=16, max_num_seqs=4, max_num_batched_tokens=64, enable_prefix_caching=False
+        ),
         step_time=StepTimeModel(step_overhead_ms=1000.0, prefill_token_us=0.0, decode_seq_us=0.0, kv_token_read_ns=0.0),
     )
 

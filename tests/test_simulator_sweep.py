@@ -75,7 +75,9 @@ def test_a_bad_configuration_stops_the_sweep_before_any_run(argv, tmp_path, caps
 
 
 def single_run(num_gpu_blocks: int, caching: bool) -> dict:
-    args = build_parser().parse_args([*SMALL, "--num-gpu-blocks", str(num_gpu_blocks)] + ([] if caching else ["--no-enable-prefix-caching"]))
+    args = build_parser().parse_args(
+        [*SMALL, "--num-gpu-blocks", str(num_gpu_blocks)] + ([] if caching else ["--no-enable-prefix-caching"])
+    )
     config = simulation_config(args, record_tables=False)
     return summarize(run_simulation(load_trace(None, 12), load_manager_class("fast"), config))
 

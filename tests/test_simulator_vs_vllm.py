@@ -68,4 +68,3 @@ def test_freeing_in_running_queue_order_departs_from_vllm(monkeypatch, capsys, t
     monkeypatch.setattr(Scheduler, "free_finished", old_free_finished)
     assert compare(*argv) == 1
     assert "block tables differ" in capsys.readouterr().out
-

@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {row['manager']} | {way} | {row['check']} | {row.get('found_s', '-')} | {row['report_s']} | "
                   f"{row.get('calls', '-')} | {row.get('runs_as_printed', '-')} |", flush=True)  # fmt: skip
     correct = whole_profile(args.correct, PROFILES["quick"])
-    print(f"\nquick profile, {correct['manager']} against the reference: {correct['seconds']} s, {correct['failed']} failed")
+    print(
+        f"\nquick profile, {correct['manager']} against the reference: {correct['seconds']} s, {correct['failed']} failed"
+    )
     if args.json:
         args.json.write_text(json.dumps({"broken": rows, "correct": correct}, indent=1))
     return 0

@@ -70,7 +70,9 @@ def table(best: dict[str, dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blockspace.bench.simulator", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trace", type=Path, help="Mooncake-format JSONL (default: $BLOCKSPACE_TRACE, else the sample)")
+    parser.add_argument(
+        "--trace", type=Path, help="Mooncake-format JSONL (default: $BLOCKSPACE_TRACE, else the sample)"
+    )
     parser.add_argument("--max-requests", type=int, default=200)
     parser.add_argument("--ways", default="reference,fast@calls,fast@rows", help="MANAGER[@calls|@rows],...")
     parser.add_argument("--rounds", type=int, default=2)
@@ -84,11 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     trace = load_trace(args.trace, args.max_requests)
     config = SimulationConfig(
-        args.num_gpu_blocks, args.num_cpu_blocks, scheduler=SchedulerConfig(enable_prefix_caching=args.enable_prefix_caching)
+        args.num_gpu_blocks,
+        args.num_cpu_blocks,
+        scheduler=SchedulerConfig(enable_prefix_caching=args.enable_prefix_caching),
     )
     ways = [way.strip() for way in args.ways.split(",") if way.strip()]
     caching = "on" if args.enable_prefix_caching else "off"
-    print(f"{len(trace):,} requests of {trace_source(args.trace)}, prefix caching {caching}, {args.rounds} round(s) in turns")
+    print(
+        f"{len(trace):,} requests of {trace_source(args.trace)}, prefix caching {caching}, {args.rounds} round(s) in turns"
+    )
     best = measure(trace, config, ways, args.rounds)
     print(table(best))
     if args.json:

@@ -131,28 +131,45 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     kv = summary["kv_cache"]
     cpu = summary["manager_time"]
     rows = [
-        ("requests finished", f"{requests['finished']:,} of {requests['arrived']:,} "
-         f"({requests['ignored']} ignored, {requests['aborted']} aborted)"),
+        (
+            "requests finished",
+            f"{requests['finished']:,} of {requests['arrived']:,} "
+            f"({requests['ignored']} ignored, {requests['aborted']} aborted)",
+        ),
         ("simulated time", _fmt(summary["simulated_s"], " s") + f" ({summary['steps']:,} steps)"),
-        ("throughput", f"{summary['throughput']['output_tokens_per_s']:,.0f} output tok/s, "
-         f"{summary['throughput']['total_tokens_per_s']:,.0f} total tok/s, "
-         f"{summary['throughput']['requests_per_s']:.2f} req/s"),
+        (
+            "throughput",
+            f"{summary['throughput']['output_tokens_per_s']:,.0f} output tok/s, "
+            f"{summary['throughput']['total_tokens_per_s']:,.0f} total tok/s, "
+            f"{summary['throughput']['requests_per_s']:.2f} req/s",
+        ),
     ]
     for name, key in (("TTFT", "ttft_s"), ("end-to-end latency", "e2e_latency_s")):
         p = summary[key]
         rows.append((f"{name} p50/p90/p99", " / ".join(_fmt(p[q], " s") for q in ("p50", "p90", "p99"))))
     if cache["enabled"]:
-        rows.append(("prefix-cache hit rate", f"{cache['gpu_block_hit_rate']:.1%} of full-block lookups, "
-                     f"{cache['prefill_tokens_from_cache']:.1%} of prefill tokens"))
+        rows.append(
+            (
+                "prefix-cache hit rate",
+                f"{cache['gpu_block_hit_rate']:.1%} of full-block lookups, "
+                f"{cache['prefill_tokens_from_cache']:.1%} of prefill tokens",
+            )
+        )
     else:
         rows.append(("prefix-cache hit rate", "caching off"))
     rows += [
         ("preemptions", f"{pre['recompute']} recompute, {pre['swap_out']} swap out / {pre['swap_in']} swap in"),
         ("swap volume", f"{pre['blocks_swapped_out']:,} blocks out, {pre['blocks_swapped_in']:,} blocks in"),
-        ("KV usage peak / mean", f"{kv['peak_usage']:.1%} / {kv['mean_usage']:.1%} of {kv['num_gpu_blocks']:,} "
-         f"GPU blocks ({kv['peak_used_blocks']:,} peak)"),
-        ("wall time in the manager / step", f"mean {cpu['per_step_mean_us']:,.1f} us, "
-         f"p99 {cpu['per_step_p99_us']:,.1f} us (total {cpu['total_s']:.2f} s, {cpu['calls']:,} calls)"),
+        (
+            "KV usage peak / mean",
+            f"{kv['peak_usage']:.1%} / {kv['mean_usage']:.1%} of {kv['num_gpu_blocks']:,} "
+            f"GPU blocks ({kv['peak_used_blocks']:,} peak)",
+        ),
+        (
+            "wall time in the manager / step",
+            f"mean {cpu['per_step_mean_us']:,.1f} us, "
+            f"p99 {cpu['per_step_p99_us']:,.1f} us (total {cpu['total_s']:.2f} s, {cpu['calls']:,} calls)",
+        ),
         ("manager start-up", _fmt(summary["manager_startup_s"], " s") + " (warm-up, not in the figures above)"),
         ("wall time", _fmt(summary["wall_s"], " s") + " (the replay alone: start-up, loading and reporting left out)"),
     ]
@@ -205,7 +222,9 @@ def _thin(values: list[Any]) -> list[Any]:
     return [values[i] for i in picks]
 
 
-def write_json(path: Path, results: list[SimulationResult], summaries: list[dict[str, Any]], extra: dict[str, Any]) -> None:
+def write_json(
+    path: Path, results: list[SimulationResult], summaries: list[dict[str, Any]], extra: dict[str, Any]
+) -> None:
     """Config, every summary figure, and the per-step series (thinned)."""
     timeline = results[0].timeline
     document = {

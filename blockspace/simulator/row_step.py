@@ -64,7 +64,12 @@ TABLE_END = -1  # pads the rows of block_table_array: a row's ids are its entrie
 def is_single_decode(request: SimRequest) -> bool:
     """One sequence, decoding, and no samples still to fork."""
     seqs = request.seqs
-    return len(seqs) == 1 and request.num_samples == 1 and seqs[0].status == SequenceStatus.RUNNING and not seqs[0].is_prefill()
+    return (
+        len(seqs) == 1
+        and request.num_samples == 1
+        and seqs[0].status == SequenceStatus.RUNNING
+        and not seqs[0].is_prefill()
+    )
 
 
 class RowStep:
@@ -83,7 +88,9 @@ class RowStep:
     def start_step(self) -> None:
         self.runs, self.requests, self.usable = [], set(), True
 
-    def schedule_run(self, queue: deque[SimRequest], budget: Any, copies: list[tuple[int, int]]) -> list[SimRequest] | None:
+    def schedule_run(
+        self, queue: deque[SimRequest], budget: Any, copies: list[tuple[int, int]]
+    ) -> list[SimRequest] | None:
         """Schedule the run at the head of ``queue``: the requests taken off
         it ([] if the run did not fit: then the per-call path takes over for
         the rest of the step), or None when the budget is spent."""

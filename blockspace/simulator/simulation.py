@@ -54,7 +54,9 @@ class SimulationConfig:
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise InvalidConfigError(f"n must be a positive int, got {self.num_samples!r}")
         if self.num_samples > self.scheduler.max_num_seqs:
-            raise InvalidConfigError(f"n ({self.num_samples}) cannot exceed max_num_seqs ({self.scheduler.max_num_seqs})")
+            raise InvalidConfigError(
+                f"n ({self.num_samples}) cannot exceed max_num_seqs ({self.scheduler.max_num_seqs})"
+            )
         if self.max_output_len is not None and self.max_output_len < 1:
             raise InvalidConfigError(f"max_output_len must be >= 1, got {self.max_output_len}")
 
@@ -166,7 +168,9 @@ class Simulation:
                     "nothing can run"
                 )
             self._run_model(output)
-        hit_rate = self.manager.get_prefix_cache_hit_rate(Device.GPU) if self.config.scheduler.enable_prefix_caching else 0.0
+        hit_rate = (
+            self.manager.get_prefix_cache_hit_rate(Device.GPU) if self.config.scheduler.enable_prefix_caching else 0.0
+        )
         return SimulationResult(
             self.manager_name,
             self.config,
@@ -239,7 +243,9 @@ class Simulation:
         timeline.num_running.append(len(scheduler.running))
         timeline.num_waiting.append(len(scheduler.waiting))
         timeline.num_swapped.append(len(scheduler.swapped))
-        rate = self.manager.get_prefix_cache_hit_rate(Device.GPU) if self.config.scheduler.enable_prefix_caching else 0.0
+        rate = (
+            self.manager.get_prefix_cache_hit_rate(Device.GPU) if self.config.scheduler.enable_prefix_caching else 0.0
+        )
         timeline.hit_rate.append(float(rate))
         timeline.num_batched_tokens.append(sum(group.num_uncached_tokens for group in output.scheduled))
         timeline.manager_s.append(scheduler.manager.take_seconds())
@@ -295,9 +301,19 @@ def warm_up(manager_class: type, manager_kwargs: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
-def run_simulation(trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any) -> SimulationResult:
+def run_simulation(
+    trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any
+) -> SimulationResult:
     """Replay ``trace`` through a fresh ``manager_class`` and return the result."""
     return Simulation(trace, manager_class, config, **hooks).run()
 
 
-__all__ = ["SimulationConfig", "SimulationResult", "SimulationStalledError", "Simulation", "Timeline", "run_simulation", "warm_up"]
+__all__ = [
+    "SimulationConfig",
+    "SimulationResult",
+    "SimulationStalledError",
+    "Simulation",
+    "Timeline",
+    "run_simulation",
+    "warm_up",
+]

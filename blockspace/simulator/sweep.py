@@ -51,8 +51,11 @@ HEADLINES: tuple[tuple[str, str, Callable[[dict[str, Any]], Any]], ...] = (
     ("e2e_p99_s", "end-to-end p99 (s)", lambda s: s["e2e_latency_s"]["p99"]),
     ("output_tokens_per_s", "throughput (output tok/s)", lambda s: s["throughput"]["output_tokens_per_s"]),
     ("hit_rate", "prefix-cache hit rate (final)", lambda s: s["prefix_cache"]["gpu_block_hit_rate"]),
-    ("preemptions", "preemptions (recompute + swap out)",
-     lambda s: s["preemption"]["recompute"] + s["preemption"]["swap_out"]),  # fmt: skip
+    (
+        "preemptions",
+        "preemptions (recompute + swap out)",
+        lambda s: s["preemption"]["recompute"] + s["preemption"]["swap_out"],
+    ),  # fmt: skip
     ("peak_kv_usage", "peak KV use (share of GPU blocks)", lambda s: s["kv_cache"]["peak_usage"]),
 )
 PANELS = (  # the plot's panels: the columns drawn in each
@@ -103,7 +106,9 @@ def parse_sweeps(
         if not equals or not text.strip():
             raise InvalidArgumentError(f"--sweep {spec!r}: expected KEY=V1,V2,...")
         if dest not in actions:
-            raise InvalidArgumentError(f"--sweep: no option {key.strip()!r} to sweep (options: {', '.join(sorted(actions))})")
+            raise InvalidArgumentError(
+                f"--sweep: no option {key.strip()!r} to sweep (options: {', '.join(sorted(actions))})"
+            )
         if dest in (name for name, _ in sweeps):
             raise InvalidArgumentError(f"--sweep: {dest} is swept twice")
         convert, allowed, values = _converter(actions[dest]), (ranges or {}).get(dest), []
@@ -206,10 +211,17 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def write_outputs(out: Path, sweeps: list[tuple[str, list[Any]]], rows: list[dict[str, Any]], summaries: list[Any]) -> None:
+def write_outputs(
+    out: Path, sweeps: list[tuple[str, list[Any]]], rows: list[dict[str, Any]], summaries: list[Any]
+) -> None:
     (out / "sweep.json").write_text(
-        json.dumps({"swept": dict(sweeps), "runs": [{"values": {k: r[k] for k, _ in sweeps}, "summary": s}
-                                                     for r, s in zip(rows, summaries)]}, indent=1)  # fmt: skip
+        json.dumps(
+            {
+                "swept": dict(sweeps),
+                "runs": [{"values": {k: r[k] for k, _ in sweeps}, "summary": s} for r, s in zip(rows, summaries)],
+            },
+            indent=1,
+        )  # fmt: skip
     )
     with open(out / "sweep.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

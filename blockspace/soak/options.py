@@ -8,7 +8,9 @@ import argparse
 
 from blockspace.validation import Range, command_parser
 
-DESCRIPTION = "A long run that looks for leaks and drift: random operations and, with --trace, a replay by two managers."
+DESCRIPTION = (
+    "A long run that looks for leaks and drift: random operations and, with --trace, a replay by two managers."
+)
 RANGES = {"ops": Range(least=0), "check_every": Range(least=1)}
 
 
