@@ -211,7 +211,8 @@ def print_summary(report: dict[str, Any]) -> None:
     totals = report["totals"]
     rows = [
         (check["name"], check["status"], str(check["examples"]), f"{check['seconds']:.1f}",
-         f"the same failure as {check['same_failure_as']}" if "same_failure_as" in check else check["detail"].partition("\n")[0])
+         f"the same failure as {check['same_failure_as']}" if "same_failure_as" in check
+         else check["detail"].partition("\n")[0])
         for check in checks
     ]  # fmt: skip
     rows.append(("total", f"{totals['failed']} failed", str(totals["examples"]), f"{totals['seconds']:.1f}", ""))

@@ -301,8 +301,8 @@ class Keeper:
     def blob(self, world: World, managers: Mapping[str, Any], mirrors: dict[str, DeviceMirror]) -> bytes:
         """A state as the frontier keeps it: the world and mirrors (a pickle
         of their own, loaded again before each move), and each manager's state."""
-        saved = {name: m.save_state() if callable(getattr(m, "save_state", None)) else pickle.dumps(m, pickle.HIGHEST_PROTOCOL)
-                 for name, m in managers.items()}  # fmt: skip
+        saved = {name: m.save_state() if callable(getattr(m, "save_state", None))
+                 else pickle.dumps(m, pickle.HIGHEST_PROTOCOL) for name, m in managers.items()}  # fmt: skip
         return pickle.dumps((pickle.dumps((world, mirrors), pickle.HIGHEST_PROTOCOL), saved), pickle.HIGHEST_PROTOCOL)
 
     def load(self, places: bytes, saved: Mapping[str, Any]) -> tuple[World, dict[str, Any], dict[str, DeviceMirror]]:
@@ -448,18 +448,21 @@ class Report:
             return (
                 f"scope {self.scope.name}: {' and '.join(others)} {verbs[2]} with {first} after {len(self.path)} moves"
             )
-        figures = (f"{self.states:,} states, {self.transitions:,} transitions ({self.calls:,} calls), depth {self.depth}, "
-                   f"{self.seconds:.1f} s on {self.workers} worker(s), {self.rate():,.0f} transitions/s per worker")  # fmt: skip
+        figures = (f"{self.states:,} states, {self.transitions:,} transitions ({self.calls:,} calls), "
+                   f"depth {self.depth}, {self.seconds:.1f} s on {self.workers} worker(s), "
+                   f"{self.rate():,.0f} transitions/s per worker")  # fmt: skip
         if self.exhausted:
             claim = "for every call sequence within the scope (every depth: no new state after"
             claim += f" depth {self.depth})"
         else:
             claim = f"for every call sequence of at most {self.depth} moves within the scope (cut by {self.cut})"
         if self.histories > self.states:
-            claim += f" (each state gone on from as reached by its first {self.scope.histories} histories: {self.histories:,} in all)"
+            claim += (f" (each state gone on from as reached by its first {self.scope.histories} histories: "
+                      f"{self.histories:,} in all)")  # fmt: skip
         if self.excluded:
-            claim += (f", leaving out the {sum(self.excluded.values()):,} transitions that meet vLLM's crashes, half-done "
-                      f"operations or nondeterminism ({'; '.join(f'{k}: {v:,}' for k, v in self.excluded.most_common())})")  # fmt: skip
+            claim += (f", leaving out the {sum(self.excluded.values()):,} transitions that meet vLLM's crashes, "
+                      f"half-done operations or nondeterminism "
+                      f"({'; '.join(f'{k}: {v:,}' for k, v in self.excluded.most_common())})")  # fmt: skip
         return (f"scope {self.scope.name} [{self.scope.describe()}]: {claim}, {' and '.join(others)} {verbs[0]} the "
                 f"values {first} returns and {verbs[1]} identical snapshots: {figures}, "
                 f"{'exhausted' if self.exhausted else 'not exhausted'}")  # fmt: skip
@@ -471,8 +474,8 @@ class Report:
         return {
             "scope": self.scope.name, "settings": self.scope.describe(), "states": self.states,
             "transitions": self.transitions, "calls": self.calls, "depth": self.depth, "exhausted": self.exhausted,
-            "cut": self.cut, "histories": self.histories, "seconds": round(self.seconds, 2), "workers": self.workers, "layers": self.layers,
-            "transitions_per_s_per_worker": round(self.rate()), "excluded": dict(self.excluded),
+            "cut": self.cut, "histories": self.histories, "seconds": round(self.seconds, 2), "workers": self.workers,
+            "layers": self.layers, "transitions_per_s_per_worker": round(self.rate()), "excluded": dict(self.excluded),
             "theorem": self.theorem(), "failure_moves": len(self.path) if self.failure else None,
         }  # fmt: skip
 

@@ -74,7 +74,8 @@ def world_source(world: World, render: Callable[[Any], str]) -> str:
     """``world`` as a ``World(...)`` expression of a repro script
     (``render`` names the script's sequences)."""
     fields = [f"{name}={getattr(world, name)!r}" for name in
-              ("block_size", "num_gpu_blocks", "num_cpu_blocks", "enable_caching", "sliding_window", "max_lookahead")]  # fmt: skip
+              ("block_size", "num_gpu_blocks", "num_cpu_blocks", "enable_caching", "sliding_window",
+               "max_lookahead")]  # fmt: skip
     for name in ("seqs", "written", "encoders", "dropped"):
         mapping = getattr(world, name)
         fields.append(f"{name}={{" + ", ".join(f"{key!r}: {render(value)}" for key, value in mapping.items()) + "}")

@@ -280,7 +280,10 @@ class Lockstep:
         deltas rebuild the step's tables exactly."""
         self.script.catch_up()
         options = ("" if guarded else ", guarded=False") + ("" if way == "rows" else f", way={way!r}")
-        line = f"lock.row_step({self.script.render_value(list(groups))}, {num_lookahead_slots!r}, {access_time!r}{options})"
+        line = (
+            f"lock.row_step({self.script.render_value(list(groups))}, "
+            f"{num_lookahead_slots!r}, {access_time!r}{options})"
+        )
         first = self._each_manager(
             "row_step",
             line,

@@ -398,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         list(pool.map(one, chosen))
     killed = sum(r["verdict"] == "killed" for r in results)
     print(
-        f"mutation score: {killed}/{len(results)} = {killed / max(1, len(results)):.1%} ({len(mutants)} mutants of {args.target})"
+        f"mutation score: {killed}/{len(results)} = {killed / max(1, len(results)):.1%} "
+        f"({len(mutants)} mutants of {args.target})"
     )
     return 0
 

@@ -212,8 +212,8 @@ class World:
         explorer's canonical form takes it whole, beside the snapshot)."""
         requests = tuple(
             (g.request_id, tuple(g.encoder_seq.get_token_ids()) if g.encoder_seq is not None else None,
-             tuple((s.seq_id, s.status.value, s.lora_int_id, s.cache_salt, tuple(s.get_token_ids()), s.data._num_computed_tokens,
-                    s.data._num_output_tokens, s.data._is_decoding) for s in g.seqs))
+             tuple((s.seq_id, s.status.value, s.lora_int_id, s.cache_salt, tuple(s.get_token_ids()),
+                    s.data._num_computed_tokens, s.data._num_output_tokens, s.data._is_decoding) for s in g.seqs))
             for g in self.groups.values()
         )  # fmt: skip
         return requests, self.num_requests, self.num_preemptions, self.tracking

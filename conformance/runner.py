@@ -182,7 +182,10 @@ def run_machine(
         message += "\n\n"
         ended = time.perf_counter()
         num_calls = sum(line.startswith("lock.call(") for line in repro.splitlines())
-        note = f"found after {found_at - started:.1f} s, shrunk to {num_calls} calls in {ended - found_at:.1f} s (budget {limit:g} s)"
+        note = (
+            f"found after {found_at - started:.1f} s, shrunk to {num_calls} calls in {ended - found_at:.1f} s "
+            f"(budget {limit:g} s)"
+        )
         extra = {"found_s": round(found_at - started, 2), "shrink_s": round(ended - found_at, 2),
                  "shrink_budget_s": limit, "repro_calls": num_calls}  # fmt: skip
         detail = f"{note}\n{message}{REPRO}{repro}"

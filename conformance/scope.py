@@ -107,8 +107,8 @@ SCOPES = {
     # CI exhausts this one (tests/test_explore.py) in well under a minute: sharing by forks and
     # by prefix, copy-on-write, eviction, promotion and a dry pool happen in it (swaps: "swap").
     "default": Scope(name="default", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
-                     watermark=None, enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
-                     max_len=2, max_preemptions=0),
+                     watermark=None, enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,),
+                     alphabet=(1,), max_len=2, max_preemptions=0),
     # An empty prompt too: a running sequence with an empty table.
     "plain": Scope(name="plain", family="plain", block_size=2, num_gpu_blocks=3, num_cpu_blocks=1, watermark=0.34,
                    max_requests=2, max_seqs=2, prompt_lengths=(0, 1, 2), alphabet=(0,), max_len=2,
@@ -265,7 +265,8 @@ def check_scope(scope: Scope) -> None:
         (scope.watermark is not None and not 0 <= scope.watermark < 1, "watermark must be in [0, 1) or None"),
         (scope.max_requests < 0 or scope.max_preemptions < 0, "max_requests and max_preemptions must be >= 0"),
         (not scope.samples or min(scope.samples) < 1, "samples must be >= 1"),
-        (scope.max_seqs < max(scope.samples or (1,)) or scope.max_seqs > 9, "max_seqs must be >= every value of samples, and at most 9"),
+        (scope.max_seqs < max(scope.samples or (1,)) or scope.max_seqs > 9,
+         "max_seqs must be >= every value of samples, and at most 9"),
         (not scope.alphabet or min(scope.alphabet) < 0, "alphabet must hold token ids >= 0"),
         (not scope.prompt_lengths or min(scope.prompt_lengths) < 0, "prompt_lengths must be >= 0"),
         (not scope.lookaheads or min(scope.lookaheads) < 0, "lookaheads must be >= 0"),
@@ -276,7 +277,8 @@ def check_scope(scope: Scope) -> None:
         (scope.max_len < max(scope.prompt_lengths or (0,)), "max_len must be >= the longest prompt"),
         (scope.max_depth is not None and scope.max_depth < 0, "max_depth must be >= 0"),
         (scope.histories < 1, "histories must be >= 1"),
-        (scope.enable_caching and scope.sliding_window is not None, "prefix caching and a sliding window exclude each other"),
+        (scope.enable_caching and scope.sliding_window is not None,
+         "prefix caching and a sliding window exclude each other"),
         (scope.encoder_decoder and (scope.enable_caching or scope.sliding_window is not None),
          "encoder_decoder needs caching off and no sliding window"),
     ]  # fmt: skip

@@ -232,7 +232,8 @@ def _edge_problems(manager: Any, seqs: list[Any]) -> list[str]:
                 pass
             except Exception as error:  # noqa: BLE001
                 problems.append(
-                    f"append_slots_rows with a wrong token_ids[{i}] raised {type(error).__name__}, not InvalidArgumentError"
+                    f"append_slots_rows with a wrong token_ids[{i}] raised {type(error).__name__}, "
+                    "not InvalidArgumentError"
                 )
     return problems
 

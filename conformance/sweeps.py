@@ -283,16 +283,22 @@ class Sweep:
 
 CACHING = {"enable_caching": True}
 SWEEPS = {
-    "sweep[shared_writes]": Sweep(shared_writes, [(s, m) for s in (2, 3) for m in (True, False)], CACHING, range(1, 8), needs="supports_caching"),
+    "sweep[shared_writes]": Sweep(shared_writes, [(s, m) for s in (2, 3) for m in (True, False)], CACHING, range(1, 8),
+                                  needs="supports_caching"),
     "sweep[shared_writes_plain]": Sweep(shared_writes, [(2, False), (3, False)], {}, range(1, 7)),
     "sweep[copies_in_one_append]": Sweep(copies_in_one_append, [(2,), (3,)], {}, range(1, 8)),
-    "sweep[window_jump]": Sweep(window_jump, [(4,), (8,), (9,)], {"sliding_window": 2 * BLOCK_SIZE}, range(6, 13), needs="supports_sliding_window"),
-    "sweep[common_prefixes]": Sweep(common_prefixes, [(a, b) for a in (1, 2, 3) for b in (2, 3, 4, 5) if a < b], CACHING, range(12, 13), needs="supports_caching"),
+    "sweep[window_jump]": Sweep(window_jump, [(4,), (8,), (9,)], {"sliding_window": 2 * BLOCK_SIZE}, range(6, 13),
+                                needs="supports_sliding_window"),
+    "sweep[common_prefixes]": Sweep(common_prefixes, [(a, b) for a in (1, 2, 3) for b in (2, 3, 4, 5) if a < b],
+                                    CACHING, range(12, 13), needs="supports_caching"),
     "sweep[cross_rows]": Sweep(cross_rows, [(True,), (False,)], {}, range(2, 8), needs="supports_encoder_decoder"),
     "sweep[adapter_rows]": Sweep(adapter_rows, [(True,), (False,)], CACHING, range(5, 7), needs="supports_caching"),
-    "sweep[prompt_hits]": Sweep(prompt_hits, [(n, c) for n in (BLOCK_SIZE, 3 * BLOCK_SIZE, 3 * BLOCK_SIZE + 1) for c in (True, False)], CACHING, range(3, 7), needs="supports_caching"),
-    "sweep[batch_margin]": Sweep(batch_margin, [((1, 1, 1), False), ((6, 6, 6), False), ((40, 40, 1), False), ((40, 40, 1), True)], {}, range(3, 31)),
-    "sweep[swap_shared]": Sweep(swap_shared, [("alone",), ("forked",), ("twin",), ("aborted",)], CACHING, range(3, 6), range(0, 6), needs="supports_caching"),
+    "sweep[prompt_hits]": Sweep(prompt_hits, [(n, c) for n in (BLOCK_SIZE, 3 * BLOCK_SIZE, 3 * BLOCK_SIZE + 1)
+                                              for c in (True, False)], CACHING, range(3, 7), needs="supports_caching"),
+    "sweep[batch_margin]": Sweep(batch_margin, [((1, 1, 1), False), ((6, 6, 6), False), ((40, 40, 1), False),
+                                                ((40, 40, 1), True)], {}, range(3, 31)),
+    "sweep[swap_shared]": Sweep(swap_shared, [("alone",), ("forked",), ("twin",), ("aborted",)], CACHING, range(3, 6),
+                                range(0, 6), needs="supports_caching"),
     "sweep[salts]": Sweep(salts, [(0,), (1,), (2,)], CACHING, range(6, 7), needs="supports_caching"),
 }  # fmt: skip
 

@@ -89,8 +89,8 @@ def test_a_lockstep_driven_by_hand_prints_a_repro_that_runs(made):
 
 
 def test_reduce_keeps_only_what_the_failure_needs():
-    lock = Lockstep.build({"reference": ReferenceBlockSpaceManager, "stale": StaleBlockTable}, block_size=2, num_gpu_blocks=8,
-                          num_cpu_blocks=2, watermark=0.0)  # fmt: skip
+    lock = Lockstep.build({"reference": ReferenceBlockSpaceManager, "stale": StaleBlockTable}, block_size=2,
+                          num_gpu_blocks=8, num_cpu_blocks=2, watermark=0.0)  # fmt: skip
     other = SequenceGroup("noise", [Sequence(9, [7, 7])])
     lock.call("can_allocate", other, 0)
     lock.call("allocate", other)

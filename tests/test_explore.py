@@ -175,7 +175,8 @@ def test_arrivals_carry_adapters_and_the_state_tells_them_apart() -> None:
 
 def test_the_command_prints_the_theorem() -> None:
     command = [sys.executable, "-m", "blockspace", "conformance", "--impl", "fast", "--against", "reference",
-               "--profile", "exhaustive", "--scope", "plain", "--scope-set", "max_depth=2", "--workers", "1"]  # fmt: skip
+               "--profile", "exhaustive", "--scope", "plain", "--scope-set", "max_depth=2",
+               "--workers", "1"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "explore[plain]: scope plain [" in done.stdout and "at most 2 moves" in done.stdout

@@ -54,7 +54,10 @@ def test_a_one_call_bug_is_reported_in_at_most_60_lines(tmp_path, capsys):
 
 def test_the_signature_leaves_out_the_place_and_the_numbers():
     machine = "get_num_free_gpu_blocks disagrees:\n  reference returned 5\n  broken returned 4\n  (value: 5 != 4)"
-    sweep = "in shared_writes(2, True) with 3 GPU and 0 CPU blocks: get_num_free_gpu_blocks disagrees:\n  reference returned 12\n  broken returned 11"
+    sweep = (
+        "in shared_writes(2, True) with 3 GPU and 0 CPU blocks: get_num_free_gpu_blocks disagrees:\n"
+        "  reference returned 12\n  broken returned 11"
+    )
     long_run = "at step 10: get_num_free_gpu_blocks disagrees:\n  reference returned 0\n  broken returned -1"
     assert failure_signature(machine) == failure_signature(sweep) == failure_signature(long_run + "\n\n" + REPRO + "x")
     assert failure_signature("state differs after free (a vs b):\n    free['GPU']: [0, 1] != [1, 0, 2]") == (
