@@ -4,10 +4,14 @@ Why deltas: copying every table to the GPU at every step costs a transfer
 of the whole table; a decode step changes a few cells. So once tracking
 starts, every block write of a kernel is logged (``tables.log``, see
 ``fast/table.py``), and at each step the log is folded into delta buffers
-(``fast/cuda_tables.py``) that the ``DeviceBlockTable`` applies. A log that
-overflows, and the start of tracking, record every live row in full
-instead. Nothing here runs until a caller asks for a device table or a
-delta: ``fast/cuda_tables.py`` (and CUDA) is imported then.
+(``fast/table_deltas.py``) that the ``DeviceBlockTable``
+(``fast/device_table.py``) applies. A log that overflows, and the start of
+tracking, record every live row in full instead. Nothing here runs until a
+caller asks for a device table or a delta, and each module is imported only
+then (at the top, it would make every manager need the ``[gpu]`` extra):
+``fast/table_deltas.py`` (NumPy and Numba, checks the extra, no CUDA) for
+deltas, ``fast/device_table.py`` (torch and ``numba.cuda``) only for a device
+table. Neither imports this module, so no import circle can form.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ class DeviceSync:
     def __init__(self, store: Store, rows: TableRows) -> None:
         self.store = store
         self.rows = rows
-        self.deltas: Any = None  # cuda_tables.DeltaBuffers while tracking
+        self.deltas: Any = None  # table_deltas.DeltaBuffers while tracking
         self.device_table: Any = None
         self.buffers = Buffers()
 
@@ -55,7 +59,7 @@ class DeviceSync:
     def device(self, block_size: int, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> Any:
         """The ``DeviceBlockTable`` (made on the first call; the arguments only count then)."""
         if self.device_table is None:
-            from blockspace.fast.cuda_tables import DeviceBlockTable
+            from blockspace.fast.device_table import DeviceBlockTable
 
             self.device_table = DeviceBlockTable(block_size, max_seqs, max_blocks, backend)
         return self.device_table
@@ -64,7 +68,7 @@ class DeviceSync:
         """Start logging block writes, with every live table as the first delta."""
         if self.deltas is not None:
             return
-        from blockspace.fast.cuda_tables import new_delta_buffers
+        from blockspace.fast.table_deltas import new_delta_buffers
 
         self.deltas = new_delta_buffers(max(self.rows.num_used, 1), self.store.tables.blocks.shape[1])
         self._resync(log_capacity=FIRST_LOG_SIZE)
@@ -72,7 +76,7 @@ class DeviceSync:
     def _resync(self, log_capacity: int) -> None:
         """Record every row in use in full and clear the others (tracking starts,
         or the write log overflowed), with an empty log of ``log_capacity``."""
-        from blockspace.fast.cuda_tables import deltas_clear_row, deltas_copy_row
+        from blockspace.fast.table_deltas import deltas_clear_row, deltas_copy_row
 
         tables, in_use, buffers = self.store.tables, self.rows.rows_in_use(), self.deltas
         for row in range(self.rows.num_used):
@@ -84,7 +88,7 @@ class DeviceSync:
         self.store.tables = tables._replace(log=np.zeros((log_capacity, 2), np.int32), num_logged=np.zeros(1, np.int64))
 
     def _flush_log(self) -> None:
-        from blockspace.fast.cuda_tables import flush_table_log
+        from blockspace.fast.table_deltas import flush_table_log
 
         self.deltas, flushed = flush_table_log(self.store.tables_ref, self.deltas)
         if not flushed:
@@ -93,14 +97,14 @@ class DeviceSync:
     def forget_row(self, row: int) -> None:
         """A table is about to be freed: its row empties on the device too."""
         if self.deltas is not None:
-            from blockspace.fast.cuda_tables import deltas_clear_row
+            from blockspace.fast.table_deltas import deltas_clear_row
 
             self._flush_log()
             self.deltas = deltas_clear_row(self.deltas, row)
 
     def drain(self) -> Any:
         """The changes since the last drain as a ``TableDelta`` (starts tracking)."""
-        from blockspace.fast.cuda_tables import TableDelta, deltas_drain
+        from blockspace.fast.table_deltas import TableDelta, deltas_drain
 
         self.start()
         self._flush_log()

@@ -32,11 +32,11 @@ import ctypes
 from collections.abc import Sequence
 
 import numpy as np
-import torch  # noqa: E402, I001  (after cuda_tables has checked the [gpu] extra)
+import torch  # noqa: E402, I001  (after device_table has checked the [gpu] extra)
 from numba import cuda  # noqa: E402
 
 from blockspace.errors import InvalidArgumentError
-from blockspace.fast.cuda_tables import gpu_available, simulator_enabled  # checks the [gpu] extra first
+from blockspace.fast.device_table import gpu_available, simulator_enabled  # checks the [gpu] extra first
 
 UNROLL = 4  # words each thread loads before it stores: keeps enough bytes in flight
 WORD_TYPES = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}

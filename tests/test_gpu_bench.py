@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from blockspace.cli import main as blockspace
-from blockspace.fast.cuda_tables import gpu_available
+from blockspace.fast.device_table import gpu_available
 
 
 def test_gpu_bench_runs_and_writes_json(tmp_path, capsys):

@@ -14,8 +14,9 @@ from test_gpu_kv_copy import DTYPES, clone, make_caches, random_pairs
 from test_gpu_tables import BLOCK_SIZE, python_slots, random_steps
 
 from blockspace.errors import InvalidArgumentError
-from blockspace.fast.cuda_tables import DeviceBlockTable, TableDeltas, gpu_available
+from blockspace.fast.device_table import DeviceBlockTable, gpu_available
 from blockspace.fast.kv_copy import BlockMover, block_tensors
+from blockspace.fast.table_deltas import TableDeltas
 
 pytestmark = pytest.mark.skipif(not gpu_available(), reason="needs a CUDA GPU (the simulator tests cover the kernels)")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from blockspace.errors import InvalidArgumentError
-from blockspace.fast.cuda_tables import simulator_enabled
+from blockspace.fast.device_table import simulator_enabled
 from blockspace.fast.kv_copy import BlockMover, block_tensors, copy_blocks, swap_blocks
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]

@@ -12,7 +12,7 @@ import pytest
 from numba import config, cuda
 from numba import types as nb
 
-import blockspace.fast.cuda_tables  # noqa: F401,E402  (first: its NumPy 2.5 fix for numba-cuda's compiler)
+import blockspace.fast.device_table  # noqa: F401,E402  (first: its NumPy 2.5 fix for numba-cuda's compiler)
 
 pytestmark = pytest.mark.skipif(bool(config.ENABLE_CUDASIM), reason="the simulator compiles nothing")
 
@@ -29,7 +29,7 @@ def test_kernels_compile_for_sm90():
     missing = _toolchain_missing()
     if missing:
         pytest.skip(missing)
-    from blockspace.fast.cuda_tables import _step_kernel
+    from blockspace.fast.device_table import _step_kernel
     from blockspace.fast.kv_copy import move_kernel
 
     ptx, _ = cuda.compile_ptx(

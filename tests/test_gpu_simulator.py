@@ -31,7 +31,7 @@ else:
     from test_gpu_kv_copy import DTYPES, clone, make_caches, random_pairs, same_bytes
     from test_gpu_tables import BLOCK_SIZE, python_slots, random_steps
 
-    from blockspace.fast.cuda_tables import DeviceBlockTable
+    from blockspace.fast.device_table import DeviceBlockTable
     from blockspace.fast.kv_copy import BlockMover
 
     @pytest.mark.parametrize("seed", range(2))
@@ -48,7 +48,7 @@ else:
     def test_table_kernel_with_more_tokens_than_threads():
         kernel = DeviceBlockTable(BLOCK_SIZE, backend="cuda", threads_per_block=4)
         cpu = DeviceBlockTable(BLOCK_SIZE, backend="cpu")
-        from blockspace.fast.cuda_tables import TableDeltas
+        from blockspace.fast.table_deltas import TableDeltas
 
         deltas = TableDeltas()
         for row in range(3):

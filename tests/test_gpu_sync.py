@@ -23,7 +23,7 @@ import pytest
 
 from blockspace import SequenceGroup, SequenceStatus
 from blockspace.conformance.walk import Config, Solo, World, drain, step
-from blockspace.fast.cuda_tables import PAD_BLOCK_ID, PAD_SLOT_ID, DeviceBlockTable, gpu_available
+from blockspace.fast.device_table import PAD_BLOCK_ID, PAD_SLOT_ID, DeviceBlockTable, gpu_available
 from blockspace.fast.manager import FastBlockSpaceManager
 from helpers import pytest_in_subprocess
 

@@ -17,10 +17,9 @@ import torch
 from numba import njit
 
 from blockspace.errors import InvalidArgumentError
-from blockspace.fast.cuda_tables import (
+from blockspace.fast.device_table import PAD_SLOT_ID, DeviceBlockTable
+from blockspace.fast.table_deltas import (
     PAD_BLOCK_ID,
-    PAD_SLOT_ID,
-    DeviceBlockTable,
     TableDeltas,
     deltas_append,
     deltas_clear_row,

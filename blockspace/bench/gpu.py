@@ -34,8 +34,9 @@ import torch
 
 from blockspace.bench.gpu_options import RANGES, build_parser
 from blockspace.errors import BlockSpaceError
-from blockspace.fast.cuda_tables import DeviceBlockTable, TableDeltas, gpu_available
+from blockspace.fast.device_table import DeviceBlockTable, gpu_available
 from blockspace.fast.kv_copy import BlockMover, move_blocks_torch
+from blockspace.fast.table_deltas import TableDeltas
 from blockspace.validation import check_output_file, check_ranges, refuse
 
 TABLE_TARGET_US = 20.0
