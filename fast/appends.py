@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from blockspace.enums import SequenceStatus
 from blockspace.errors import EmptyTableError, InvalidArgumentError, NoFreeBlocksError, WrongDeviceError
 from blockspace.fast import kernels
 from blockspace.fast import pool as P
@@ -22,8 +23,10 @@ from blockspace.fast import table as T
 from blockspace.fast.checks import check_new_tokens
 from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import Store
-from blockspace.fast.table_rows import TableRows
+from blockspace.fast.table_rows import TableRows, unknown
 from blockspace.validation import MAX_TOKEN_ID
+
+RUNNING = SequenceStatus.RUNNING
 
 # The usual decode step only counts a token into a block the table alone
 # holds: the kernel's own test for that case, run as Python on memoryviews
@@ -39,6 +42,7 @@ class Appends:
         store: Store,
         rows: TableRows,
         key_space: KeySpace,
+        *,
         block_size: int,
         caching: bool,
         window_blocks: int | None,
@@ -46,19 +50,27 @@ class Appends:
         self.store, self.rows, self.key_space = store, rows, key_space
         self.block_size, self.caching, self.window_blocks = block_size, caching, window_blocks
         self.windowed = window_blocks is not None
-        self.cow = np.zeros(64, np.int64)  # copy-on-write pairs come back here
         self.needs = np.zeros(2, np.int64)  # batch_needs: table columns, content keys
         self.status = np.zeros(2, np.int64)  # append_batch: failure code, index
 
-    def scratch(self, num_values: int) -> np.ndarray:
-        """A buffer of at least ``num_values`` int64 (for pairs the kernels write)."""
-        if len(self.cow) < num_values:
-            self.cow = np.zeros(2 * num_values, np.int64)
-        return self.cow
+    def can_append(self, seq_group: Any, num_lookahead_slots: int) -> bool:
+        """``can_append_slots`` (the lookahead already checked): do the free
+        GPU blocks cover every block the group's RUNNING sequences touch?
+        Python arithmetic per sequence: a kernel call costs more."""
+        num_filled, of_seq, block_size = self.store.tables_view.num_filled, self.rows.of_seq, self.block_size
+        touched = 0
+        for seq in seq_group.get_seqs(status=RUNNING):
+            row = of_seq.get(seq.seq_id)
+            if row is None:
+                raise unknown(seq)
+            filled = num_filled[row]
+            unseen = max(0, len(seq.get_token_ids()) - filled)
+            touched += kernels.blocks_touched(filled, unseen, num_lookahead_slots, block_size)
+        return touched <= self.store.num_free_gpu()
 
     def check(self, seq: Any) -> tuple[int, int, list[int]]:
         """The reference's checks before an append; returns (row, num_filled, tokens)."""
-        row = self.rows.row(seq)
+        row = self.rows.require(seq)
         tables = self.store.tables_view
         if tables.num_blocks[row] == 0:
             raise EmptyTableError(f"sequence {seq.seq_id} has no blocks to append to")
@@ -107,7 +119,7 @@ class Appends:
                 tables.num_filled[row] = num_filled + num_new  # all the kernel would do
                 return []
         array, num_drops, extra = self.args(seq, num_filled, tokens)
-        cow = self.scratch(2 * (num_new // self.block_size + 2))
+        cow = store.pairs_buffer(2 * (num_new // self.block_size + 2))
         result = with_room(
             lambda: kernels.append(
                 store.gpu_ref, store.keys_ref, store.tables_ref, row, array, num_new, num_lookahead_slots,
@@ -146,7 +158,7 @@ class Appends:
             store.grow_columns(int(needs[0]))
         if self.caching and not kernels.has_room(store.keys_ref, int(needs[1])):
             self.key_space.make_room(int(needs[1]))
-        cow = self.scratch(2 * int(bound) + 2)
+        cow = store.pairs_buffer(2 * int(bound) + 2)
         args = (rows, tokens, token_starts, seq_lens, num_lookahead_slots, num_drops, extras, self.windowed)
         status = self.status
         status[0] = 0

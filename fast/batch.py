@@ -21,15 +21,19 @@ from blockspace.fast import kernels
 from blockspace.fast import table as T
 from blockspace.fast.appends import Appends, pairs
 from blockspace.fast.checks import check_new_tokens, checked_lookahead
+from blockspace.fast.store import Store
+from blockspace.fast.table_rows import TableRows, unknown
 from blockspace.validation import MAX_TOKEN_ID, check_lookahead
 
 
 class BatchSteps:
     """``can_append_slots_batch`` and ``append_slots_batch``."""
 
-    def __init__(self, appends: Appends) -> None:
-        self.appends = appends
-        self.store, self.rows = appends.store, appends.rows
+    def __init__(
+        self, store: Store, rows: TableRows, appends: Appends, *, block_size: int, caching: bool, windowed: bool
+    ) -> None:
+        self.store, self.rows, self.appends = store, rows, appends
+        self.block_size, self.caching, self.windowed = block_size, caching, windowed
 
     def can_append_slots_batch(self, seq_groups: list[Any], num_lookahead_slots: int) -> list[bool]:
         """``[can_append_slots(group, num_lookahead_slots) for group in seq_groups]``."""
@@ -41,13 +45,15 @@ class BatchSteps:
         for group in seq_groups:
             for seq in group.get_seqs(status=SequenceStatus.RUNNING):
                 row = of_seq.get(seq.seq_id)
-                rows.append(self.rows.row(seq) if row is None else row)  # row() raises for an unknown sequence
+                if row is None:
+                    raise unknown(seq)
+                rows.append(row)
                 num_tokens.append(len(seq.get_token_ids()))
             group_ends.append(len(rows))
         result = np.zeros(len(seq_groups), np.bool_)
         kernels.can_append_batch(
             self.store.gpu_ref, self.store.tables_ref, np.array(rows, np.int64), np.array(num_tokens, np.int64),
-            np.array(group_ends, np.int64), num_lookahead_slots, self.appends.block_size, result,
+            np.array(group_ends, np.int64), num_lookahead_slots, self.block_size, result,
         )  # fmt: skip
         return result.tolist()
 
@@ -61,7 +67,7 @@ class BatchSteps:
         rows, seq_lens, num_drops, extras, token_parts = self._check(seqs)
         token_starts = np.zeros(len(seqs) + 1, np.int64)
         np.cumsum([len(part) for part in token_parts], out=token_starts[1:])
-        tokens = np.concatenate(token_parts) if self.appends.caching and seqs else T.NO_TOKENS
+        tokens = np.concatenate(token_parts) if self.caching and seqs else T.NO_TOKENS
         cow, count = self.appends.run(
             rows, seq_lens, num_lookahead_slots, tokens, token_starts, np.array(num_drops, np.int64),
             np.array(extras, np.int64), lambda index: f"sequence {seqs[index].seq_id}",
@@ -96,7 +102,7 @@ class BatchSteps:
                 continue  # the usual decode step: one plain new token
             check_new_tokens(seq, tokens, start)
         num_drops, extras, token_parts = [0] * len(seqs), [0] * len(seqs), [T.NO_TOKENS] * len(seqs)
-        if appends.caching or appends.windowed:
+        if self.caching or self.windowed:
             for i, (seq, tokens, start) in enumerate(zip(seqs, token_lists, filled)):
                 token_parts[i], num_drops[i], extras[i] = appends.args(seq, start, tokens)
         return rows_array, num_tokens, num_drops, extras, token_parts

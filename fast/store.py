@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from blockspace.enums import Device
 from blockspace.fast import pool as P
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
@@ -45,6 +46,15 @@ class Store(Derived):
         self.tracker = K.new_tracker()
         self.null_block = np.full(1, -1, np.int64)
         self.buffers = Buffers()
+        self.pairs = np.zeros(64, np.int64)
+
+    # -- the one place a device picks its pool ---------------------------------------
+    def pool_ref(self, device: Device) -> Any:
+        """The kernels' handle on ``device``'s pool."""
+        return self.gpu_ref if device == Device.GPU else self.cpu_ref
+
+    def num_free(self, device: Device) -> int:
+        return self.num_free_gpu() if device == Device.GPU else self.num_free_cpu()
 
     def num_free_gpu(self) -> int:
         """Free GPU blocks, uncached plus idle cached (two reads, no kernel call)."""
@@ -54,6 +64,14 @@ class Store(Derived):
     def num_free_cpu(self) -> int:
         meta = self.cpu_view.meta
         return meta[P.NUM_FREE_IDS] + meta[P.NUM_IDLE]
+
+    def pairs_buffer(self, num_values: int) -> np.ndarray:
+        """A buffer of at least ``num_values`` int64 for the pairs a kernel
+        writes (copy-on-write or swap mappings), kept between calls: the
+        caller turns the pairs into Python tuples before the next kernel call."""
+        if len(self.pairs) < num_values:
+            self.pairs = np.zeros(2 * num_values, np.int64)
+        return self.pairs
 
     def grow_columns(self, num_cols: int = 0) -> None:
         """At least ``num_cols`` table columns (default: twice as many)."""
@@ -81,6 +99,7 @@ class Store(Derived):
             setattr(self, name, unpacked(*packed_state))  # through ``State``: handles and views made when first read
         self.null_block = np.full(1, null, np.int64)
         self.buffers = Buffers()
+        self.pairs = np.zeros(64, np.int64)
 
     def save(self) -> tuple[tuple[Packed, ...], int]:
         """Every state as one buffer, and the null block (``save_state``)."""
@@ -103,6 +122,8 @@ class Store(Derived):
 
 
 STATE_NAMES = ("gpu", "cpu", "keys", "tables", "tracker")
+DEVICE_OF_CODE = {T.GPU: Device.GPU, T.CPU: Device.CPU}  # a table row's device code (``fast/table.py``)
+CODE_OF_DEVICE = {device: code for code, device in DEVICE_OF_CODE.items()}
 MAX_KEY_TOKENS = 1 << 22  # the key table's token cells made at the start (32 MiB); past that it grows
 FIRST_SIZE = 4  # the key table's least first size (and its size without prefix caching, where it stays empty)
 

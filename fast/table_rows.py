@@ -94,10 +94,12 @@ class TableRows(SavedFields):
             self.prefixes[key] = (answer(ids), answer(prefix))
 
     # -- rows -----------------------------------------------------------------------
-    def row(self, seq: Any) -> int:
+    def require(self, seq: Any) -> int:
+        """The sequence's row; ``UnknownSequenceError`` if it has no table
+        (every call that names a sequence asks here first)."""
         row = self.of_seq.get(seq.seq_id)
         if row is None:
-            raise UnknownSequenceError(f"sequence {seq.seq_id} has no block table")
+            raise unknown(seq)
         return row
 
     def take(self) -> int:
@@ -154,7 +156,7 @@ class TableRows(SavedFields):
         ids = self.answers.get(seq.seq_id)
         if ids is None:
             old = self.stale.pop(seq.seq_id, EMPTY)
-            ids = self.answers[seq.seq_id] = self._rebuilt(self.row(seq), old)
+            ids = self.answers[seq.seq_id] = self._rebuilt(self.require(seq), old)
         return ids
 
     def _rebuilt(self, row: int, old: BlockIds) -> BlockIds:
@@ -187,6 +189,29 @@ class TableRows(SavedFields):
             kept = self.prefixes[seq.seq_id] = (ids, rebuilt(ids, num_blocks, []) if num_blocks else EMPTY)
         return kept[1]
 
+    def common_prefix(self, seqs: list[Any], num_cached_blocks: list[int]) -> BlockIds:
+        """The longest block-id prefix that the sequences' first
+        ``num_cached_blocks[i]`` ids share; sequences without cached blocks
+        are left out, as in vLLM (spec §9.15)."""
+        prefixes = [self.block_ids(seq)[:count] for seq, count in zip(seqs, num_cached_blocks)]
+        prefixes = [ids for ids in prefixes if ids]  # vLLM drops sequences without cached blocks
+        if not prefixes:
+            return EMPTY
+        common = prefixes[0]
+        for ids in prefixes[1:]:
+            length = 0
+            while length < min(len(common), len(ids)) and common[length] == ids[length]:
+                length += 1
+            common = common[:length]
+        return BlockIds(common)
+
+    def touch(self, seq: Any, access_time: float) -> None:
+        """``access_all_blocks_in_seq``: the time is kept here and written
+        into the table store only when the table is freed."""
+        if seq.seq_id not in self.of_seq:
+            raise unknown(seq)
+        self.access_times[seq.seq_id] = access_time
+
     def refresh(self, seq_id: int, row: int) -> None:
         """A kernel may have written the row: if it did, the new answer."""
         if self.store.tables_view.changed_from[row] != T.UNCHANGED:
@@ -205,3 +230,9 @@ class TableRows(SavedFields):
                 old = answers.pop(seq_of_row[row], None)
                 if old is not None:
                     stale[seq_of_row[row]] = old
+
+
+def unknown(seq: Any) -> UnknownSequenceError:
+    """The error of a call naming a sequence without a table (raised by the
+    per-step calls too, which look the row up themselves for speed)."""
+    return UnknownSequenceError(f"sequence {seq.seq_id} has no block table")

@@ -65,6 +65,10 @@ class TrackerRows(SavedFields):
         self.memos: dict[int, Memo | None] = {}  # tracker row -> the tokens it was keyed from (from 0)
         self.parked: dict[int, tuple[int, Memo]] = {}  # seq_id -> (row, memo), oldest first
 
+    def tracks(self, seq_id: int) -> bool:
+        """Does the tracker hold a row for the sequence (``group_salt`` counts those)?"""
+        return seq_id in self.tracked
+
     def check_tokens(self, seq: Any, tokens: Any) -> tuple[int | None, int]:
         """The sequence's row (None: not tracked) and number of keyed blocks,
         after the reference's check that its tokens did not shrink."""

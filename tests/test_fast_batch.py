@@ -12,7 +12,7 @@ import torch
 from blockspace import Sequence, SequenceGroup, SequenceStatus
 from blockspace.errors import InvalidArgumentError, NoFreeBlocksError, UnknownSequenceError
 from blockspace.fast import FastBlockSpaceManager
-from blockspace.fast.rows import BLOCK_TABLE_PAD
+from blockspace.fast.row_api import BLOCK_TABLE_PAD
 from blockspace.reference import ReferenceBlockSpaceManager
 
 RUNNING = SequenceStatus.RUNNING

@@ -13,7 +13,8 @@ A sequence's row comes from ``rows_of(seqs)`` (or ``row_of(seq)``) and stays
 the same until the sequence is freed (a fork gets its own). Each method gives
 exactly what the per-sequence calls give for sequences of those lengths;
 ``block_tables`` and ``slot_mapping`` also accept such a row array in place of
-the sequences.
+the sequences. Every argument is checked first, in ``fast/row_args.py``: the
+kernels behind these methods take no other layout.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ import numpy as np
 from blockspace.errors import EmptyTableError, InvalidArgumentError, UnknownSequenceError, WrongDeviceError
 from blockspace.extras import require
 from blockspace.fast import kernels
+from blockspace.fast import row_args as A
 from blockspace.fast import table as T
 from blockspace.fast.appends import Appends
 from blockspace.fast.checks import all_token_ids, checked_lookahead, token_array_or_none
 from blockspace.fast.rows_check import DUPLICATE, EMPTY, NEGATIVE, NOT_LIVE, ROWS_OK, SHRUNK, SWAPPED
+from blockspace.fast.store import Store
+from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
 from blockspace.validation import MAX_TOKEN_ID
 
@@ -45,15 +49,6 @@ _PROBLEMS = {
 }
 
 
-def _int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
-    array = np.asarray(values)
-    if array.ndim != 1 or (array.dtype.kind not in "iu" and array.size):
-        raise InvalidArgumentError(f"{name} must be a 1-D array of integers")
-    if size is not None and len(array) != size:
-        raise InvalidArgumentError(f"{name} has {len(array)} entries for {size} rows")
-    return np.ascontiguousarray(array, dtype=np.int64)  # one layout: the kernels are called without typing
-
-
 def _torch(method: str) -> Any:
     """torch, for the tensor answers (``MissingExtraError`` naming the extra without it)."""
     require("gpu", f"{method} (its answer is a torch tensor)", "torch")
@@ -62,24 +57,39 @@ def _torch(method: str) -> Any:
     return torch
 
 
-class RowSteps:
-    """The array-level step: rows and lengths in, arrays out."""
+class RowApi:
+    """The array-level step: rows and lengths in, arrays out. Every
+    argument goes through ``fast/row_args.py`` first."""
 
-    def __init__(self, appends: Appends, tracker: TrackerRows) -> None:
-        self.appends, self.tracker = appends, tracker
-        self.store, self.rows = appends.store, appends.rows
+    def __init__(
+        self,
+        store: Store,
+        rows: TableRows,
+        appends: Appends,
+        tracker: TrackerRows,
+        *,
+        block_size: int,
+        caching: bool,
+        window_blocks: int | None,
+    ) -> None:
+        self.store, self.rows, self.appends, self.tracker = store, rows, appends, tracker
+        self.block_size, self.caching, self.window_blocks = block_size, caching, window_blocks
 
     def rows_of(self, seqs: list[Any]) -> np.ndarray:
         """The table rows of ``seqs`` (int64), for the ``*_rows`` methods."""
-        row = self.rows.row
-        return np.array([row(seq) for seq in seqs], np.int64)
+        require = self.rows.require
+        try:
+            return np.array([require(seq) for seq in seqs], np.int64)
+        except AttributeError:  # not sequences: say so by name
+            bad = next(i for i, seq in enumerate(seqs) if not hasattr(seq, "seq_id"))
+            raise InvalidArgumentError(f"seqs[{bad}] is no sequence (a row array must be a NumPy array)") from None
 
     def _checked_rows(
         self, rows: Any, seq_lens: Any = None, appending: bool = False
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """The rows and lengths as int64 arrays, checked, and the longest table."""
-        rows = _int_array("rows", rows)
-        seq_lens = np.zeros(len(rows), np.int64) if seq_lens is None else _int_array("seq_lens", seq_lens, len(rows))
+        rows = A.int_array("rows", rows)
+        seq_lens = np.zeros(len(rows), np.int64) if seq_lens is None else A.int_array("seq_lens", seq_lens, len(rows))
         table_rows = self.rows
         table_rows.stamp += 1
         code, index, longest = kernels.check_rows(
@@ -101,13 +111,13 @@ class RowSteps:
         if group_ends is None:
             group_ends = np.arange(1, len(rows) + 1, dtype=np.int64)
         else:
-            group_ends = _int_array("group_ends", group_ends)
+            group_ends = A.int_array("group_ends", group_ends)
             if not kernels.ends_rise_to(group_ends, len(rows)):
                 raise InvalidArgumentError("group_ends must rise from 0 to the number of rows")
         result = np.zeros(len(group_ends), np.bool_)
         kernels.can_append_batch(
             self.store.gpu_ref, self.store.tables_ref, rows, seq_lens, group_ends, num_lookahead_slots,
-            self.appends.block_size, result,
+            self.block_size, result,
         )  # fmt: skip
         return result
 
@@ -128,20 +138,20 @@ class RowSteps:
         decides the blocks to drop. Raises before any change, as
         ``append_slots_batch``."""
         checked_lookahead(num_lookahead_slots)
-        appends, tables = self.appends, self.store.tables
+        tables = self.store.tables
         rows, seq_lens, _ = self._checked_rows(rows, seq_lens, appending=True)
         num_drops = extras = np.zeros(len(rows), np.int64)
-        if appends.windowed:
+        if self.window_blocks is not None:
             if num_computed_tokens is None:
                 raise InvalidArgumentError("with a sliding window, append_slots_rows needs num_computed_tokens")
-            computed = _int_array("num_computed_tokens", num_computed_tokens, len(rows))
-            num_drops = kernels.blocks_to_drop(computed, appends.block_size, appends.window_blocks)
+            computed = A.int_array("num_computed_tokens", num_computed_tokens, len(rows))
+            num_drops = kernels.blocks_to_drop(computed, self.block_size, self.window_blocks)
         tokens, token_starts = T.NO_TOKENS, np.zeros(len(rows) + 1, np.int64)
-        if appends.caching:
+        if self.caching:
             tokens, token_starts = self._tails(token_ids, rows, seq_lens)
             last = np.maximum(tables.num_blocks[rows] - 1, 0)
             extras = tables.extras[rows, last]  # the adapter ids recorded at allocate
-        cow, count = appends.run(
+        cow, count = self.appends.run(
             rows, seq_lens, num_lookahead_slots, tokens, token_starts, num_drops, extras,
             lambda index: f"row {int(rows[index])}",
         )  # fmt: skip
@@ -153,11 +163,9 @@ class RowSteps:
         its last block; nothing for the others (a decode fills a block once
         in ``block_size`` steps, and reading a token list costs more than the
         kernel). Every row's new tokens are checked all the same."""
-        if token_ids is None or len(token_ids) != len(rows):
-            raise InvalidArgumentError("with prefix caching, append_slots_rows needs token_ids for every row")
-        lengths = np.fromiter(map(len, token_ids), np.int64, len(rows))
+        lengths = A.token_lists("append_slots_rows", token_ids, len(rows))
         firsts, starts = np.empty(len(rows), np.int64), np.empty(len(rows) + 1, np.int64)
-        i = kernels.plan_tails(self.store.tables_ref, rows, seq_lens, lengths, self.appends.block_size, firsts, starts)
+        i = kernels.plan_tails(self.store.tables_ref, rows, seq_lens, lengths, self.block_size, firsts, starts)
         if i >= 0:
             raise InvalidArgumentError(f"token_ids[{i}] has {lengths[i]} tokens, seq_lens[{i}] says {seq_lens[i]}")
         tails = [ids[first:] for ids, first in zip(token_ids, firsts.tolist())]
@@ -185,8 +193,7 @@ class RowSteps:
         """``block_tables`` as a NumPy ``int32`` array (no torch needed): for a
         scheduler that keeps its batch in NumPy, or a model runner of its own.
         With ``pad=-1`` a row's block ids are its entries up to the first -1."""
-        if type(pad) is not int:
-            raise InvalidArgumentError(f"pad must be an int block id, got {pad!r}")
+        pad = A.block_id_pad(pad)
         rows, width = self._rows_and_width(seqs)
         out = np.empty((len(rows), width), np.int32)
         kernels.gather_tables(self.store.tables_ref, rows, pad, out)
@@ -195,7 +202,8 @@ class RowSteps:
     def access_all_blocks_rows(self, rows: Any, access_time: float) -> None:
         """``access_all_blocks_in_seq(seq, access_time)`` for the sequence of
         every row (the rows are checked first: nothing changes on bad input)."""
-        if not self.appends.caching:
+        rows = A.int_array("rows", rows)
+        if not self.caching:
             return
         rows, _, _ = self._checked_rows(rows)
         times, seq_of_row = self.rows.access_times, self.rows.seq_of_row
@@ -213,19 +221,10 @@ class RowSteps:
         last count. The salt and adapter ids are those the table was
         allocated with. Without prefix caching every count is 0."""
         rows, _, _ = self._checked_rows(rows)
-        if not self.appends.caching:
+        if not self.caching:
             return np.zeros(len(rows), np.int64)
-        if token_ids is None or len(token_ids) != len(rows):
-            raise InvalidArgumentError("with prefix caching, num_computed_blocks_rows needs token_ids for every row")
-        if prefill is None:
-            prefill = np.zeros(len(rows), np.bool_)
-        else:
-            prefill = np.asarray(prefill)
-            if prefill.shape != rows.shape or (prefill.dtype != np.bool_ and prefill.size):  # [] is float to NumPy
-                raise InvalidArgumentError(f"prefill must be {len(rows)} bools, one per row")
-            prefill = np.ascontiguousarray(
-                prefill, np.bool_
-            )  # one layout and type: the kernels are called without typing
+        A.token_lists("num_computed_blocks_rows", token_ids, len(rows))
+        prefill = np.zeros(len(rows), np.bool_) if prefill is None else A.bool_array("prefill", prefill, len(rows))
         seq_of_row = self.rows.seq_of_row
         seq_ids = [seq_of_row[row] for row in rows.tolist()]
         if len(set(seq_ids)) != len(seq_ids):
@@ -244,18 +243,15 @@ class RowSteps:
     def slot_mapping_array(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> np.ndarray:
         """``slot_mapping`` as a NumPy ``int64`` array (no torch needed)."""
         rows, _ = self._rows_and_width(seqs)
-        if isinstance(num_step_tokens, int):
-            counts = np.full(len(rows), num_step_tokens, np.int64)
-        else:
-            counts = np.broadcast_to(np.asarray(num_step_tokens, np.int64), rows.shape).copy()
-        slots, bad = kernels.gather_slots(self.store.tables_ref, rows, counts, self.appends.block_size)
+        counts = A.step_counts(num_step_tokens, len(rows))
+        slots, bad = kernels.gather_slots(self.store.tables_ref, rows, counts, self.block_size)
         if bad >= 0:
             raise InvalidArgumentError("num_step_tokens must be between 0 and each table's written tokens")
         return slots
 
     def _rows_and_width(self, seqs_or_rows: Any) -> tuple[np.ndarray, int]:
         """Checked rows of sequences or of a row array, and the longest table."""
-        if isinstance(seqs_or_rows, np.ndarray):
+        if isinstance(seqs_or_rows, np.ndarray):  # the documented form of rows; a list is of sequences
             rows, _, longest = self._checked_rows(seqs_or_rows)
             return rows, longest
         rows = self.rows_of(seqs_or_rows)
