@@ -4,6 +4,7 @@ fast manager raises exactly the reference's error for the same bad input."""
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,23 @@ def all_token_ids(values: list[Any]) -> bool:
     if len(values) <= _LOOP_TOKENS:
         return all(type(value) is int and 0 <= value <= MAX_TOKEN_ID for value in values)
     return token_array_or_none(values) is not None
+
+
+def joined_token_ids(parts: list[Any]) -> tuple[np.ndarray, int]:
+    """``parts`` (token lists, or 1-D integer arrays) as one int64 array,
+    and -1; or an empty array and the index of the first part that holds
+    a value that is no token id. Plain lists are checked in one pass."""
+    if all(type(part) is list for part in parts):
+        flat = list(chain.from_iterable(parts))
+        if all_token_ids(flat):
+            return np.array(flat, np.int64).reshape(-1), -1
+    arrays = []
+    for i, part in enumerate(parts):
+        array = token_array_or_none(part)
+        if array is None:
+            return np.zeros(0, np.int64), i
+        arrays.append(array)
+    return (np.concatenate(arrays) if arrays else np.zeros(0, np.int64)), -1
 
 
 def checked_token_array(seq: Any, tokens: Any, start: int = 0, known: np.ndarray | None = None) -> np.ndarray:

@@ -35,8 +35,8 @@ from blockspace.fast.rows_check import DUPLICATE, EMPTY, NEGATIVE, NOT_LIVE, ROW
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
-from blockspace.validation import MAX_TOKEN_ID
 
+NO_LENGTHS = object()  # ``_checked_rows`` of a call that takes no sequence lengths
 BLOCK_TABLE_PAD = 0  # what vLLM's model runner pads block tables with (never read: lengths bound the kernels)
 
 _PROBLEMS = {
@@ -85,16 +85,16 @@ class RowApi:
             raise InvalidArgumentError(f"seqs[{bad}] is no sequence (a row array must be a NumPy array)") from None
 
     def _checked_rows(
-        self, rows: Any, seq_lens: Any = None, appending: bool = False
+        self, rows: Any, seq_lens: Any = NO_LENGTHS, appending: bool = False
     ) -> tuple[np.ndarray, np.ndarray, int]:
-        """The rows and lengths as int64 arrays, checked, and the longest table."""
+        """The rows and lengths as int64 arrays, checked, and the longest
+        table (calls without lengths check the rows against zeros)."""
         rows = A.int_array("rows", rows)
-        seq_lens = np.zeros(len(rows), np.int64) if seq_lens is None else A.int_array("seq_lens", seq_lens, len(rows))
-        table_rows = self.rows
-        table_rows.stamp += 1
-        code, index, longest = kernels.check_rows(
-            table_rows.live, self.store.tables_ref, rows, seq_lens, table_rows.seen, table_rows.stamp, appending
-        )
+        if seq_lens is NO_LENGTHS:
+            seq_lens = np.zeros(len(rows), np.int64)
+        else:
+            seq_lens = A.int_array("seq_lens", seq_lens, len(rows))
+        code, index, longest = self.rows.check_batch(rows, seq_lens, appending)
         if code != ROWS_OK:
             error, why = _PROBLEMS[code]
             raise error(f"row {int(rows[index])} (entry {index} of the batch) {why}")
@@ -177,7 +177,7 @@ class RowApi:
         for i, tail in enumerate(tails):
             part = token_array_or_none(tail)
             if part is None:
-                raise InvalidArgumentError(f"token_ids[{i}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
+                raise A.not_token_ids(i)
             parts.append(part)
         return (np.concatenate([parts[i] for i in keyed]) if keyed else T.NO_TOKENS), starts
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from blockspace.errors import InvalidArgumentError
+from blockspace.validation import MAX_TOKEN_ID
 
 INT32_MAX = 2**31 - 1  # block tables are handed out as int32
 
@@ -80,6 +81,11 @@ def optional_count(name: str, value: Any) -> None:
     """None, or a non-negative int."""
     if value is not None and (type(value) is bool or not isinstance(value, (int, np.integer)) or value < 0):
         raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
+
+
+def not_token_ids(index: int) -> InvalidArgumentError:
+    """The error of a ``token_ids`` entry holding a value that is no token id."""
+    return InvalidArgumentError(f"token_ids[{index}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
 
 
 def _check_size(name: str, length: int, size: int | None) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 
 from blockspace.block_ids import EMPTY, BlockIds, rebuilt
 from blockspace.errors import UnknownSequenceError
+from blockspace.fast import kernels
 from blockspace.fast import table as T
 from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
@@ -101,6 +102,12 @@ class TableRows(SavedFields):
         if row is None:
             raise unknown(seq)
         return row
+
+    def check_batch(self, rows: np.ndarray, seq_lens: np.ndarray, appending: bool) -> tuple[int, int, int]:
+        """``check_rows`` of a batch of the row API (``fast/row_api_kernels.py``):
+        ``live`` and the duplicate check's stamps are this part's."""
+        self.stamp += 1
+        return kernels.check_rows(self.live, self.store.tables_ref, rows, seq_lens, self.seen, self.stamp, appending)
 
     def take(self) -> int:
         """A row for a new table (the store grows if every row is in use)."""

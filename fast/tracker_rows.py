@@ -16,7 +16,6 @@ tokens and the block keys from it, after the same comparison.
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -24,8 +23,9 @@ import numpy as np
 from blockspace.fast import kernels
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
-from blockspace.fast.checks import int64_or_none
+from blockspace.fast.checks import int64_or_none, joined_token_ids
 from blockspace.fast.key_space import KeySpace
+from blockspace.fast.row_args import not_token_ids
 from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
 from blockspace.validation import cache_salt, not_tracked, shrunk_tokens
@@ -132,7 +132,9 @@ class TrackerRows(SavedFields):
             raise shrunk_tokens(seq_ids[shrunk], int(lengths[shrunk]), int(first_tokens[shrunk]))
         growing = growing[:num_growing].tolist()
         parts = [token_ids[i][first_tokens[i] : num_full[i] * block_size] for i in growing]
-        tokens = np.array(list(chain.from_iterable(parts)), np.int64) if parts else T.NO_TOKENS
+        tokens, bad = joined_token_ids(parts)
+        if bad >= 0:
+            raise not_token_ids(growing[bad])
         if num_fresh:  # sequences the tracker does not hold: fresh rows, counted afresh
             prefill = prefill.copy()
             for i in np.flatnonzero(rows < 0).tolist():
