@@ -188,11 +188,6 @@ def _evictor_remove(pool, physical):
         _sift_down(pool, pool.heap_pos[moved])
 
 
-@njit(cache=True)
-def is_idle(pool, block_id):
-    return pool.heap_pos[block_id - pool.meta[FIRST_ID]] >= 0
-
-
 # -- the content cache -----------------------------------------------------------
 @njit(cache=True)
 def _activate(pool, physical, computed):
