@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from blockspace.enums import SequenceStatus
+
+if TYPE_CHECKING:
+    from blockspace.protocols import SequenceGroupLike, SequenceLike
 
 _next_seq_id = itertools.count()
 
@@ -35,7 +39,7 @@ class SequenceData:
     """
 
     def __init__(self, token_ids: Iterable[int] | Callable[[], list[int]] = ()) -> None:
-        self._make_tokens = token_ids if callable(token_ids) else None
+        self._make_tokens: Callable[[], list[int]] | None = token_ids if callable(token_ids) else None
         self._token_ids: list[int] | None = None if callable(token_ids) else list(token_ids)
         self._num_output_tokens = 0
         self._num_computed_tokens = 0
@@ -43,7 +47,9 @@ class SequenceData:
 
     def get_token_ids(self) -> list[int]:
         if self._token_ids is None:
-            self._token_ids, self._make_tokens = self._make_tokens(), None
+            make = self._make_tokens
+            assert make is not None  # no token list yet: only a maker of one
+            self._token_ids, self._make_tokens = make(), None
         return self._token_ids
 
     def get_len(self) -> int:
@@ -244,6 +250,12 @@ class SequenceGroup:
 
     def __repr__(self) -> str:
         return f"SequenceGroup(request_id={self.request_id!r}, seqs={self.seqs!r})"
+
+
+if TYPE_CHECKING:  # mypy checks, and Python never runs, that these are what a manager reads
+
+    def _read_by_a_manager(seq: Sequence, group: SequenceGroup) -> tuple[SequenceLike, SequenceGroupLike]:
+        return seq, group
 
 
 __all__ = ["Sequence", "SequenceData", "SequenceGroup", "SequenceStatus"]

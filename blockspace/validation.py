@@ -9,10 +9,10 @@ import numbers
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from blockspace.enums import SequenceStatus
 from blockspace.errors import (
@@ -24,6 +24,11 @@ from blockspace.errors import (
     UnsupportedError,
 )
 from blockspace.saved_state import SavedState, config_of
+
+if TYPE_CHECKING:
+    from blockspace.protocols import SequenceGroupLike, SequenceLike
+
+    Salt: TypeAlias = str | bytes | int | None  # a request's prefix-cache salt (None: no salt)
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32 by the fast manager
 
@@ -62,7 +67,7 @@ def check_lookahead(num_lookahead_slots: Any) -> None:
         raise InvalidArgumentError(f"num_lookahead_slots must be a non-negative int, got {num_lookahead_slots!r}")
 
 
-def check_token_ids(seq: Any, tokens: Any, start: int = 0) -> None:
+def check_token_ids(seq: SequenceLike, tokens: Any, start: int = 0) -> None:
     """Every token id from ``start`` on is an int in ``0..MAX_TOKEN_ID``."""
     for position in range(start, len(tokens)):
         token = tokens[position]
@@ -72,20 +77,20 @@ def check_token_ids(seq: Any, tokens: Any, start: int = 0) -> None:
             )
 
 
-def token_ids(seq: Any, start: int = 0) -> list[int]:
+def token_ids(seq: SequenceLike, start: int = 0) -> list[int]:
     """The sequence's token ids, those from ``start`` on checked."""
     tokens = seq.get_token_ids()
     check_token_ids(seq, tokens, start)
     return tokens
 
 
-def _checked_salt(salt: Any, where: str) -> Any:
+def _checked_salt(salt: object, where: str) -> Salt:
     if salt is not None and not isinstance(salt, (str, bytes, int)):
         raise InvalidArgumentError(f"{where}: cache_salt must be a str, bytes or int, got {salt!r}")
     return salt
 
 
-def cache_salt(seq: Any) -> Any:
+def cache_salt(seq: SequenceLike) -> Salt:
     """The tenant's prefix-cache salt of a sequence (``None``: no salt): its
     ``cache_salt`` attribute (ours reads through to its group), else the
     ``cache_salt`` of its ``inputs``, where vLLM keeps a request's prompt
@@ -102,7 +107,7 @@ def cache_salt(seq: Any) -> Any:
     return _checked_salt(salt, f"sequence {seq.seq_id}")
 
 
-def group_salt(seq_group: Any, counted: Callable[[int], bool] = lambda seq_id: False) -> Any:
+def group_salt(seq_group: SequenceGroupLike, counted: Callable[[int], bool] = lambda seq_id: False) -> Salt:
     """The salt of a whole request: the group's ``cache_salt`` attribute
     and each sequence's (``cache_salt``) must agree; a sequence without one
     takes the group's. Anything else (two salts, or a salted and an unsalted
@@ -117,7 +122,7 @@ def group_salt(seq_group: Any, counted: Callable[[int], bool] = lambda seq_id: F
     it. vLLM keeps the salt in every sequence's ``inputs``, where it is
     seen from the first call."""
     group = _checked_salt(getattr(seq_group, "cache_salt", None), f"group {seq_group.request_id!r}")
-    salts = {group} if group is not None else set()
+    salts: set[Salt] = {group} if group is not None else set()
     for seq in seq_group.get_seqs():
         own = cache_salt(seq)
         salts.add(group if own is None else own)
@@ -161,7 +166,7 @@ def check_saved(saved: Any, implementation: str, manager: Any) -> None:
         )
 
 
-def waiting_seqs(seq_group: Any) -> list[Any]:
+def waiting_seqs(seq_group: SequenceGroupLike) -> Sequence[SequenceLike]:
     """The group's WAITING sequences; a group with none cannot be admitted."""
     waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
     if not waiting:
@@ -169,7 +174,7 @@ def waiting_seqs(seq_group: Any) -> list[Any]:
     return waiting
 
 
-def check_encoder_decoder(seq_group: Any, sliding_window: int | None, enable_caching: bool) -> None:
+def check_encoder_decoder(seq_group: SequenceGroupLike, sliding_window: int | None, enable_caching: bool) -> None:
     """vLLM v0 supports neither a sliding window nor prefix caching for
     encoder-decoder requests (its own messages)."""
     if not seq_group.is_encoder_decoder():

@@ -10,6 +10,7 @@ so an error leaves the manager exactly as it was.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from typing import Any
 
 from blockspace.block_ids import EMPTY, BlockIds
@@ -27,11 +28,12 @@ from blockspace.errors import (
 )
 from blockspace.guard import BUSY, guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
+from blockspace.protocols import SequenceGroupLike, SequenceLike
 from blockspace.reference import rules
 from blockspace.reference.allocator import BlockAllocator, CachingAllocator
 from blockspace.reference.content import ContentKeys
 from blockspace.reference.invariants import check_invariants, snapshot
-from blockspace.reference.table import BlockTable
+from blockspace.reference.table import AppendPlan, BlockTable
 from blockspace.reference.tracker import ComputedBlocksTracker
 from blockspace.saved_state import SavedState, config_of
 from blockspace.validation import (
@@ -86,17 +88,17 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
     def _allocator(self, device: Device) -> BlockAllocator:
         return self.gpu if device == Device.GPU else self.cpu
 
-    def _table(self, seq: Any) -> BlockTable:
+    def _table(self, seq: SequenceLike) -> BlockTable:
         table = self.block_tables.get(seq.seq_id)
         if table is None:
             raise UnknownSequenceError(f"sequence {seq.seq_id} has no block table")
         return table
 
-    def _unseen(self, seq: Any, table: BlockTable) -> int:
+    def _unseen(self, seq: SequenceLike, table: BlockTable) -> int:
         return max(0, len(seq.get_token_ids()) - table.num_filled)
 
     # -- admission ---------------------------------------------------------------
-    def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
+    def can_allocate(self, seq_group: SequenceGroupLike, num_lookahead_slots: int = 0) -> AllocStatus:
         check_lookahead(num_lookahead_slots)
         check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
         seq = waiting_seqs(seq_group)[0]
@@ -110,7 +112,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         )
         return rules.alloc_status(self.num_total_gpu_blocks, self.gpu.num_free, need, self.watermark_blocks)
 
-    def allocate(self, seq_group: Any) -> None:
+    def allocate(self, seq_group: SequenceGroupLike) -> None:
         """One table for the first WAITING sequence; the others share it."""
         waiting = waiting_seqs(seq_group)
         seq_ids = [seq.seq_id for seq in waiting]
@@ -153,7 +155,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             self.cross_block_tables[seq_group.request_id] = cross
 
     # -- decode ----------------------------------------------------------------------
-    def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool:
+    def can_append_slots(self, seq_group: SequenceGroupLike, num_lookahead_slots: int) -> bool:
         check_lookahead(num_lookahead_slots)
         seqs = seq_group.get_seqs(status=SequenceStatus.RUNNING)
         tables = [self._table(seq) for seq in seqs]
@@ -163,7 +165,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         )
         return touched <= self.gpu.num_free
 
-    def append_slots(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
+    def append_slots(self, seq: SequenceLike, num_lookahead_slots: int) -> list[tuple[int, int]]:
         """Room for the sequence's new tokens plus lookahead slots; returns
         the copy-on-write pairs ``(src, dst)`` the worker must copy."""
         check_lookahead(num_lookahead_slots)
@@ -189,7 +191,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             self.null_block_id = self.gpu.take()
         return table.append(plan, new_tokens, extra, self.gpu, self.null_block_id)
 
-    def _check_append_fits(self, table: BlockTable, plan: Any) -> None:
+    def _check_append_fits(self, table: BlockTable, plan: AppendPlan) -> None:
         """Walk the plan's block traffic in order (null block, drops, new
         blocks, per write: copy-on-write then promotion) and fail if any
         step would take a block when none is free."""
@@ -212,7 +214,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
             if key is not None:
                 free += self.gpu.promote_gain(key)
 
-    def fork(self, parent_seq: Any, child_seq: Any) -> None:
+    def fork(self, parent_seq: SequenceLike, child_seq: SequenceLike) -> None:
         """The child shares every block of the parent (copy-on-write later)."""
         parent = self.block_tables.get(parent_seq.seq_id)
         if parent is None:
@@ -226,7 +228,9 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         self.block_tables[child_seq.seq_id] = parent.fork(self._allocator(parent.device))
 
     # -- swapping ------------------------------------------------------------------
-    def _swap_need(self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int) -> int:
+    def _swap_need(
+        self, seq_group: SequenceGroupLike, device: Device, status: SequenceStatus, num_lookahead_slots: int
+    ) -> int:
         """Blocks a swap to ``device`` is estimated to need (spec §9.6)."""
         allocator = self._allocator(device)
         need = 0
@@ -241,28 +245,28 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         return need
 
     def _swap_status(
-        self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int
+        self, seq_group: SequenceGroupLike, device: Device, status: SequenceStatus, num_lookahead_slots: int
     ) -> AllocStatus:
         allocator = self._allocator(device)
         need = self._swap_need(seq_group, device, status, num_lookahead_slots)
         watermark = self.watermark_blocks if device == Device.GPU else 0
         return rules.swap_status(allocator.num_blocks, allocator.num_free, need, watermark)
 
-    def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
+    def can_swap_in(self, seq_group: SequenceGroupLike, num_lookahead_slots: int) -> AllocStatus:
         check_lookahead(num_lookahead_slots)
         return self._swap_status(seq_group, Device.GPU, SequenceStatus.SWAPPED, num_lookahead_slots)
 
-    def can_swap_out(self, seq_group: Any) -> bool:
+    def can_swap_out(self, seq_group: SequenceGroupLike) -> bool:
         return self._swap_status(seq_group, Device.CPU, SequenceStatus.RUNNING, 0) == AllocStatus.OK
 
-    def swap_in(self, seq_group: Any) -> list[tuple[int, int]]:
+    def swap_in(self, seq_group: SequenceGroupLike) -> list[tuple[int, int]]:
         return self._swap(seq_group, SequenceStatus.SWAPPED, self.cpu, self.gpu)
 
-    def swap_out(self, seq_group: Any) -> list[tuple[int, int]]:
+    def swap_out(self, seq_group: SequenceGroupLike) -> list[tuple[int, int]]:
         return self._swap(seq_group, SequenceStatus.RUNNING, self.gpu, self.cpu)
 
     def _swap(
-        self, seq_group: Any, status: SequenceStatus, source: BlockAllocator, destination: BlockAllocator
+        self, seq_group: SequenceGroupLike, status: SequenceStatus, source: BlockAllocator, destination: BlockAllocator
     ) -> list[tuple[int, int]]:
         """Move the tables of the group's ``status`` sequences; returns the
         ``(source, destination)`` physical-id pairs, sequence by sequence."""
@@ -287,7 +291,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         return mapping
 
     # -- finishing ---------------------------------------------------------------------
-    def free(self, seq: Any) -> None:
+    def free(self, seq: SequenceLike) -> None:
         """Release the sequence's blocks; unknown sequences are ignored."""
         table = self.block_tables.get(seq.seq_id)
         if table is None:
@@ -301,16 +305,16 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         table.release_all(self._allocator(table.device))
         del self.block_tables[seq.seq_id]
 
-    def free_cross(self, seq_group: Any) -> None:
+    def free_cross(self, seq_group: SequenceGroupLike) -> None:
         cross = self.cross_block_tables.pop(seq_group.request_id, None)
         if cross is not None:
             cross.release_all(self.gpu)
 
     # -- tables and counts ---------------------------------------------------------
-    def get_block_table(self, seq: Any) -> BlockIds:
+    def get_block_table(self, seq: SequenceLike) -> BlockIds:
         return self._table(seq).block_ids
 
-    def get_cross_block_table(self, seq_group: Any) -> BlockIds:
+    def get_cross_block_table(self, seq_group: SequenceGroupLike) -> BlockIds:
         cross = self.cross_block_tables.get(seq_group.request_id)
         if cross is None:
             raise NoCrossTableError(f"group {seq_group.request_id!r} has no cross block table")
@@ -323,17 +327,17 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         return self.cpu.num_free
 
     # -- prefix caching ------------------------------------------------------------------
-    def access_all_blocks_in_seq(self, seq: Any, access_time: float) -> None:
+    def access_all_blocks_in_seq(self, seq: SequenceLike, access_time: float) -> None:
         """Remember when the sequence last ran; its blocks get the time at ``free``."""
         if self.enable_caching:
             self._table(seq).last_access = access_time
 
-    def mark_blocks_as_computed(self, seq_group: Any, token_chunk_size: int) -> None:
+    def mark_blocks_as_computed(self, seq_group: SequenceGroupLike, token_chunk_size: int) -> None:
         """Every block registered since the last call is now computed (the
         arguments are ignored, as in vLLM)."""
         self.gpu.mark_computed()
 
-    def get_common_computed_block_ids(self, seqs: list[Any]) -> BlockIds:
+    def get_common_computed_block_ids(self, seqs: Sequence[SequenceLike]) -> BlockIds:
         """The longest block-id prefix the sequences' cached prefixes share
         (one sequence: its cached prefix); sequences without cached blocks
         are left out, as in vLLM (spec §9.15)."""
@@ -370,10 +374,10 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         gpu_done = self.gpu.reset()  # tried even if the CPU failed (vLLM stops there)
         return cpu_done and gpu_done
 
-    def get_num_cached_tokens(self, seq: Any) -> int:
+    def get_num_cached_tokens(self, seq: SequenceLike) -> int:
         return 0 if self.tracker is None else self.tracker.num_cached_tokens(seq)
 
-    def remove_seq_from_computed_blocks_tracker(self, seq: Any) -> None:
+    def remove_seq_from_computed_blocks_tracker(self, seq: SequenceLike) -> None:
         if self.tracker is not None:
             self.tracker.remove(seq.seq_id)
 

@@ -8,48 +8,50 @@ invariant is that it holds nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from blockspace.enums import AllocStatus, Device
 from blockspace.errors import InvariantError
 from blockspace.interfaces import BlockSpaceManager
+from blockspace.protocols import SequenceGroupLike, SequenceLike
 
 
 class PlaceholderBlockSpaceManager(BlockSpaceManager):
     def __init__(self, **kwargs: Any) -> None:
         pass
 
-    def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
+    def can_allocate(self, seq_group: SequenceGroupLike, num_lookahead_slots: int = 0) -> AllocStatus:
         return AllocStatus.OK
 
-    def allocate(self, seq_group: Any) -> None:
+    def allocate(self, seq_group: SequenceGroupLike) -> None:
         pass
 
-    def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool:
+    def can_append_slots(self, seq_group: SequenceGroupLike, num_lookahead_slots: int) -> bool:
         return True
 
-    def append_slots(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
+    def append_slots(self, seq: SequenceLike, num_lookahead_slots: int) -> list[tuple[int, int]]:
         return []
 
-    def fork(self, parent_seq: Any, child_seq: Any) -> None:
+    def fork(self, parent_seq: SequenceLike, child_seq: SequenceLike) -> None:
         pass
 
-    def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
+    def can_swap_in(self, seq_group: SequenceGroupLike, num_lookahead_slots: int) -> AllocStatus:
         return AllocStatus.OK
 
-    def swap_in(self, seq_group: Any) -> None:  # type: ignore[override]  # vLLM returns None
+    def swap_in(self, seq_group: SequenceGroupLike) -> None:  # type: ignore[override]  # vLLM returns None
         return None
 
-    def can_swap_out(self, seq_group: Any) -> bool:
+    def can_swap_out(self, seq_group: SequenceGroupLike) -> bool:
         return True
 
-    def swap_out(self, seq_group: Any) -> None:  # type: ignore[override]
+    def swap_out(self, seq_group: SequenceGroupLike) -> None:  # type: ignore[override]
         return None
 
-    def free(self, seq: Any) -> None:
+    def free(self, seq: SequenceLike) -> None:
         pass
 
-    def get_block_table(self, seq: Any) -> None:  # type: ignore[override]
+    def get_block_table(self, seq: SequenceLike) -> None:  # type: ignore[override]
         return None
 
     def get_num_free_gpu_blocks(self) -> int:
@@ -58,13 +60,13 @@ class PlaceholderBlockSpaceManager(BlockSpaceManager):
     def get_num_free_cpu_blocks(self) -> int:
         return 1
 
-    def access_all_blocks_in_seq(self, seq: Any, access_time: float) -> None:
+    def access_all_blocks_in_seq(self, seq: SequenceLike, access_time: float) -> None:
         pass
 
-    def get_common_computed_block_ids(self, seqs: list[Any]) -> list[int]:
+    def get_common_computed_block_ids(self, seqs: Sequence[SequenceLike]) -> list[int]:
         return []
 
-    def mark_blocks_as_computed(self, seq_group: Any, token_chunk_size: int) -> None:
+    def mark_blocks_as_computed(self, seq_group: SequenceGroupLike, token_chunk_size: int) -> None:
         pass
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
@@ -73,10 +75,10 @@ class PlaceholderBlockSpaceManager(BlockSpaceManager):
     def reset_prefix_cache(self, device: Device | None = None) -> bool:
         return True
 
-    def get_num_cached_tokens(self, seq: Any) -> int:
+    def get_num_cached_tokens(self, seq: SequenceLike) -> int:
         return 0
 
-    def remove_seq_from_computed_blocks_tracker(self, seq: Any) -> None:
+    def remove_seq_from_computed_blocks_tracker(self, seq: SequenceLike) -> None:
         pass
 
     # -- what every blockspace manager offers besides the interface ------------------

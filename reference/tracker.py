@@ -11,8 +11,8 @@ sequence is in prefill the first count is frozen.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from blockspace.protocols import SequenceLike
 from blockspace.reference.content import ContentKeys
 from blockspace.validation import cache_salt, not_tracked, shrunk_tokens
 
@@ -25,12 +25,12 @@ class ComputedBlocksTracker:
         self.keys_of: dict[int, list[int]] = {}
         self.num_cached: dict[int, int] = {}
 
-    def check_tokens(self, seq: Any) -> None:
+    def check_tokens(self, seq: SequenceLike) -> None:
         known = self.keys_of.get(seq.seq_id, [])
         if len(seq.get_token_ids()) < len(known) * self.block_size:
             raise shrunk_tokens(seq.seq_id, len(seq.get_token_ids()), len(known) * self.block_size)
 
-    def num_cached_tokens(self, seq: Any) -> int:
+    def num_cached_tokens(self, seq: SequenceLike) -> int:
         self.check_tokens(seq)
         root = self._keys.root(cache_salt(seq))
         keys = self._keys.chain(
