@@ -11,7 +11,7 @@ runs with a progress bar naming the check that runs; a failure is announced
 the moment it is found (it is then shortened for at most
 ``--shrink-budget`` seconds) and its repro printed as soon as its check
 ends; ``--fail-fast`` stops there. Checks that meet the same failure
-(``runner.failure_signature``) are reported together: one repro and the
+(``check.failure_signature``) are reported together: one repro and the
 list of checks that met it, not one repro each. Then a summary table and
 the repros, and optionally a JSON report for CI. Exit status: 0 when
 everything passed or was skipped, 1 when a check failed, 2 on bad
@@ -26,15 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from blockspace.conformance.runner import (
-    PROFILES,
-    Check,
-    CheckResult,
-    capabilities_of,
-    checks_for,
-    failure_signature,
-    with_changes,
-)
+from blockspace.conformance.check import Check, CheckResult, failure_signature
+from blockspace.conformance.runner import PROFILES, capabilities_of, checks_for, with_changes
 from blockspace.conformance.scope import ScopeError, scope_from
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.kit_options import FEATURES, RANGES, build_parser
@@ -108,7 +101,7 @@ def prepare(args: Any) -> tuple[list[Check], Reporter, dict[str, bool]]:
 
 def check_entries(results: list[CheckResult]) -> list[dict[str, Any]]:
     """The report's entry of each check; a failed check whose failure has the
-    signature of an earlier one's (``runner.failure_signature``) names that
+    signature of an earlier one's (``check.failure_signature``) names that
     check as ``same_failure_as``: the report shows the first one's repro."""
     first_with: dict[str, str] = {}
     entries = []

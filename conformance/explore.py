@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blockspace.conformance import invariants
+from blockspace.conformance.check import Check, CheckResult
 from blockspace.conformance.lockstep import (
     REPRO_HEADING,
     Divergence,
@@ -55,7 +56,6 @@ from blockspace.conformance.lockstep import (
     disagreements,
 )
 from blockspace.conformance.protocol import Move, ScriptedWorld, World, keep_device_tables, make, moves, observe
-from blockspace.conformance.runner import Check, CheckResult
 from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
 from blockspace.conformance.script import Script
 from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, table_arrays

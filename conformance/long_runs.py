@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from blockspace.conformance.check import Check, scripted_check
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
-from blockspace.conformance.runner import Check, scripted_check
 from blockspace.conformance.script import HEADER, Script, impls_source
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup

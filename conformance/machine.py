@@ -52,7 +52,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     impls: Mapping[str, Any] = {}
     runs: list[Config] = []  # configurations of the examples run (shared per subclass)
-    on_failure: Any = None  # called with the message of every failure found (runner.run_machine)
+    on_failure: Any = None  # called with the message of every failure found (check.run_machine)
 
     def __init__(self) -> None:
         super().__init__()

@@ -71,12 +71,14 @@ FAST_KERNELS = (  # the modules of the fast manager's @njit kernels; only lines 
     "fast/tracker.py",
 )
 FAST_PYTHON = (  # the fast manager's Python layer; only lines outside its kernels are mutated
+    "fast/allocations.py",
     "fast/appends.py",
     "fast/batch.py",
     "fast/checks.py",
     "fast/key_space.py",
     "fast/manager.py",
-    "fast/rows.py",
+    "fast/row_api.py",
+    "fast/row_args.py",
     "fast/store.py",
     "fast/swaps.py",
     "fast/table_rows.py",
@@ -224,9 +226,10 @@ def probe(target: str, profile: str = "quick") -> int:
     from hypothesis import Phase
 
     import blockspace.reference
+    from blockspace.conformance.check import run_machine
     from blockspace.conformance.configs import FAMILIES
     from blockspace.conformance.long_runs import long_run_checks
-    from blockspace.conformance.runner import PROFILES, run_machine, with_changes
+    from blockspace.conformance.runner import PROFILES, with_changes
     from blockspace.conformance.sweeps import sweep_checks
     from blockspace.conformance.trace import trace_checks
 

@@ -5,100 +5,30 @@ A *check* is one named, independent piece of evidence (the state machine
 over one configuration family, a trace replay, a CrossHair run); running it
 gives a ``CheckResult`` (passed / failed with its repro / skipped and why).
 The CLI and the pytest base class both run checks from here, so they agree
-on what each profile means.
+on what each profile means. ``Check`` and ``CheckResult`` live in
+``check.py``, which every check module imports: this module imports those
+modules, so it can hold nothing they need. The names that moved there are
+still importable from here, as they were before.
 """
 
 from __future__ import annotations
 
-import re
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-try:  # where Hypothesis keeps its shrink time limit (see shrink_budget)
-    import hypothesis.internal.conjecture.engine as hypothesis_engine
-except ImportError:  # pragma: no cover - a Hypothesis that moved it: no budget
-    hypothesis_engine = None
-from hypothesis import HealthCheck, settings
-from hypothesis.reporting import with_reporter
-from hypothesis.stateful import run_state_machine_as_test
-
+from blockspace.conformance import explore, long_runs, sweeps, symbolic, trace
+from blockspace.conformance.check import (  # noqa: F401 - REPRO, failure_signature, scripted_check: still read from here
+    REPRO,
+    Check,
+    CheckResult,
+    FirstFailure,
+    failure_signature,
+    run_machine,
+    scripted_check,
+)
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
-from blockspace.conformance.lockstep import REPRO_HEADING, Divergence
-from blockspace.conformance.machine import machine_for
-from blockspace.conformance.reduce import shorten
 from blockspace.kit_options import CAPABILITIES, PROFILES, Profile  # noqa: F401 - PROFILES: read from here by the kit
-
-REPRO = REPRO_HEADING.lstrip("\n")  # what separates a Divergence's message from its script
-PLACE = re.compile(r"^(?:in .+? with \d+ GPU and \d+ CPU blocks|at step \d+): ")  # a sweep's play, a long run's step
-NUMBERS = re.compile(r"-?\d+(?:[.,] ?-?\d+)*")  # 5, -1, 0.25, [0, 1, 2]: counts, ids, rates
-
-
-def failure_signature(message: str) -> str:
-    """What a failure looks like, whichever check met it: the first three
-    lines of its ``Divergence`` message (what disagreed, each manager's
-    answer) without the place in the check (a sweep's play, a long run's
-    step) and with every number as ``#`` (block ids and counts follow the
-    configuration). Why: one bug is met by many checks, each in its own
-    configuration (one wrong free count by 13 of the quick profile's); the
-    report gives each signature one repro and the list of checks that met it."""
-    lines = [line.strip() for line in message.partition(REPRO)[0].splitlines() if line.strip()][:3]
-    if lines:
-        lines[0] = PLACE.sub("", lines[0])
-    return NUMBERS.sub("#", "\n".join(lines))
-
-
-@dataclass
-class CheckResult:
-    name: str
-    status: str  # "passed", "failed" or "skipped"
-    examples: int = 0
-    seconds: float = 0.0
-    detail: str = ""  # the failure with its repro, or why it was skipped
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def signature(self) -> str:
-        """``failure_signature`` of a failure (a state machine's detail starts with its note: left out)."""
-        return failure_signature(self.detail.partition("\n")[2] if "found_s" in self.extra else self.detail)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "examples": self.examples,
-            "seconds": round(self.seconds, 3),
-            "detail": self.detail,
-            **self.extra,
-        }
-
-
-@dataclass
-class Check:
-    name: str
-    run: Callable[[], CheckResult]
-
-
-def scripted_check(
-    name: str, needs: str | None, capabilities: Mapping[str, bool], examples: int, run: Callable[[], int]
-) -> Check:
-    """A deterministic check in lockstep (a long run, a sweep): ``run()``
-    makes its calls and returns how many; skipped when the capability
-    ``needs`` is False, failed with the ``Divergence`` (its repro) it raises."""
-
-    def result() -> CheckResult:
-        if needs is not None and not capabilities.get(needs, True):
-            return CheckResult(name, "skipped", detail=f"{needs} is False")
-        started = time.perf_counter()
-        try:
-            num_calls = run()
-        except Divergence as failure:
-            return CheckResult(name, "failed", examples, time.perf_counter() - started, str(failure))
-        return CheckResult(name, "passed", examples, time.perf_counter() - started, extra={"calls": num_calls})
-
-    return Check(name, result)
 
 
 def capabilities_of(impl_cls: type, overrides: Mapping[str, bool] | None = None) -> dict[str, bool]:
@@ -107,90 +37,6 @@ def capabilities_of(impl_cls: type, overrides: Mapping[str, bool] | None = None)
     flags = {name: bool(getattr(impl_cls, name, True)) for name in CAPABILITIES}
     flags.update(overrides or {})
     return flags
-
-
-def hypothesis_settings(profile: Profile, **changes: Any) -> settings:
-    options = dict(
-        max_examples=profile.max_examples,
-        stateful_step_count=profile.step_count,
-        deadline=None,
-        derandomize=profile.derandomize,
-        database=None,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-    )
-    options.update(changes)
-    return settings(**options)
-
-
-@contextmanager
-def shrink_budget(seconds: float) -> Iterator[None]:
-    """Hypothesis stops shrinking after ``seconds`` (its own limit is 5
-    minutes, a module constant it reads at each shrink: the one knob it has).
-    Why a budget: almost all of a failing run is shrinking, and a repro a
-    few calls longer, printed in seconds, is worth more in a CI log than
-    the shortest one after minutes."""
-    default = getattr(hypothesis_engine, "MAX_SHRINKING_SECONDS", None)
-    if default is None:
-        yield
-        return
-    hypothesis_engine.MAX_SHRINKING_SECONDS = seconds
-    try:
-        yield
-    finally:
-        hypothesis_engine.MAX_SHRINKING_SECONDS = default
-
-
-HYPOTHESIS_SHARE = 0.75  # of the shrink budget; the rest deletes lines from its repro (reduce.py)
-
-
-def _silent(text: str) -> None:
-    pass
-
-
-FirstFailure = Callable[[str, float, str], None]  # (check name, seconds in, message): a failure was found
-
-
-def run_machine(
-    impls: Mapping[str, Any], family: str, profile: Profile, on_failure: FirstFailure | None = None, **changes: Any
-) -> CheckResult:
-    """The state machine over one configuration family, shrinking a failure
-    for at most ``profile.shrink_seconds``; ``on_failure`` hears of the
-    first failure as soon as it is found, before shrinking."""
-    name = f"machine[{family}]"
-    machine = machine_for(impls, family)
-    started = time.perf_counter()
-    found: list[float] = []
-
-    def first_failure(message: str) -> None:
-        if not found:
-            found.append(time.perf_counter())
-            if on_failure is not None:
-                on_failure(name, found[0] - started, message)
-
-    machine.on_failure = staticmethod(first_failure)
-    limit = profile.shrink_seconds
-    try:
-        # Hypothesis' own report (the falsifying steps, its note on a shrink cut short) is left out:
-        # the kit prints the repro and the budget itself.
-        with shrink_budget(limit * HYPOTHESIS_SHARE if profile.reduce_repro else limit), with_reporter(_silent):
-            run_state_machine_as_test(machine, settings=hypothesis_settings(profile, **changes))
-    except Divergence as failure:
-        found_at = found[0] if found else started
-        left = limit - (time.perf_counter() - found_at)  # at least the reducer's share
-        message, repro = shorten(failure, max(left, limit * (1 - HYPOTHESIS_SHARE)) if profile.reduce_repro else 0.0)
-        message += "\n\n"
-        ended = time.perf_counter()
-        num_calls = sum(line.startswith("lock.call(") for line in repro.splitlines())
-        note = (
-            f"found after {found_at - started:.1f} s, shrunk to {num_calls} calls in {ended - found_at:.1f} s "
-            f"(budget {limit:g} s)"
-        )
-        extra = {"found_s": round(found_at - started, 2), "shrink_s": round(ended - found_at, 2),
-                 "shrink_budget_s": limit, "repro_calls": num_calls}  # fmt: skip
-        detail = f"{note}\n{message}{REPRO}{repro}"
-        return CheckResult(name, "failed", len(machine.runs), ended - started, detail, extra)
-    return CheckResult(name, "passed", len(machine.runs), time.perf_counter() - started)
 
 
 def machine_checks(
@@ -222,8 +68,6 @@ def checks_for(
     """Every check of a profile, in the order they run (``scopes``: the
     explorer's, instead of the profile's, as names or ``Scope``s, explored
     by ``workers`` processes, default one per core)."""
-    from blockspace.conformance import explore, long_runs, sweeps, symbolic, trace
-
     checks = machine_checks(impls, profile, capabilities, on_failure) if profile.max_examples else []
     if profile.trace_requests:
         checks += trace.trace_checks(impls, profile.trace_requests, capabilities)

@@ -21,10 +21,11 @@ from typing import Any, ClassVar
 
 import pytest
 
+from blockspace.conformance.check import CheckResult, run_machine
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
 from blockspace.conformance.explore import explore_check
 from blockspace.conformance.long_runs import RUNS, long_run_check
-from blockspace.conformance.runner import PROFILES, CheckResult, run_machine
+from blockspace.conformance.runner import PROFILES
 from blockspace.conformance.scope import SCOPES
 from blockspace.conformance.sweeps import SWEEPS, sweep_check
 from blockspace.conformance.trace import VARIANTS, trace_check

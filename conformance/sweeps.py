@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from blockspace.conformance.check import Check, scripted_check
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
 from blockspace.conformance.reduce import shorten
-from blockspace.conformance.runner import Check, scripted_check
 from blockspace.enums import Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
 

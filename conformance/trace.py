@@ -19,8 +19,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from blockspace.conformance.check import Check, CheckResult
 from blockspace.conformance.lockstep import Divergence, Lockstep
-from blockspace.conformance.runner import Check, CheckResult
 from blockspace.conformance.script import Script
 from blockspace.enums import AllocStatus, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup

@@ -15,10 +15,11 @@ import pytest
 from blockspace import AllocStatus, Device, Sequence, SequenceGroup, SequenceStatus
 from blockspace.conformance import Divergence, Lockstep
 from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
+from blockspace.conformance.check import REPRO, run_machine
 from blockspace.conformance.explore import explore
 from blockspace.conformance.long_runs import long_run_checks
 from blockspace.conformance.reduce import failure_of, reduce
-from blockspace.conformance.runner import PROFILES, REPRO, run_machine, with_changes
+from blockspace.conformance.runner import PROFILES, with_changes
 from blockspace.conformance.scope import SCOPES, scope_from
 from blockspace.conformance.sweeps import SWEEPS, sweep_check, sweep_checks
 from blockspace.extras import missing_modules

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from blockspace.conformance import Divergence
+from blockspace.conformance.check import REPRO, failure_signature
 from blockspace.conformance.cli import main, print_summary
-from blockspace.conformance.runner import REPRO, failure_signature
 from blockspace.conformance.sweeps import sweep_check
 from blockspace.reference import ReferenceBlockSpaceManager
 
