@@ -6,6 +6,11 @@ annotations, and ``alloc_status``/``swap_status`` return the int value of
 the ``AllocStatus`` member. Each function here calls the kernel of the same
 name (a plain Python function under ``NUMBA_DISABLE_JIT=1``) and converts
 nothing else.
+
+Which rules are compared is not listed here: ``symbolic.rule_names`` reads
+them off ``blockspace.reference.rules``. A rule there with no function here
+(or no kernel in ``blockspace.fast.rules``) fails ``tests/test_kit_rules.py``
+by name.
 """
 
 from __future__ import annotations
@@ -54,17 +59,3 @@ def blocks_to_add(num_blocks: int, num_filled: int, num_needed_slots: int, block
 
 def num_blocks_to_drop(num_computed_tokens: int, block_size: int, max_window_blocks: int) -> int:
     return rules.num_blocks_to_drop(num_computed_tokens, block_size, max_window_blocks)
-
-
-RULE_NAMES = (
-    "cdiv",
-    "watermark_blocks",
-    "window_blocks",
-    "window_cap",
-    "blocks_for_prompt",
-    "alloc_status",
-    "swap_status",
-    "blocks_touched",
-    "blocks_to_add",
-    "num_blocks_to_drop",
-)

@@ -5,6 +5,9 @@
 * ``diffbehavior``: each fast kernel against the reference rule of the same
   name, with ``NUMBA_DISABLE_JIT=1`` so the kernels run as plain Python
   (through ``kernels.py``, which gives them the reference's signatures).
+
+Both take their rules from ``rule_names``, which reads them off the
+reference module: no list to keep in step with it.
 * ``machine[symbolic]``: the state machine with Hypothesis' CrossHair
   backend, on small pools and few steps: inputs are solved for, not sampled.
 
@@ -14,14 +17,18 @@ Numba is imported, and a hung solver must not hang the run).
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
-from blockspace.conformance.runner import Check, CheckResult, Profile, run_machine
+from blockspace.conformance.check import Check, CheckResult, run_machine
+from blockspace.kit_options import Profile
 
 RULES_MODULE = "blockspace.reference.rules"
 PER_CONDITION_TIMEOUT = 15.0
@@ -40,10 +47,16 @@ def _crosshair(args: list[str], timeout: float) -> tuple[int, str, float]:
     return done.returncode, (done.stdout + done.stderr).strip(), time.perf_counter() - started
 
 
-def rule_names() -> list[str]:
-    from blockspace.conformance.kernels import RULE_NAMES
-
-    return list(RULE_NAMES)
+def rule_names(module: ModuleType | None = None) -> list[str]:
+    """The rules of ``module`` (default: ``RULES_MODULE``, the reference's),
+    in the order it defines them: its own functions, not those it imports.
+    Why read off the module: a rule added to the reference is then checked
+    by both CrossHair checks, and one without a fast twin fails
+    ``tests/test_kit_rules.py`` by name, instead of going unchecked."""
+    rules = importlib.import_module(RULES_MODULE) if module is None else module
+    return [
+        name for name, value in vars(rules).items() if inspect.isfunction(value) and value.__module__ == rules.__name__
+    ]
 
 
 def check_contracts(timeout: float = PER_CONDITION_TIMEOUT) -> CheckResult:
@@ -52,7 +65,7 @@ def check_contracts(timeout: float = PER_CONDITION_TIMEOUT) -> CheckResult:
     per_rule: dict[str, float] = {}
     problems = []
     started = time.perf_counter()
-    for name in _reference_rule_names():
+    for name in sorted(rule_names()):  # in name order, as the contracts have always been checked
         code, output, seconds = _crosshair(
             ["check", "--report_all", "--per_condition_timeout", str(timeout), f"{RULES_MODULE}.{name}"], RULE_TIMEOUT
         )
@@ -73,14 +86,6 @@ def check_contracts(timeout: float = PER_CONDITION_TIMEOUT) -> CheckResult:
         "\n".join(problems),
         {"rules": per_rule},
     )
-
-
-def _reference_rule_names() -> list[str]:
-    import inspect
-
-    from blockspace.reference import rules
-
-    return [n for n, f in inspect.getmembers(rules, inspect.isfunction) if f.__module__ == rules.__name__]
 
 
 def check_diffbehavior(timeout: float = PER_CONDITION_TIMEOUT) -> CheckResult:
