@@ -1,6 +1,7 @@
 """The package as a new user meets it: every command either works or names the
 extra it needs, no path of our machines in anything we ship, the tools kept
-out of the managers and the kit, and the pytest plugin's marker and option.
+out of the managers and the kit, no module importing itself through others,
+and the pytest plugin's marker and option.
 
 The fresh-venv checks at the end install the package for real (``-m slow``).
 """
@@ -13,6 +14,8 @@ import os
 import pathlib
 import subprocess
 import sys
+import tomllib
+from collections import deque
 
 import pytest
 
@@ -135,14 +138,31 @@ MANAGERS_AND_KIT = [
 ]
 
 
-def imported_modules(path: pathlib.Path) -> set[str]:
+def imported_modules(path: pathlib.Path, runtime_only: bool = False) -> set[str]:
+    """What ``path`` imports anywhere (inside a function too: that is where
+    an import circle hides), each as a dotted name: ``import a.b`` gives
+    ``a.b``, ``from a import b`` gives ``a.b`` whether ``b`` is a submodule
+    or a name defined in ``a`` (the caller knows the modules: see
+    ``import_graph``). A relative import keeps its leading dots.
+    ``runtime_only`` leaves out the imports under ``if TYPE_CHECKING:``,
+    which never run, so they close no circle."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    nodes: list[ast.AST] = [ast.parse(path.read_text())]
+    while nodes:
+        node = nodes.pop()
+        if runtime_only and isinstance(node, ast.If) and ast.unparse(node.test) in TYPE_CHECKING:
+            nodes += node.orelse
+            continue
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names |= {f"{base}.{alias.name}" if node.module else f"{base}{alias.name}" for alias in node.names}
+        nodes += ast.iter_child_nodes(node)
     return names
+
+
+TYPE_CHECKING = {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
 
 
 def test_neither_the_managers_nor_the_kit_import_a_tool():
@@ -160,6 +180,110 @@ def test_the_shared_package_imports_no_manager_and_no_kit():
     inner = ("blockspace.conformance", "blockspace.fast", "blockspace.reference")
     offenders = [f"{p.name} imports {n}" for p in CORE for n in imported_modules(p) if n.startswith(inner)]
     assert not offenders, offenders
+
+
+# -- no import circles -------------------------------------------------------------------------
+def package_modules() -> dict[str, pathlib.Path]:
+    """Every module of the packages pyproject.toml ships, by its dotted name,
+    with its source file. The names come from the package-dir mapping
+    (``blockspace.fast`` is ``fast/``), read from pyproject.toml so that a
+    new package is covered without touching this test."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    dirs = setuptools["package-dir"]
+    modules = {}
+    for package in setuptools["packages"]:
+        mapped = max((p for p in dirs if package == p or package.startswith(p + ".")), key=len)
+        folder = ROOT / dirs[mapped] / package[len(mapped) :].lstrip(".").replace(".", "/")
+        for path in sorted(folder.glob("*.py")):
+            modules[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return modules
+
+
+def import_graph(modules: dict[str, pathlib.Path]) -> dict[str, set[str]]:
+    """Which of ``modules`` each one imports when it runs. A name stands for
+    the longest of its prefixes that is a module: ``from blockspace.fast
+    import kernels`` runs ``blockspace.fast.kernels``, ``from
+    blockspace.fast.rules import cdiv`` runs ``blockspace.fast.rules``,
+    ``from blockspace import Device`` runs the package's ``__init__``."""
+
+    def module_of(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    return {
+        module: {found for name in imported_modules(path, runtime_only=True) if (found := module_of(name)) != module}
+        - {""}
+        for module, path in modules.items()
+    }
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The shortest circle through each module that is on one, as
+    ``[a, b, ..., a]`` starting from its first module in name order, each
+    circle once."""
+    cycles = set()
+    for start in graph:
+        cycle = shortest_circle(graph, start)
+        if cycle:
+            turn = cycle.index(min(cycle))
+            cycles.add(tuple(cycle[turn:] + cycle[:turn]))
+    return [[*cycle, cycle[0]] for cycle in sorted(cycles)]
+
+
+def shortest_circle(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """The modules on a shortest way from ``start`` back to it (breadth
+    first: the first module met that imports ``start`` ends the shortest)."""
+    came_from = {start: start}
+    queue = deque([start])
+    while queue:
+        module = queue.popleft()
+        if start in graph[module]:
+            path = [module]
+            while path[-1] != start:
+                path.append(came_from[path[-1]])
+            return path[::-1]
+        for following in sorted(graph[module] - came_from.keys()):
+            came_from[following] = module
+            queue.append(following)
+    return None
+
+
+def test_no_module_of_the_package_imports_itself_through_others():
+    """A circle works only in the order Python happens to meet it (and an
+    import inside a function merely hides one): none in any package shipped."""
+    modules = package_modules()
+    graph = import_graph(modules)
+    relative = sorted(f"{m} imports {n}" for m in modules for n in imported_modules(modules[m]) if n.startswith("."))
+    assert not relative, f"relative imports, which this graph would not see: {relative}"
+    cycles = import_cycles(graph)
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+    assert {"blockspace.fast.rules", "blockspace.conformance.check", "blockspace.simulator"} <= graph.keys()
+    assert "blockspace.conformance.check" in graph["blockspace.conformance.runner"]  # the graph does see imports
+
+
+def test_the_import_graph_sees_function_level_imports_and_not_type_checking_ones(tmp_path):
+    files = {
+        "a": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.c\ndef f():\n    from pkg import b\n",
+        "b": "import pkg.a\n",
+        "c": "from pkg.a import f\nfrom pkg import missing\n",
+        "d": "import typing\nif typing.TYPE_CHECKING:\n    from pkg import e\nelse:\n    from pkg import c\n",
+        "e": "from pkg import d\n",
+    }
+    modules = {f"pkg.{name}": tmp_path / f"{name}.py" for name in files}
+    for name, source in files.items():
+        modules[f"pkg.{name}"].write_text(source)
+    graph = import_graph(modules)
+    assert graph == {
+        "pkg.a": {"pkg.b"},
+        "pkg.b": {"pkg.a"},
+        "pkg.c": {"pkg.a"},
+        "pkg.d": {"pkg.c"},
+        "pkg.e": {"pkg.d"},
+    }
+    assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
+    graph["pkg.a"] |= {"pkg.e"}  # a longer circle through a: a -> e -> d -> c -> a, beside a -> b -> a
+    assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"], ["pkg.a", "pkg.e", "pkg.d", "pkg.c", "pkg.a"]]
 
 
 # -- the pytest plugin --------------------------------------------------------------------------
