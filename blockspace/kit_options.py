@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         metavar="TEXT",
         action="append",
-        help="run only the checks whose name contains TEXT, e.g. machine[caching], sweep; repeatable (default: every check)",
+        help="run only the checks whose name contains TEXT, e.g. machine[caching], sweep; repeatable "
+        "(default: every check)",
     )
     add("--examples", type=int, metavar="N", help="state-machine examples per family (default: the profile's)")
     add(

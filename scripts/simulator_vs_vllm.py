@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vLLM took {len(theirs)} steps, the simulator {len(ours)}")
         return 1
     print(
-        f"{len(trace)} requests, prefix caching {args.caching}: {len(ours):,} steps, every decision and block table identical"
+        f"{len(trace)} requests, prefix caching {args.caching}: {len(ours):,} steps, "
+        "every decision and block table identical"
     )
     return 0
 

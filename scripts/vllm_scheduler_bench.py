@@ -857,7 +857,8 @@ def run_scenario(
         for impl, cls in classes.items():
             run = run_once(v, settings, requests, impl, cls, caching, max_model_len)
             print(
-                f"  {title}, round {round_index + 1}: {impl:<12} inside {sum(net_seconds(run, overhead_s).values()):8.3f} s,"
+                f"  {title}, round {round_index + 1}: {impl:<12} "
+                f"inside {sum(net_seconds(run, overhead_s).values()):8.3f} s,"
                 f" run {run_seconds(run, overhead_s):8.3f} s, {len(run.steps)} steps",
                 flush=True,
             )

@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ways = [way.strip() for way in args.ways.split(",") if way.strip()]
     caching = "on" if args.enable_prefix_caching else "off"
     print(
-        f"{len(trace):,} requests of {trace_source(args.trace)}, prefix caching {caching}, {args.rounds} round(s) in turns"
+        f"{len(trace):,} requests of {trace_source(args.trace)}, prefix caching {caching}, "
+        f"{args.rounds} round(s) in turns"
     )
     best = measure(trace, config, ways, args.rounds)
     print(table(best))
