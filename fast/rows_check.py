@@ -1,5 +1,5 @@
 """The array-level step's kernels: checking a batch of table rows, and the
-sliding window's drops per row (``fast/rows.py`` is their Python side)."""
+sliding window's drops per row (``fast/row_api.py`` is their Python side)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ ids as one read-only list per change (and each sequence's last access time).
 Why rows: every table lives in one row of the 2-D store
 (``fast/table.py``); a sequence keeps its row from ``allocate`` (or
 ``fork``) to ``free``, so a scheduler may hold rows instead of sequences
-(``fast/rows.py``). Freed rows are reused last-freed first. ``live`` marks
+(``fast/row_api.py``). Freed rows are reused last-freed first. ``live`` marks
 the rows of sequence tables, for the array-level step's checks.
 
 Why answers: a scheduler asks for every running sequence's table at every

@@ -1,4 +1,4 @@
-"""The array-level step (fast/rows.py) against the reference's per-sequence
+"""The array-level step (fast/row_api.py) against the reference's per-sequence
 calls: same answers, same copy-on-write pairs, same tables, same state, and
 clear errors that change nothing."""
 

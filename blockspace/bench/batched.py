@@ -94,7 +94,7 @@ def _sequence_rounds(
 
 
 def _array_rounds(num_seqs: int, tensors: bool, num_rounds: int) -> Callable[[], float]:
-    """The same step through the array-level API (fast/rows.py): the
+    """The same step through the array-level API (fast/row_api.py): the
     scheduler keeps the rows and lengths as arrays and adds each step's new
     token to the lengths itself (inside the timing). More rounds than the
     others: each is some 300 times shorter, so more of them are disturbed by

@@ -46,7 +46,8 @@ def markdown(results: dict[str, Any]) -> str:
         "call timed on its own: the scheduler's own work left out, and the timing's own cost per call",
         f"({r['clock_overhead_us']:.2f} us, measured on a method that does nothing) taken off.",
         "Floor: the same calls answered from a recording, doing only the work every implementation must",
-        "do (a method call, a new list per new version of a table answer, each prompt's tokens converted once and compared",
+        "do (a method call, a new list per new version of a table answer, each prompt's tokens converted once and "
+        "compared",
         "in full when queried again; blockspace/bench/floor.py): its ratio bounds what any implementation",
         "can reach on this machine.",
         "",
@@ -77,7 +78,7 @@ def markdown(results: dict[str, Any]) -> str:
         "(and, with tensors, the padded block-table and slot-mapping tensors built from those lists).",
         "Fast, Sequence objects: `can_append_slots_batch`, `append_slots_batch`, `block_tables` (and `slot_mapping`).",
         "Fast, arrays: `can_append_slots_rows`, `append_slots_rows`, `block_tables(rows)` (and `slot_mapping(rows)`),",
-        "the scheduler keeping table rows and sequence lengths as arrays (fast/rows.py).",
+        "the scheduler keeping table rows and sequence lengths as arrays (fast/row_api.py).",
         "",
         "| N | tensors | reference ms | fast, sequences ms | ratio | fast, arrays ms | ratio |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
@@ -102,7 +103,8 @@ def markdown(results: dict[str, Any]) -> str:
     for name in ("cold", "warm"):
         t = s[name]
         lines.append(
-            f"| {name} | {t['import_s']:.2f} | {t['import_and_first_call_s']:.2f} | {t['import_and_first_request_s']:.2f} |"
+            f"| {name} | {t['import_s']:.2f} | {t['import_and_first_call_s']:.2f} "
+            f"| {t['import_and_first_request_s']:.2f} |"
         )
     lines += ["", "Target: warm import plus first call under 1 s.", ""]
     floor, fast = r["floor"]["manager_seconds"], r["fast"]["manager_seconds"]
@@ -138,7 +140,7 @@ READING = """## Reading the figures
   sequence-to-row lookup, entering a kernel).
 - The batched step over Sequence objects still reads every object in Python (the RUNNING filter of each
   group, the token list, the id lookup: about 1 us per sequence): about 10x. The array-level API
-  (fast/rows.py) takes table rows and lengths as arrays, checks them in a kernel and runs the step in
+  (fast/row_api.py) takes table rows and lengths as arrays, checks them in a kernel and runs the step in
   tens of microseconds for a thousand sequences: the figure to compare with the 300x target.
 - Cold start-up compiles every kernel (Numba, tens of seconds on this machine); with the cache warm,
   import plus the first calls load the compiled kernels.

@@ -220,7 +220,7 @@ def resolve_run(name: str, default_step: str) -> tuple[type, str]:
         raise InvalidArgumentError(f"--compare: {name!r}: the step path after @ must be one of {', '.join(STEP_PATHS)}")
     cls = resolve_manager(manager, "--compare")
     if at and step == "rows" and not offers_rows(cls):
-        raise InvalidArgumentError(f"--compare: {name!r}: {cls.__name__} offers no row API (fast/rows.py)")
+        raise InvalidArgumentError(f"--compare: {name!r}: {cls.__name__} offers no row API (fast/row_api.py)")
     return cls, step if at else default_step
 
 
@@ -293,7 +293,7 @@ def plan(args: argparse.Namespace) -> Plan:
         runs = [(resolve_manager(args.manager), args.step)]
     for cls, step in runs:
         if step == "rows" and not offers_rows(cls):
-            raise InvalidArgumentError(f"--step rows: {cls.__name__} offers no row API (fast/rows.py)")
+            raise InvalidArgumentError(f"--step rows: {cls.__name__} offers no row API (fast/row_api.py)")
     config = simulation_config(args, record_tables=len(runs) > 1)
     configs = [(cls, replace(config, scheduler=replace(config.scheduler, step=step))) for cls, step in runs]
     trace = load_requests(args)

@@ -3,7 +3,7 @@
 Why: a decoding sequence costs the per-call path four manager calls a step
 (``can_append_slots``, ``append_slots``, ``get_block_table``,
 ``access_all_blocks_in_seq``), each a microsecond or more of Python. The fast
-manager's row API (``fast/rows.py``) does each of them for a whole batch in
+manager's row API (``fast/row_api.py``) does each of them for a whole batch in
 one call on table rows and lengths. This is the worked example of driving
 it from a scheduler, and the simulator's default where the manager offers
 it (detected by its methods, ``offers_rows``, not by its class).
@@ -133,7 +133,9 @@ class RowStep:
             rows, _, tokens = self.runs[0]
         else:
             rows = np.concatenate([rows for rows, _, _ in self.runs])
-            tokens = [ids for _, _, run_tokens in self.runs for ids in run_tokens] if self.caching else None
+            tokens = None
+            if self.caching:  # then every run has its token lists
+                tokens = [ids for _, _, run_tokens in self.runs if run_tokens is not None for ids in run_tokens]
         self.manager.access_all_blocks_rows(rows, now)
         if self.caching:
             self.manager.num_computed_blocks_rows(rows, tokens)
