@@ -72,33 +72,35 @@ structref.define_proxy(PoolHandle, PoolHandleType, list(Pool._fields))
 structref.define_proxy(KeysHandle, KeysHandleType, list(Keys._fields))
 structref.define_proxy(TablesHandle, TablesHandleType, list(Tables._fields))
 structref.define_proxy(TrackerHandle, TrackerHandleType, list(Tracker._fields))
+HANDLES = {Pool: PoolHandle, Keys: KeysHandle, Tables: TablesHandle, Tracker: TrackerHandle}
 
 
-# Built by cached kernels: the proxies' own constructors would be compiled
-# afresh in every process (about 0.3 s each). Numba keys that cache on this
-# file's timestamp, not on the NamedTuples' fields: after changing the
-# fields of Pool, Keys, Tables or Tracker, touch this file.
-@njit(cache=True)
-def _pool_handle(state):
-    return PoolHandle(*state)
+def maker(state_type: type, proxy: type) -> Any:
+    """The cached compiled ``proxy(*state)`` for a ``state_type`` NamedTuple.
+
+    Why compiled and cached: the proxies' own constructors would be compiled
+    afresh in every process (about 0.3 s each). Why made here rather than
+    written out as ``@njit`` functions: Numba keys a cache entry on the
+    argument types, the bytecode, the source file's timestamp and the
+    contents of the function's closure cells, but not on the NamedTuple's
+    field names. After renaming or reordering fields of the same dtypes
+    (in ``fast/pool.py``, say), a maker keyed on this file alone would load
+    code that lays the handle out by the old names. Here the field names are
+    a closure cell of the maker, so a change of fields is a new cache key
+    and a fresh compile, with no file to touch. Each state type's maker gets
+    its own name, hence its own index file: four makers sharing one index
+    could pick the same data file when two processes compile at once."""
+    fields = tuple(state_type._fields)
+
+    def make(state):
+        fields  # noqa: B018 - read only so that it is a closure cell, which Numba hashes into the cache key
+        return proxy(*state)
+
+    make.__name__ = make.__qualname__ = f"{state_type.__name__.lower()}_handle"
+    return njit(cache=True)(make)
 
 
-@njit(cache=True)
-def _keys_handle(state):
-    return KeysHandle(*state)
-
-
-@njit(cache=True)
-def _tables_handle(state):
-    return TablesHandle(*state)
-
-
-@njit(cache=True)
-def _tracker_handle(state):
-    return TrackerHandle(*state)
-
-
-MAKERS = {Pool: _pool_handle, Keys: _keys_handle, Tables: _tables_handle, Tracker: _tracker_handle}
+MAKERS = {state: maker(state, proxy) for state, proxy in HANDLES.items()}
 
 
 def handle(state: Any) -> Any:

@@ -5,7 +5,11 @@ Each is the ``@njit`` function of its module (``pool``, ``table``,
 (``fast/dispatch.py``), which skips the dispatcher's typing: the Python
 layer always passes the same argument types (C-contiguous int64 arrays,
 Python ints and bools, one-pointer handles), so after the first call the
-kernel's one compiled overload is called straight away. Reading this list
+kernel's one compiled overload is called straight away, and the name here
+is rebound to it. With ``BLOCKSPACE_KERNEL_DISPATCH=numba`` every name stays
+a ``direct`` that calls Numba's dispatcher, so every call is typed: the
+same answers, slower (``fast/dispatch.py`` lists the other cases that keep
+a kernel on the dispatcher). Reading this list
 tells a newcomer what the compiled side can do; nothing else in ``fast/``
 wraps a kernel. The one exception is the device table's delta kernels
 (``fast/cuda_tables.py``): ``fast/device_sync.py`` imports them when a
@@ -69,4 +73,4 @@ blocks_for_prompt = direct(rules.blocks_for_prompt)  # the manager passes a huge
 window_blocks = rules.window_blocks
 watermark_blocks = rules.watermark_blocks
 
-rebind_module(globals())  # once compiled, ``kernels.<name>`` is the compiled entry point itself
+rebind_module(globals())  # once compiled, ``kernels.<name>`` is the entry point itself (direct mode only)
