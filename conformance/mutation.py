@@ -65,7 +65,7 @@ CORE = (
 FAST_KERNELS = (  # the modules of the fast manager's @njit kernels; only lines inside a kernel are mutated
     "fast/content.py",
     "fast/pool.py",
-    "fast/rows_check.py",
+    "fast/row_api_kernels.py",
     "fast/rules.py",
     "fast/table.py",
     "fast/tracker.py",

@@ -1,7 +1,7 @@
 """Every compiled kernel the fast manager's Python layer calls, by name.
 
 Each is the ``@njit`` function of its module (``pool``, ``table``,
-``tracker``, ``content``, ``rules``, ``rows_check``) called through ``direct``
+``tracker``, ``content``, ``rules``, ``row_api_kernels``) called through ``direct``
 (``fast/dispatch.py``), which skips the dispatcher's typing: the Python
 layer always passes the same argument types (C-contiguous int64 arrays,
 Python ints and bools, one-pointer handles), so after the first call the
@@ -9,18 +9,19 @@ kernel's one compiled overload is called straight away, and the name here
 is rebound to it. With ``BLOCKSPACE_KERNEL_DISPATCH=numba`` every name stays
 a ``direct`` that calls Numba's dispatcher, so every call is typed: the
 same answers, slower (``fast/dispatch.py`` lists the other cases that keep
-a kernel on the dispatcher). Reading this list
-tells a newcomer what the compiled side can do; nothing else in ``fast/``
-wraps a kernel. The one exception is the device table's delta kernels
-(``fast/cuda_tables.py``): ``fast/device_sync.py`` imports them when a
-device table is first asked for, since that module brings in CUDA.
+a kernel on the dispatcher). Reading this list tells a newcomer what the
+compiled side can do; nothing else in ``fast/`` wraps a kernel. The one
+exception is the device table's delta kernels (``fast/table_deltas.py``):
+``fast/device_sync.py`` imports them when tracking starts, and only
+``fast/device_table.py`` brings in CUDA.
 """
 
 from __future__ import annotations
 
 from blockspace.fast import content as C
 from blockspace.fast import pool as P
-from blockspace.fast import rows_check, rules
+from blockspace.fast import row_api_kernels as R
+from blockspace.fast import rules
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
 from blockspace.fast.dispatch import direct, rebind_module
@@ -34,7 +35,7 @@ swap = direct(T.swap)
 swap_need = direct(T.swap_need)
 swap_cost = direct(T.swap_cost)
 
-# the batched step (fast/table.py, fast/rows_check.py)
+# the batched step (fast/table.py, fast/row_api_kernels.py)
 can_append_batch = direct(T.can_append_batch)
 batch_needs = direct(T.batch_needs)
 shared_bound = direct(T.shared_bound)
@@ -42,10 +43,10 @@ append_batch = direct(T.append_batch)
 max_blocks = direct(T.max_blocks)
 gather_tables = direct(T.gather_tables)
 gather_slots = direct(T.gather_slots)
-check_rows = direct(rows_check.check_rows)
-ends_rise_to = direct(rows_check.ends_rise_to)
-plan_tails = direct(rows_check.plan_tails)
-blocks_to_drop = direct(rows_check.blocks_to_drop)
+check_rows = direct(R.check_rows)
+ends_rise_to = direct(R.ends_rise_to)
+plan_tails = direct(R.plan_tails)
+blocks_to_drop = direct(R.blocks_to_drop)
 
 # the computed-blocks tracker (fast/tracker.py)
 num_cached_tokens = direct(K.num_cached_tokens)

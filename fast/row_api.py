@@ -31,7 +31,7 @@ from blockspace.fast import row_args as A
 from blockspace.fast import table as T
 from blockspace.fast.appends import Appends
 from blockspace.fast.checks import all_token_ids, checked_lookahead, token_array_or_none
-from blockspace.fast.rows_check import DUPLICATE, EMPTY, NEGATIVE, NOT_LIVE, ROWS_OK, SHRUNK, SWAPPED
+from blockspace.fast.row_api_kernels import DUPLICATE, EMPTY, NEGATIVE, NOT_LIVE, ROWS_OK, SHRUNK, SWAPPED
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows

@@ -20,7 +20,7 @@ reference. Every write to ``blocks`` goes through ``_set_block``: the one place
 a block-table delta (row, column, value) is recorded. When the manager keeps a
 device table in sync (``track_device_table``), ``_set_block`` appends the
 written cell to ``log``; otherwise ``num_logged[0]`` is -1 and it only pays
-one load and branch. The log is drained by ``cuda_tables.flush_table_log``.
+one load and branch. The log is drained by ``table_deltas.flush_table_log``.
 """
 
 from __future__ import annotations
