@@ -27,7 +27,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,9 +58,9 @@ def _version(package: str) -> str | None:
         return None
 
 
-def environment() -> dict:
+def environment() -> dict[str, Any]:
     """Versions, and the GPU with its peak memory bandwidth when there is one."""
-    info = {
+    info: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": torch.__version__,
@@ -73,7 +75,7 @@ def environment() -> dict:
     from numba import cuda
 
     props = torch.cuda.get_device_properties(0)
-    gpu = {
+    gpu: dict[str, Any] = {
         "name": props.name,
         "compute_capability": f"{props.major}.{props.minor}",
         "multiprocessors": props.multi_processor_count,
@@ -142,7 +144,7 @@ class DecodeWorkload:
             self.deltas.append(row, block)
         self.lens[row] = num_tokens
 
-    def advance(self):
+    def advance(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One step's changes; returns the scheduled ``(rows, starts, ends)``."""
         for _ in range(self.churn):
             row = self.rng.randrange(len(self.blocks))
@@ -156,7 +158,7 @@ class DecodeWorkload:
         return self.rows, self.lens - 1, self.lens.copy()
 
 
-def vllm_v0_step(workload: DecodeWorkload, device: torch.device, pin: bool):
+def vllm_v0_step(workload: DecodeWorkload, device: torch.device, pin: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The block tables and slot mapping as vLLM v0 builds them each step:
     padded rows from the lists (``make_tensor_with_pad``), slots in a Python
     loop, both copied to the device (``async_tensor_h2d``)."""
@@ -181,8 +183,7 @@ def device_work_per_step(table: DeviceBlockTable, steps: list) -> dict | None:
     """The GPU's own time per step (the upload and the kernel, gaps left out),
     from torch's profiler, which sees Numba's kernels too; None where it fails."""
     try:
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import DeviceType, ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for delta, rows, starts, ends in steps:
@@ -221,17 +222,17 @@ def bench_tables(num_seqs: int, num_steps: int, block_size: int, on_gpu: bool) -
         steps.append((ours.deltas.drain(), *schedule))
     num_entries = [delta.num_entries for delta, *_ in steps]
 
-    start_event, end_event = (torch.cuda.Event(enable_timing=True) for _ in range(2)) if on_gpu else (None, None)
-    if on_gpu:
-        start_event.record()
+    events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if on_gpu else None
+    if events is not None:
+        events[0].record()
     begin = time.perf_counter()
     for delta, rows, starts, ends in steps[:num_steps]:  # pipelined, as a serving loop runs
         table.step(delta, rows, starts, ends)
-    if on_gpu:
-        end_event.record()
+    if events is not None:
+        events[1].record()
     sync()
     pipelined_us = (time.perf_counter() - begin) / num_steps * 1e6
-    device_us = start_event.elapsed_time(end_event) * 1e3 / num_steps if on_gpu else None
+    device_us = events[0].elapsed_time(events[1]) * 1e3 / num_steps if events is not None else None
 
     profiled = device_work_per_step(table, steps[num_steps : num_steps + 50]) if on_gpu else None
 
@@ -281,15 +282,17 @@ def bench_tables(num_seqs: int, num_steps: int, block_size: int, on_gpu: bool) -
 # ---------------------------------------------------------------------------
 
 
-def _caches(num_layers, num_blocks, block_shape, dtype, device, pin=False):
-    def tensor():
+def _caches(
+    num_layers: int, num_blocks: int, block_shape: tuple[int, ...], dtype: torch.dtype, device: str, pin: bool = False
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def tensor() -> torch.Tensor:
         made = torch.empty((num_blocks, *block_shape), dtype=dtype, device=device, pin_memory=pin)
         return made.view(torch.uint8).random_().view(dtype) if made.element_size() == 1 else made.normal_()
 
     return [(tensor(), tensor()) for _ in range(num_layers)]
 
 
-def _time(fn, repeats: int, on_gpu: bool) -> float:
+def _time(fn: Callable[[], object], repeats: int, on_gpu: bool) -> float:
     """Seconds per call, after one untimed call."""
     fn()
     if on_gpu:
@@ -307,7 +310,7 @@ def _time(fn, repeats: int, on_gpu: bool) -> float:
     return (time.perf_counter() - begin) / repeats
 
 
-def _per_block_copies(src, dst, pairs):
+def _per_block_copies(src: list[torch.Tensor], dst: list[torch.Tensor], pairs: list[tuple[int, int]]) -> None:
     """vLLM v0's swap: one ``copy_`` (a ``cudaMemcpyAsync``) per block per tensor."""
     for source, target in zip(src, dst):
         for s, d in pairs:
@@ -323,7 +326,14 @@ def measured_copy_bandwidth(on_gpu: bool, num_bytes: int) -> float:
     return 2 * num_bytes / seconds / 1e9
 
 
-def measure_move(src_caches, dst_caches, pairs, repeats: int, on_gpu: bool, counted_bytes: int) -> dict:
+def measure_move(
+    src_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    dst_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    pairs: list[tuple[int, int]],
+    repeats: int,
+    on_gpu: bool,
+    counted_bytes: int,
+) -> dict[str, Any]:
     """One move three ways (our kernel, torch indexing, a copy_ per block), each
     in GB/s of ``counted_bytes`` per move; the kernel checked first, on
     contents that differ."""
@@ -341,7 +351,7 @@ def measure_move(src_caches, dst_caches, pairs, repeats: int, on_gpu: bool, coun
         "torch_index": _time(lambda: move_blocks_torch(src, dst, pair_array), repeats, on_gpu),
         "copy_per_block": _time(lambda: _per_block_copies(src, dst, pairs), 2, on_gpu),
     }
-    row = {"backend": mover.backend, "kernel_correct": correct}
+    row: dict[str, Any] = {"backend": mover.backend, "kernel_correct": correct}
     for name, value in seconds.items():
         row[f"{name}_ms"] = round(value * 1e3, 3)
         row[f"{name}_gbs"] = round(counted_bytes / value / 1e9, 1)
@@ -408,8 +418,10 @@ def print_header(info: dict, bandwidth: dict) -> None:
           f"numba {info['numba']}  numba-cuda {info['numba_cuda']}")  # fmt: skip
     print(f"platform {info['platform']}")
     if gpu:
-        print(f"GPU {gpu['name']}  sm_{gpu['compute_capability'].replace('.', '')}  {gpu['multiprocessors']} SMs  "
-              f"{gpu['memory_gib']} GiB  driver {gpu.get('driver')}  CUDA driver API {gpu.get('cuda_driver_api')}")  # fmt: skip
+        print(
+            f"GPU {gpu['name']}  sm_{gpu['compute_capability'].replace('.', '')}  {gpu['multiprocessors']} SMs  "
+            f"{gpu['memory_gib']} GiB  driver {gpu.get('driver')}  CUDA driver API {gpu.get('cuda_driver_api')}"
+        )
     else:
         print("NO CUDA GPU: tiny CPU-only run. These are NOT the GPU figures the targets refer to.")
     print(f"memory bandwidth: peak {bandwidth.get('peak_gbs')} GB/s, large copy_ {bandwidth.get('copy_gbs')} GB/s\n")
@@ -419,7 +431,8 @@ def print_tables(tables: dict) -> None:
     print(f"(a) block table sync + slot mapping, {tables['num_seqs']} sequences, block size {tables['block_size']}, "
           f"{tables['num_steps']} steps, {tables['mean_changed_cells_per_step']} changed cells/step")  # fmt: skip
     print(
-        f"    ours, pipelined (wall)     {tables['ours_pipelined_us_per_step']:>10} us/step   target <= {TABLE_TARGET_US} us"
+        f"    ours, pipelined (wall)     {tables['ours_pipelined_us_per_step']:>10} us/step   "
+        f"target <= {TABLE_TARGET_US} us"
     )
     if tables["ours_device_us_per_step"] is not None:
         print(f"    ours, CUDA events          {tables['ours_device_us_per_step']:>10} us/step")
@@ -433,7 +446,8 @@ def print_tables(tables: dict) -> None:
           f"meets target: {tables['meets_target']}\n")  # fmt: skip
     print("(b) KV block moves, GB/s (copy: bytes read + written; swaps: bytes across the bus, one way)")
     print(
-        f"    {'config':<12} {'move':<9} {'block/tensor':>12} {'kernel':>9} {'index':>9} {'per-block':>9} {'of peak':>8}  target"
+        f"    {'config':<12} {'move':<9} {'block/tensor':>12} {'kernel':>9} {'index':>9} {'per-block':>9} "
+        f"{'of peak':>8}  target"
     )
 
 
@@ -473,7 +487,12 @@ def main(argv: list[str] | None = None) -> int:
     info = environment()
     bandwidth = {"peak_gbs": info["gpu"].get("peak_bandwidth_gbs") if on_gpu else None}
     bandwidth["copy_gbs"] = round(measured_copy_bandwidth(on_gpu, 2**31 if on_gpu else 2**24), 1)
-    report = {"mode": "gpu" if on_gpu else "cpu-only", "environment": info, "bandwidth": bandwidth, "copies": []}
+    report: dict[str, Any] = {
+        "mode": "gpu" if on_gpu else "cpu-only",
+        "environment": info,
+        "bandwidth": bandwidth,
+        "copies": [],
+    }
     print_header(info, bandwidth)
 
     def save() -> None:  # after each part: a crash later keeps what was measured

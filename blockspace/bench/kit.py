@@ -3,7 +3,8 @@ deliberately broken manager (``blockspace.conformance.broken``), stopping
 at the first failing check as ``--fail-fast`` does, and on a correct one.
 
     python -m blockspace.bench.kit
-    python -m blockspace.bench.kit --before   # also as the kit ran before: Hypothesis' own 5-minute shrink, no line deletion
+    python -m blockspace.bench.kit --before   # also as the kit ran before: Hypothesis' own
+                                              # 5-minute shrink, no line deletion
 
 For each broken manager: seconds until the failure was found, until its
 repro was ready (what a CI log waits for), the repro's calls, and whether
@@ -23,7 +24,9 @@ from typing import Any
 
 from blockspace.conformance import Divergence
 from blockspace.conformance.broken import BROKEN_MANAGERS
-from blockspace.conformance.runner import PROFILES, REPRO, Profile, capabilities_of, checks_for, with_changes
+from blockspace.conformance.check import REPRO
+from blockspace.conformance.runner import capabilities_of, checks_for, with_changes
+from blockspace.kit_options import PROFILES, Profile
 
 BEFORE = {"shrink_seconds": 300.0, "reduce_repro": False}  # Hypothesis' own limit, as the kit had it
 
@@ -83,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row.get('calls', '-')} | {row.get('runs_as_printed', '-')} |", flush=True)  # fmt: skip
     correct = whole_profile(args.correct, PROFILES["quick"])
     print(
-        f"\nquick profile, {correct['manager']} against the reference: {correct['seconds']} s, {correct['failed']} failed"
+        f"\nquick profile, {correct['manager']} against the reference: {correct['seconds']} s, "
+        f"{correct['failed']} failed"
     )
     if args.json:
         args.json.write_text(json.dumps({"broken": rows, "correct": correct}, indent=1))

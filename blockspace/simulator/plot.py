@@ -37,12 +37,16 @@ def _picks(num_steps: int) -> np.ndarray:
 def latency_over_time(result: SimulationResult, num_bins: int = LATENCY_BINS) -> dict[str, np.ndarray]:
     """Per time bin (by finish time): its middle, and the TTFT and end-to-end
     p50/p99 of the requests that finished in it (NaN where none did)."""
-    done = [r for r in result.requests if r.finish_s is not None and r.first_token_s is not None]
+    done = [
+        (r.arrival_s, r.first_token_s, r.finish_s)
+        for r in result.requests
+        if r.finish_s is not None and r.first_token_s is not None
+    ]
     if not done:
         return {}
-    finish = np.array([r.finish_s for r in done])
-    ttft = np.array([r.first_token_s - r.arrival_s for r in done])
-    e2e = np.array([r.finish_s - r.arrival_s for r in done])
+    finish = np.array([finish_s for _, _, finish_s in done])
+    ttft = np.array([first_s - arrival_s for arrival_s, first_s, _ in done])
+    e2e = np.array([finish_s - arrival_s for arrival_s, _, finish_s in done])
     edges = np.linspace(finish.min(), finish.max() + 1e-9, num_bins + 1)
     which = np.clip(np.searchsorted(edges, finish, side="right") - 1, 0, num_bins - 1)
     curves = {"time_s": (edges[:-1] + edges[1:]) / 2}
@@ -89,8 +93,12 @@ def plot_runs(path: Path, results: list[SimulationResult], trace_label: str = "t
 
     curves = latency_over_time(first)
     if curves:
-        styles = {"ttft_p50": ("TTFT p50", "tab:cyan", "-"), "ttft_p99": ("TTFT p99", "tab:cyan", "--"),
-                  "e2e_p50": ("end-to-end p50", "tab:brown", "-"), "e2e_p99": ("end-to-end p99", "tab:brown", "--")}  # fmt: skip
+        styles = {
+            "ttft_p50": ("TTFT p50", "tab:cyan", "-"),
+            "ttft_p99": ("TTFT p99", "tab:cyan", "--"),
+            "e2e_p50": ("end-to-end p50", "tab:brown", "-"),
+            "e2e_p99": ("end-to-end p99", "tab:brown", "--"),
+        }
         for key, (label, color, line) in styles.items():
             axes[2].plot(curves["time_s"], curves[key], label=label, color=color, linestyle=line, linewidth=0.9)
         axes[2].legend(loc="upper left", ncol=2)

@@ -39,11 +39,12 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     config = result.config
     scheduler = result.scheduler
     timeline = result.timeline
-    finished = [r for r in result.requests if r.finish_s is not None]
+    done = [(r, r.finish_s) for r in result.requests if r.finish_s is not None]  # (request, its finish time)
+    finished = [r for r, _ in done]
     num_output_tokens = sum(seq.get_output_len() for r in finished for seq in r.seqs)
     num_prompt_tokens = sum(r.num_prompt_tokens for r in finished)
     start = min((r.arrival_s for r in result.requests), default=0.0)
-    end = max((r.finish_s for r in finished), default=start)
+    end = max((finish_s for _, finish_s in done), default=start)
     span = max(end - start, 1e-12)
     step_s = np.asarray(timeline.step_s, dtype=float)
     used = np.asarray(timeline.kv_used_blocks, dtype=float)
@@ -66,7 +67,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "requests_per_s": len(finished) / span,
         },
         "ttft_s": _percentiles([r.first_token_s - r.arrival_s for r in finished if r.first_token_s is not None]),
-        "e2e_latency_s": _percentiles([r.finish_s - r.arrival_s for r in finished]),
+        "e2e_latency_s": _percentiles([finish_s - r.arrival_s for r, finish_s in done]),
         "prefix_cache": {
             "enabled": config.scheduler.enable_prefix_caching,
             "gpu_block_hit_rate": result.final_hit_rate,

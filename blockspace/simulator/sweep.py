@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from blockspace.errors import InvalidArgumentError, MissingExtraError
 from blockspace.validation import Range, check_output_dir, option_name
@@ -81,7 +81,8 @@ def _converter(action: argparse.Action) -> Callable[[str], Any]:
             raise ValueError(f"expected one of {', '.join(TRUE + FALSE)}")
 
         return boolean
-    convert = action.type or str
+    # typeshed also allows a type's registered name here; every option of ours gives a callable
+    convert = cast(Callable[[str], Any], action.type or str)
 
     def checked(text: str) -> Any:
         value = convert(text)

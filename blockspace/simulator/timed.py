@@ -10,6 +10,7 @@ time to one counter; the engine reads and resets it once per step.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from blockspace.interfaces import ROW_API
@@ -40,6 +41,27 @@ TIMED_METHODS = (
 
 class TimedManager:
     """The manager's methods, each timed into ``seconds``."""
+
+    # Set on each instance by __init__ (one per name of TIMED_METHODS), declared for type checkers.
+    can_allocate: Callable[..., Any]
+    allocate: Callable[..., Any]
+    can_append_slots: Callable[..., Any]
+    append_slots: Callable[..., Any]
+    fork: Callable[..., Any]
+    can_swap_in: Callable[..., Any]
+    swap_in: Callable[..., Any]
+    can_swap_out: Callable[..., Any]
+    swap_out: Callable[..., Any]
+    free: Callable[..., Any]
+    get_block_table: Callable[..., Any]
+    get_num_free_gpu_blocks: Callable[..., Any]
+    get_num_free_cpu_blocks: Callable[..., Any]
+    access_all_blocks_in_seq: Callable[..., Any]
+    get_common_computed_block_ids: Callable[..., Any]
+    mark_blocks_as_computed: Callable[..., Any]
+    get_prefix_cache_hit_rate: Callable[..., Any]
+    get_num_cached_tokens: Callable[..., Any]
+    remove_seq_from_computed_blocks_tracker: Callable[..., Any]
 
     def __init__(self, manager: Any) -> None:
         self.manager = manager
