@@ -12,7 +12,8 @@ back before raising.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import DEVICE_OF_CODE, Store
 from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
+from blockspace.protocols import SequenceGroupLike, SequenceLike
 from blockspace.validation import check_encoder_decoder, group_salt, waiting_seqs
 
 ALLOC_STATUS = {status.value: status for status in AllocStatus}
@@ -65,7 +67,7 @@ class Allocations:
         self.num_gpu_blocks, self.watermark_blocks = num_gpu_blocks, watermark_blocks
 
     # -- admission ----------------------------------------------------------------------
-    def status(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
+    def status(self, seq_group: SequenceGroupLike, num_lookahead_slots: int) -> AllocStatus:
         """``can_allocate`` (the lookahead already checked)."""
         check_encoder_decoder(seq_group, self.sliding_window, self.caching)
         seq = waiting_seqs(seq_group)[0]
@@ -77,7 +79,7 @@ class Allocations:
         status = kernels.alloc_status(self.num_gpu_blocks, self.store.num_free_gpu(), need, self.watermark_blocks)
         return ALLOC_STATUS[status]
 
-    def allocate(self, seq_group: Any) -> None:
+    def allocate(self, seq_group: SequenceGroupLike) -> None:
         """One table for the first WAITING sequence; the others share it."""
         waiting = waiting_seqs(seq_group)
         seq_ids = [seq.seq_id for seq in waiting]
@@ -105,7 +107,9 @@ class Allocations:
         if encoder is not None:
             self.rows.of_cross[seq_group.request_id] = cross_row
 
-    def _prompt(self, seq_group: Any, waiting: list[Any]) -> tuple[np.ndarray, np.ndarray, int, int]:
+    def _prompt(
+        self, seq_group: SequenceGroupLike, waiting: Sequence[SequenceLike]
+    ) -> tuple[np.ndarray, np.ndarray, int, int]:
         """The checked prompt of the first WAITING sequence, its block keys
         if the tracker made them from the same content (else none), and its
         adapter and salt ids; the cross table's checks come between, as in
@@ -127,17 +131,17 @@ class Allocations:
             keyed = self.tracker.prompt_keys(first, len(tokens) // self.block_size)
         return tokens, keyed, extra, root
 
-    def _encoder(self, seq_group: Any) -> tuple[Any | None, np.ndarray, int]:
+    def _encoder(self, seq_group: SequenceGroupLike) -> tuple[SequenceLike | None, np.ndarray, int]:
         """The encoder sequence of an encoder-decoder group, its checked
         tokens and its adapter id (None, no tokens, 0 for the others)."""
         if not seq_group.is_encoder_decoder():
             return None, T.NO_TOKENS, 0
-        encoder = seq_group.get_encoder_seq()
+        encoder = cast("SequenceLike", seq_group.get_encoder_seq())  # an encoder-decoder group has one
         tokens = checked_token_array(encoder, encoder.get_token_ids())
         return encoder, tokens, self.key_space.extra_id(encoder.extra_hash())
 
     # -- fork ---------------------------------------------------------------------------
-    def fork(self, parent_seq: Any, child_seq: Any) -> None:
+    def fork(self, parent_seq: SequenceLike, child_seq: SequenceLike) -> None:
         """The child shares every block of the parent (copy-on-write later)."""
         parent = self.rows.of_seq.get(parent_seq.seq_id)
         if parent is None:
@@ -156,7 +160,7 @@ class Allocations:
         self.rows.block_ids(child_seq)
 
     # -- release ------------------------------------------------------------------------
-    def free(self, seq: Any) -> None:
+    def free(self, seq: SequenceLike) -> None:
         """Release the sequence's blocks, stamped with its last access time
         (``TableRows.touch``); unknown sequences are ignored."""
         access_time = self.rows.access_times.pop(seq.seq_id, None)
@@ -169,7 +173,7 @@ class Allocations:
         tables.last_access[row] = access_time if access_time is not None else P.NEVER_ACCESSED
         self._free_row(row)
 
-    def free_cross(self, seq_group: Any) -> None:
+    def free_cross(self, seq_group: SequenceGroupLike) -> None:
         row = self.rows.unbind_cross(seq_group.request_id)
         if row is not None:
             self._free_row(row)

@@ -24,6 +24,7 @@ from blockspace.fast.checks import check_new_tokens
 from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows, unknown
+from blockspace.protocols import SequenceGroupLike, SequenceLike
 from blockspace.validation import MAX_TOKEN_ID
 
 RUNNING = SequenceStatus.RUNNING
@@ -53,7 +54,7 @@ class Appends:
         self.needs = np.zeros(2, np.int64)  # batch_needs: table columns, content keys
         self.status = np.zeros(2, np.int64)  # append_batch: failure code, index
 
-    def can_append(self, seq_group: Any, num_lookahead_slots: int) -> bool:
+    def can_append(self, seq_group: SequenceGroupLike, num_lookahead_slots: int) -> bool:
         """``can_append_slots`` (the lookahead already checked): do the free
         GPU blocks cover every block the group's RUNNING sequences touch?
         Python arithmetic per sequence: a kernel call costs more."""
@@ -68,7 +69,7 @@ class Appends:
             touched += kernels.blocks_touched(filled, unseen, num_lookahead_slots, block_size)
         return touched <= self.store.num_free_gpu()
 
-    def check(self, seq: Any) -> tuple[int, int, list[int]]:
+    def check(self, seq: SequenceLike) -> tuple[int, int, list[int]]:
         """The reference's checks before an append; returns (row, num_filled, tokens)."""
         row = self.rows.require(seq)
         tables = self.store.tables_view
@@ -83,7 +84,7 @@ class Appends:
         check_new_tokens(seq, tokens, num_filled)
         return row, num_filled, tokens
 
-    def args(self, seq: Any, num_filled: int, tokens: list[int]) -> tuple[np.ndarray, int, int]:
+    def args(self, seq: SequenceLike, num_filled: int, tokens: list[int]) -> tuple[np.ndarray, int, int]:
         """What the append kernel needs besides the row: the token ids from the
         start of the last block (caching only), the drops, the extra id."""
         extra = self.key_space.extra_id(seq.extra_hash()) if self.caching else 0  # extras only key content
@@ -98,7 +99,7 @@ class Appends:
             array = T.NO_TOKENS
         return array, num_drops, extra
 
-    def one(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
+    def one(self, seq: SequenceLike, num_lookahead_slots: int) -> list[tuple[int, int]]:
         """``append_slots`` of one sequence (lookahead already checked). A
         step that only counts tokens into the table's own last block is done
         here; everything else goes to the append kernel."""
@@ -150,7 +151,7 @@ class Appends:
         fits (``name(i)`` names the one that did not). Returns the
         copy-on-write pairs, flat, and their number."""
         store, needs = self.store, self.needs
-        args = (rows, seq_lens, num_lookahead_slots, self.block_size, self.windowed, store.null_block)
+        args: tuple[Any, ...] = (rows, seq_lens, num_lookahead_slots, self.block_size, self.windowed, store.null_block)
         bound = kernels.batch_needs(store.tables_ref, *args, needs)
         if bound > store.num_free_gpu():
             bound = kernels.shared_bound(store.gpu_ref, store.tables_ref, *args)

@@ -11,6 +11,7 @@ where the per-sequence calls would have done the first appends.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from blockspace.fast.appends import Appends, pairs
 from blockspace.fast.checks import check_new_tokens, checked_lookahead
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows, unknown
+from blockspace.protocols import SequenceGroupLike, SequenceLike
 from blockspace.validation import MAX_TOKEN_ID, check_lookahead
 
 
@@ -35,7 +37,7 @@ class BatchSteps:
         self.store, self.rows, self.appends = store, rows, appends
         self.block_size, self.caching, self.windowed = block_size, caching, windowed
 
-    def can_append_slots_batch(self, seq_groups: list[Any], num_lookahead_slots: int) -> list[bool]:
+    def can_append_slots_batch(self, seq_groups: Sequence[SequenceGroupLike], num_lookahead_slots: int) -> list[bool]:
         """``[can_append_slots(group, num_lookahead_slots) for group in seq_groups]``."""
         check_lookahead(num_lookahead_slots)
         rows: list[int] = []
@@ -57,7 +59,7 @@ class BatchSteps:
         )  # fmt: skip
         return result.tolist()
 
-    def append_slots_batch(self, seqs: list[Any], num_lookahead_slots: int) -> list[tuple[int, int]]:
+    def append_slots_batch(self, seqs: Sequence[SequenceLike], num_lookahead_slots: int) -> list[tuple[int, int]]:
         """``append_slots(seq, num_lookahead_slots)`` for each sequence in
         order; returns all copy-on-write pairs of the step, in order. Raises
         ``NoFreeBlocksError`` before any change if the blocks run out."""
@@ -74,7 +76,7 @@ class BatchSteps:
         )  # fmt: skip
         return pairs(cow, count)
 
-    def _check(self, seqs: list[Any]) -> tuple[np.ndarray, np.ndarray, list[int], list[int], list[Any]]:
+    def _check(self, seqs: Sequence[SequenceLike]) -> tuple[np.ndarray, np.ndarray, list[int], list[int], list[Any]]:
         """``append_slots``'s checks for every sequence, raising the error the
         per-sequence calls would raise first; returns the rows, the sequence
         lengths, drops, extra ids and token arrays of the appends. The checks

@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from blockspace.protocols import SequenceLike
 from blockspace.validation import MAX_TOKEN_ID, check_lookahead, check_token_ids
 
 _FEW_TOKENS = 32  # below this, the shared per-token check is as quick as the vectorised one
 _LOOP_TOKENS = 256  # below this, a check of plain ints in Python beats converting them
 
 
-def check_new_tokens(seq: Any, tokens: Any, start: int) -> None:
+def check_new_tokens(seq: SequenceLike, tokens: Any, start: int) -> None:
     """``check_token_ids(seq, tokens, start)``, with a quick pass for the usual
     case (a few plain ints) that leaves any error to the shared check."""
     num_new = len(tokens) - start
@@ -97,7 +98,7 @@ def joined_token_ids(parts: list[Any]) -> tuple[np.ndarray, int]:
     return (np.concatenate(arrays) if arrays else np.zeros(0, np.int64)), -1
 
 
-def checked_token_array(seq: Any, tokens: Any, start: int = 0, known: np.ndarray | None = None) -> np.ndarray:
+def checked_token_array(seq: SequenceLike, tokens: Any, start: int = 0, known: np.ndarray | None = None) -> np.ndarray:
     """``tokens[start:]`` as int64, each checked as ``check_token_ids`` does
     (raising its error for the first bad one), but vectorised for the usual
     list of ints. ``known``: ``int64_or_none(tokens)``, made earlier."""

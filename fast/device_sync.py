@@ -16,13 +16,17 @@ table. Neither imports this module, so no import circle can form.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from blockspace.fast.saving import Buffers, Packed, packed, unpacked
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
+
+if TYPE_CHECKING:  # both need the [gpu] extra: imported where used (see the module docstring)
+    from blockspace.fast.device_table import DeviceBlockTable
+    from blockspace.fast.table_deltas import TableDelta
 
 FIRST_LOG_SIZE = (
     4  # writes the first log holds; why small: it doubles on overflow, and small scopes then overflow it too
@@ -36,7 +40,7 @@ class DeviceSync:
         self.store = store
         self.rows = rows
         self.deltas: Any = None  # table_deltas.DeltaBuffers while tracking
-        self.device_table: Any = None
+        self.device_table: DeviceBlockTable | None = None
         self.buffers = Buffers()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -56,7 +60,9 @@ class DeviceSync:
     def restore(self, saved: Packed | None) -> None:
         self.deltas = None if saved is None else self.buffers.restored("deltas", self.deltas, saved)
 
-    def device(self, block_size: int, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> Any:
+    def device(
+        self, block_size: int, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64
+    ) -> DeviceBlockTable:
         """The ``DeviceBlockTable`` (made on the first call; the arguments only count then)."""
         if self.device_table is None:
             from blockspace.fast.device_table import DeviceBlockTable
@@ -102,7 +108,7 @@ class DeviceSync:
             self._flush_log()
             self.deltas = deltas_clear_row(self.deltas, row)
 
-    def drain(self) -> Any:
+    def drain(self) -> TableDelta:
         """The changes since the last drain as a ``TableDelta`` (starts tracking)."""
         from blockspace.fast.table_deltas import TableDelta, deltas_drain
 
@@ -112,4 +118,5 @@ class DeviceSync:
         # Every row in use, written or not: an empty table (an empty prompt) writes no cell, yet
         # its sequence may be in a step, and the device table must hold its row (length 0).
         num_rows = max(num_rows, self.rows.num_used)
-        return TableDelta(*deltas_drain(self.deltas), num_rows, num_cols)
+        changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] = deltas_drain(self.deltas)
+        return TableDelta(*changes, num_rows, num_cols)

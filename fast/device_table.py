@@ -39,6 +39,8 @@ a real GPU is present and ``"cpu"`` otherwise.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 from numba import int64, njit
 
@@ -82,7 +84,7 @@ def stage_size(delta: TableDelta, num_seqs: int) -> int:
 
 
 @njit(cache=True)
-def _pack_step(stage, lengths, new_lengths, delta_rows, delta_cols, delta_values, length_rows, length_values,
+def _pack_step(stage, lengths, new_lengths, delta_rows, delta_cols, delta_values, length_rows, length_values,  # type: ignore[no-untyped-def]
                seq_rows, seq_starts, seq_ends, block_size, num_cols, pad_to):  # fmt: skip
     """Check one step's input against a table of ``len(new_lengths) x
     num_cols`` and pack it into ``stage``; ``new_lengths`` receives the
@@ -136,7 +138,7 @@ def _pack_step(stage, lengths, new_lengths, delta_rows, delta_cols, delta_values
 
 
 @cuda.jit
-def _step_kernel(table, lengths, stage, block_size, out):
+def _step_kernel(table, lengths, stage, block_size, out):  # type: ignore[no-untyped-def]  # a kernel: unannotated
     """Apply the deltas, then map tokens to slots. Launch with ONE thread
     block: ``syncthreads`` orders the table writes before the reads, which a
     grid of blocks could not do within one launch (one block of 1,024
@@ -180,7 +182,7 @@ def simulator_enabled() -> bool:
     """True under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
     from numba import config
 
-    return bool(config.ENABLE_CUDASIM)
+    return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]  # made from NUMBA_ENABLE_CUDASIM when numba loads
 
 
 def gpu_available() -> bool:
@@ -201,7 +203,7 @@ def resolve_backend(backend: str) -> str:
     raise InvalidArgumentError(f"backend must be 'auto', 'cpu' or 'cuda', got {backend!r}")
 
 
-def _int64_array(values) -> np.ndarray:
+def _int64_array(values: Any) -> np.ndarray:
     array = np.asarray(values)
     if array.dtype != np.int64:
         if array.size and array.dtype.kind not in "iu":
@@ -244,14 +246,15 @@ class DeviceBlockTable:
         self.lengths = torch.zeros(max_seqs, dtype=torch.int32, device=self.device)
         self._host_lengths = np.zeros(max_seqs, np.int32)  # to check token ranges without reading the device
         self._new_lengths = self._host_lengths.copy()
-        self._upload_done = torch.cuda.Event() if self._on_gpu else None
+        # used only on the GPU (None elsewhere): typed as what it is where it is used
+        self._upload_done = cast("torch.cuda.Event", torch.cuda.Event() if self._on_gpu else None)
         self._stage_capacity = 0
         self._out_capacity = 0
         self._ensure_stage(4096)
         self._ensure_out(4096)
         self._views: tuple | None = None
-        self._launch = None
-        self._launch_stream = None
+        self._launch: Any = None  # the kernel configured for a stream (``_configured_kernel``)
+        self._launch_stream: int | None = None
 
     # -- the per-step protocol ---------------------------------------------
 
@@ -259,11 +262,13 @@ class DeviceBlockTable:
         """Apply one step's changes, with no tokens to map."""
         self.step(delta)
 
-    def slot_mapping(self, rows, starts, ends, pad_to: int | None = None) -> torch.Tensor:
+    def slot_mapping(self, rows: Any, starts: Any, ends: Any, pad_to: int | None = None) -> torch.Tensor:
         """The slots of the given tokens, with no table changes."""
         return self.step(None, rows, starts, ends, pad_to)
 
-    def step(self, delta: TableDelta | None, rows=(), starts=(), ends=(), pad_to: int | None = None):
+    def step(
+        self, delta: TableDelta | None, rows: Any = (), starts: Any = (), ends: Any = (), pad_to: int | None = None
+    ) -> torch.Tensor:
         delta = _EMPTY_DELTA if delta is None else delta
         rows, starts, ends = _int64_array(rows), _int64_array(starts), _int64_array(ends)
         if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, (int, np.integer)) or pad_to < 0):
@@ -332,7 +337,9 @@ class DeviceBlockTable:
 
     # -- the two paths --------------------------------------------------------
 
-    def _step_cpu(self, delta, rows, starts, ends, num_out) -> torch.Tensor:
+    def _step_cpu(
+        self, delta: TableDelta, rows: np.ndarray, starts: np.ndarray, ends: np.ndarray, num_out: int
+    ) -> torch.Tensor:
         table = self.table.numpy()
         table[delta.rows, delta.cols] = delta.values  # each cell once: order does not matter
         self.lengths.numpy()[delta.length_rows] = delta.length_values
@@ -367,7 +374,7 @@ class DeviceBlockTable:
                 self._views = tuple(t.numpy() for t in tensors)
         return self._views
 
-    def _configured_kernel(self):
+    def _configured_kernel(self) -> Any:
         """The kernel bound to one thread block and torch's current stream
         (so it stays in order with torch's work), made once per stream."""
         handle = torch.cuda.current_stream().cuda_stream if self._on_gpu else 0

@@ -76,8 +76,9 @@ def takes_entry_points(mode: str, version: str, disable_jit: bool) -> bool:
 
 
 MODE = requested_mode(os.environ.get(VARIABLE))
-ENTRY_POINTS = takes_entry_points(MODE, numba.__version__, bool(numba.config.DISABLE_JIT))
-if MODE == "direct" and not numba.config.DISABLE_JIT and not ENTRY_POINTS:
+# numba.config's settings are made from the environment when numba loads (hence the ignores: no checker sees them)
+ENTRY_POINTS = takes_entry_points(MODE, numba.__version__, bool(numba.config.DISABLE_JIT))  # type: ignore[attr-defined]
+if MODE == "direct" and not numba.config.DISABLE_JIT and not ENTRY_POINTS:  # type: ignore[attr-defined]
     warnings.warn(
         f"blockspace: Numba {numba.__version__} is outside the versions its direct kernel calls were tested with"
         f" ({'.'.join(map(str, NUMBA_VERSIONS[0]))} up to, not including,"

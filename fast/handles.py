@@ -16,7 +16,7 @@ NamedTuple itself.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
 
 from numba import config, njit, types
 from numba.experimental import structref
@@ -75,7 +75,7 @@ structref.define_proxy(TrackerHandle, TrackerHandleType, list(Tracker._fields))
 HANDLES = {Pool: PoolHandle, Keys: KeysHandle, Tables: TablesHandle, Tracker: TrackerHandle}
 
 
-def maker(state_type: type, proxy: type) -> Any:
+def maker(state_type: type[NamedTuple], proxy: type) -> Any:
     """The cached compiled ``proxy(*state)`` for a ``state_type`` NamedTuple.
 
     Why compiled and cached: the proxies' own constructors would be compiled
@@ -92,7 +92,7 @@ def maker(state_type: type, proxy: type) -> Any:
     could pick the same data file when two processes compile at once."""
     fields = tuple(state_type._fields)
 
-    def make(state):
+    def make(state):  # type: ignore[no-untyped-def]  # compiled: Numba types it from its argument
         fields  # noqa: B018 - read only so that it is a closure cell, which Numba hashes into the cache key
         return proxy(*state)
 
@@ -105,12 +105,15 @@ MAKERS = {state: maker(state, proxy) for state, proxy in HANDLES.items()}
 
 def handle(state: Any) -> Any:
     """The kernels' view of a state NamedTuple (the NamedTuple itself without JIT)."""
-    if config.DISABLE_JIT:
+    if config.DISABLE_JIT:  # type: ignore[attr-defined]  # set from NUMBA_DISABLE_JIT when numba loads
         return state
     return MAKERS[type(state)](state)
 
 
-class State:
+_S = TypeVar("_S")
+
+
+class State(Generic[_S]):
     """An attribute holding a state NamedTuple. Reads go straight to the
     instance dict. Its handle (``<name>_ref``) and the same NamedTuple over
     memoryviews of the same arrays (``<name>_view``) are made on their first
@@ -122,12 +125,24 @@ class State:
     Why views: Python code that reads one cell (a row's token count, a free
     count) pays about 80 ns for ``array.item(i)`` and 30 ns for
     ``memoryview[i]``, which gives a plain ``int``/``float``/``bool``; a
-    per-step call reads several."""
+    per-step call reads several.
+
+    The type parameter is the NamedTuple held. There is no ``__get__`` at
+    run time (a read is the instance dict's); the checker is told that a read
+    on an instance gives the NamedTuple."""
+
+    if TYPE_CHECKING:
+
+        @overload
+        def __get__(self, holder: None, owner: type) -> State[_S]: ...
+        @overload
+        def __get__(self, holder: object, owner: type) -> _S: ...
+        def __get__(self, holder: object, owner: type) -> State[_S] | _S: ...
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __set__(self, holder: Any, value: Any) -> None:
+    def __set__(self, holder: Any, value: _S) -> None:
         held = holder.__dict__
         held[self.name] = value
         held.pop(self.name + "_ref", None)

@@ -29,7 +29,8 @@ with vLLM's swaps, synchronize before the host reads a swapped-out block.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch  # noqa: E402, I001  (after device_table has checked the [gpu] extra)
@@ -45,7 +46,7 @@ WORD_TYPES = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}
 def block_tensors(caches: Sequence) -> list[torch.Tensor]:
     """Every tensor of the caches whose first dimension is the block id, in
     order (layer 0 key, layer 0 value, layer 1 key, ...)."""
-    tensors = []
+    tensors: list[torch.Tensor] = []
     for layer in caches:
         if isinstance(layer, torch.Tensor):
             if layer.dim() < 2 or layer.shape[0] != 2:
@@ -70,7 +71,7 @@ def block_bytes(tensor: torch.Tensor) -> int:
     return tensor[0].numel() * tensor.element_size()
 
 
-def check_pairs(pairs, num_src_blocks: int, num_dst_blocks: int, same_cache: bool) -> np.ndarray:
+def check_pairs(pairs: Any, num_src_blocks: int, num_dst_blocks: int, same_cache: bool) -> np.ndarray:
     """The pairs as an int64 array ``[n, 2]``, or a clear error: ids in
     range, each destination written once, and within one cache no block both
     read and written (the copies run in parallel, so their order is not defined)."""
@@ -106,18 +107,18 @@ def move_blocks_torch(src: list[torch.Tensor], dst: list[torch.Tensor], pairs: n
 # ---------------------------------------------------------------------------
 
 
-def _address_ops(word_bytes: int):
+def _address_ops(word_bytes: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``load(address)`` and ``store(address, word)`` of one signed word."""
     if simulator_enabled():
         ctype = {8: ctypes.c_int64, 4: ctypes.c_int32, 2: ctypes.c_int16, 1: ctypes.c_int8}[word_bytes]
 
-        def load(address):
+        def load_at(address: int) -> int:
             return ctype.from_address(int(address)).value
 
-        def store(address, word):
+        def store_at(address: int, word: int) -> None:
             ctype.from_address(int(address)).value = int(word)
 
-        return load, store
+        return load_at, store_at
 
     from llvmlite import ir
     from numba import types
@@ -131,15 +132,15 @@ def _address_ops(word_bytes: int):
     llvm_pointer = ir.IntType(8 * word_bytes).as_pointer()
 
     @intrinsic
-    def load(typingctx, address):
-        def codegen(context, builder, signature, args):
+    def load(typingctx: Any, address: Any) -> tuple[Any, Callable[..., Any]]:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             return builder.load(builder.inttoptr(args[0], llvm_pointer), align=word_bytes)
 
         return word_type(types.int64), codegen
 
     @intrinsic
-    def store(typingctx, address, word):
-        def codegen(context, builder, signature, args):
+    def store(typingctx: Any, address: Any, word: Any) -> tuple[Any, Callable[..., Any]]:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             builder.store(args[1], builder.inttoptr(args[0], llvm_pointer), align=word_bytes)
             return context.get_dummy_value()
 
@@ -148,11 +149,11 @@ def _address_ops(word_bytes: int):
     return load, store
 
 
-def _make_move_kernel(word_bytes: int):
+def _make_move_kernel(word_bytes: int) -> Any:
     load, store = _address_ops(word_bytes)
 
     @cuda.jit
-    def move(table, pairs, num_tensors, words_per_block):
+    def move(table, pairs, num_tensors, words_per_block):  # type: ignore[no-untyped-def]  # a kernel: unannotated
         """Thread block (x, y) copies chunk y of one block of one tensor:
         x = pair * num_tensors + tensor. ``table[t]`` = (source base, source
         block stride, destination base, destination block stride) in bytes;
@@ -184,7 +185,7 @@ def _make_move_kernel(word_bytes: int):
 _KERNELS: dict[int, object] = {}
 
 
-def move_kernel(word_bytes: int):
+def move_kernel(word_bytes: int) -> Any:
     """The compiled-on-first-use kernel that copies ``word_bytes`` at a time."""
     if word_bytes not in _KERNELS:
         _KERNELS[word_bytes] = _make_move_kernel(word_bytes)
@@ -251,7 +252,7 @@ class BlockMover:
         else:
             self._table = table
 
-    def move(self, pairs) -> None:
+    def move(self, pairs: Any) -> None:
         """Copy block ``src`` to block ``dst`` for every ``(src, dst)`` pair,
         in every layer's key and value."""
         array = check_pairs(pairs, self.src[0].shape[0], self.dst[0].shape[0], self.same_cache)
@@ -272,7 +273,7 @@ class BlockMover:
             self._table, device_pairs, len(self.src), self.words_per_block
         )
 
-    def _upload(self, flat: np.ndarray):
+    def _upload(self, flat: np.ndarray) -> Any:
         """The pairs on the device, through a pinned buffer: one copy."""
         self._upload_done.synchronize()  # the last upload has left the pinned buffer
         if len(self._host_pairs) < len(flat):
@@ -285,17 +286,17 @@ class BlockMover:
         return cuda.as_cuda_array(device, sync=False)
 
 
-def move_blocks(src_caches: Sequence, dst_caches: Sequence, pairs, backend: str = "auto") -> None:
+def move_blocks(src_caches: Sequence, dst_caches: Sequence, pairs: Any, backend: str = "auto") -> None:
     """One-off move (see :class:`BlockMover`, which to prefer when repeated)."""
     BlockMover(src_caches, dst_caches, backend).move(pairs)
 
 
-def copy_blocks(caches: Sequence, pairs, backend: str = "auto") -> None:
+def copy_blocks(caches: Sequence, pairs: Any, backend: str = "auto") -> None:
     """Copy-on-write copies within one cache (vLLM's ``blocks_to_copy``)."""
     move_blocks(caches, caches, pairs, backend)
 
 
-def swap_blocks(src_caches: Sequence, dst_caches: Sequence, pairs, backend: str = "auto") -> None:
+def swap_blocks(src_caches: Sequence, dst_caches: Sequence, pairs: Any, backend: str = "auto") -> None:
     """Swap blocks out (GPU to CPU) or in (CPU to GPU): vLLM's ``blocks_to_swap_*``."""
     move_blocks(src_caches, dst_caches, pairs, backend)
 

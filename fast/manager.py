@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import functools
 import pickle
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from blockspace.block_ids import EMPTY, BlockIds
 from blockspace.enums import AllocStatus, Device, SequenceStatus
@@ -60,12 +60,28 @@ from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
 from blockspace.guard import BUSY, guard_concurrency
 from blockspace.interfaces import BlockSpaceManager
+from blockspace.protocols import SequenceGroupLike, SequenceLike
 from blockspace.saved_state import SavedState, config_of
 from blockspace.validation import (
     check_config,
     check_lookahead,
     check_saved,
 )
+
+if TYPE_CHECKING:  # the device table's modules need the [gpu] extra: imported when first used (fast/device_sync.py)
+    from typing import TypedDict
+
+    import torch
+
+    from blockspace.fast.device_table import DeviceBlockTable
+    from blockspace.fast.table_deltas import TableDelta
+
+    class _Layout(TypedDict):
+        """The keywords every operation part is made with."""
+
+        block_size: int
+        caching: bool
+
 
 RUNNING = SequenceStatus.RUNNING
 
@@ -124,7 +140,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
     def _make_operation_parts(self) -> None:
         """The parts that run the calls, each handed the state parts it uses."""
         store, rows, key_space = self.store, self.rows, self.key_space
-        layout = {"block_size": self.block_size, "caching": self.enable_caching}
+        layout: _Layout = {"block_size": self.block_size, "caching": self.enable_caching}
         window_blocks = self.max_block_sliding_window
         self.allocations = Allocations(
             store, rows, key_space, self.tracker, self.sync, **layout, num_gpu_blocks=self.num_total_gpu_blocks,
@@ -139,26 +155,26 @@ class FastBlockSpaceManager(BlockSpaceManager):
         self.row_api = RowApi(store, rows, self.appends, self.tracker, **layout, window_blocks=window_blocks)
 
     # -- admission (fast/allocations.py) -----------------------------------------------
-    def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
+    def can_allocate(self, seq_group: SequenceGroupLike, num_lookahead_slots: int = 0) -> AllocStatus:
         if type(num_lookahead_slots) is not int or num_lookahead_slots < 0:
             check_lookahead(num_lookahead_slots)
         return self.allocations.status(seq_group, num_lookahead_slots)
 
-    def allocate(self, seq_group: Any) -> None:
+    def allocate(self, seq_group: SequenceGroupLike) -> None:
         """One table for the first WAITING sequence; the others share it."""
         self.allocations.allocate(seq_group)
 
-    def fork(self, parent_seq: Any, child_seq: Any) -> None:
+    def fork(self, parent_seq: SequenceLike, child_seq: SequenceLike) -> None:
         """The child shares every block of the parent (copy-on-write later)."""
         self.allocations.fork(parent_seq, child_seq)
 
     # -- decode (fast/appends.py) ------------------------------------------------------
-    def can_append_slots(self, seq_group: Any, num_lookahead_slots: int) -> bool:
+    def can_append_slots(self, seq_group: SequenceGroupLike, num_lookahead_slots: int) -> bool:
         if type(num_lookahead_slots) is not int or num_lookahead_slots < 0:
             check_lookahead(num_lookahead_slots)
         return self.appends.can_append(seq_group, num_lookahead_slots)
 
-    def append_slots(self, seq: Any, num_lookahead_slots: int) -> list[tuple[int, int]]:
+    def append_slots(self, seq: SequenceLike, num_lookahead_slots: int) -> list[tuple[int, int]]:
         """Room for the sequence's new tokens plus lookahead slots; returns
         the copy-on-write pairs ``(src, dst)`` the worker must copy."""
         if type(num_lookahead_slots) is not int or num_lookahead_slots < 0:
@@ -166,35 +182,35 @@ class FastBlockSpaceManager(BlockSpaceManager):
         return self.appends.one(seq, num_lookahead_slots)
 
     # -- swapping (fast/swaps.py) ------------------------------------------------------
-    def can_swap_in(self, seq_group: Any, num_lookahead_slots: int) -> AllocStatus:
+    def can_swap_in(self, seq_group: SequenceGroupLike, num_lookahead_slots: int) -> AllocStatus:
         check_lookahead(num_lookahead_slots)
         return self.swaps.status(seq_group, Device.GPU, SequenceStatus.SWAPPED, num_lookahead_slots)
 
-    def can_swap_out(self, seq_group: Any) -> bool:
+    def can_swap_out(self, seq_group: SequenceGroupLike) -> bool:
         return self.swaps.status(seq_group, Device.CPU, RUNNING, 0) == AllocStatus.OK
 
-    def swap_in(self, seq_group: Any) -> list[tuple[int, int]]:
+    def swap_in(self, seq_group: SequenceGroupLike) -> list[tuple[int, int]]:
         return self.swaps.move(seq_group, SequenceStatus.SWAPPED, Device.CPU, Device.GPU)
 
-    def swap_out(self, seq_group: Any) -> list[tuple[int, int]]:
+    def swap_out(self, seq_group: SequenceGroupLike) -> list[tuple[int, int]]:
         return self.swaps.move(seq_group, RUNNING, Device.GPU, Device.CPU)
 
     # -- finishing (fast/allocations.py) ------------------------------------------------
-    def free(self, seq: Any) -> None:
+    def free(self, seq: SequenceLike) -> None:
         """Release the sequence's blocks (stamped with its last access time);
         unknown sequences are ignored."""
         self.allocations.free(seq)
 
-    def free_cross(self, seq_group: Any) -> None:
+    def free_cross(self, seq_group: SequenceGroupLike) -> None:
         self.allocations.free_cross(seq_group)
 
     # -- tables and counts ---------------------------------------------------------
-    def get_block_table(self, seq: Any) -> BlockIds:
+    def get_block_table(self, seq: SequenceLike) -> BlockIds:
         """The table's block ids, read-only: the same object until it changes."""
         ids = self._answers.get(seq.seq_id)
         return ids if ids is not None else self.rows.block_ids(seq)
 
-    def get_cross_block_table(self, seq_group: Any) -> BlockIds:
+    def get_cross_block_table(self, seq_group: SequenceGroupLike) -> BlockIds:
         if seq_group.request_id not in self.rows.of_cross:
             raise NoCrossTableError(f"group {seq_group.request_id!r} has no cross block table")
         return self.rows.cross_block_ids(seq_group.request_id)
@@ -206,18 +222,18 @@ class FastBlockSpaceManager(BlockSpaceManager):
         return self.store.num_free_cpu()
 
     # -- prefix caching ------------------------------------------------------------------
-    def access_all_blocks_in_seq(self, seq: Any, access_time: float) -> None:
+    def access_all_blocks_in_seq(self, seq: SequenceLike, access_time: float) -> None:
         """Remember when the sequence last ran; its blocks get the time at ``free``."""
         if self.enable_caching:
             self.rows.touch(seq, access_time)
 
-    def mark_blocks_as_computed(self, seq_group: Any, token_chunk_size: int) -> None:
+    def mark_blocks_as_computed(self, seq_group: SequenceGroupLike, token_chunk_size: int) -> None:
         """Every block registered since the last call is now computed (the
         arguments are ignored, as in vLLM)."""
         if self.enable_caching and self.store.gpu_view.meta[P.NUM_TOUCHED]:
             kernels.mark_computed(self.store.gpu_ref)
 
-    def get_common_computed_block_ids(self, seqs: list[Any]) -> BlockIds:
+    def get_common_computed_block_ids(self, seqs: Sequence[SequenceLike]) -> BlockIds:
         """The longest block-id prefix the sequences' cached prefixes share
         (one sequence: its cached prefix); sequences without cached blocks
         are left out, as in vLLM (spec §9.15)."""
@@ -246,10 +262,10 @@ class FastBlockSpaceManager(BlockSpaceManager):
         )  # tried even if the CPU failed (vLLM stops)
         return cpu_done and gpu_done
 
-    def get_num_cached_tokens(self, seq: Any) -> int:
+    def get_num_cached_tokens(self, seq: SequenceLike) -> int:
         return self.tracker.num_cached_tokens(seq) if self.enable_caching else 0
 
-    def remove_seq_from_computed_blocks_tracker(self, seq: Any) -> None:
+    def remove_seq_from_computed_blocks_tracker(self, seq: SequenceLike) -> None:
         if self.enable_caching:
             self.tracker.remove(seq)
 
@@ -266,18 +282,20 @@ class FastBlockSpaceManager(BlockSpaceManager):
     slot_mapping = _part_method("row_api", RowApi.slot_mapping)
     slot_mapping_array = _part_method("row_api", RowApi.slot_mapping_array)
 
-    def row_of(self, seq: Any) -> int:
+    def row_of(self, seq: SequenceLike) -> int:
         """The table row of ``seq``, which is also its row in the device block table."""
         return self.rows.require(seq)
 
     # -- the device block table (docs/gpu.md) -------------------------------------------
-    def device_block_table(self, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> Any:
+    def device_block_table(self, backend: str = "auto", max_seqs: int = 256, max_blocks: int = 64) -> DeviceBlockTable:
         """The ``DeviceBlockTable`` this manager keeps in sync through
         ``step_device`` (made, and tracking started, on the first call; the
         arguments only count then)."""
         return self.sync.device(self.block_size, backend, max_seqs, max_blocks)
 
-    def step_device(self, seqs: list[Any], starts: Any, ends: Any, pad_to: int | None = None) -> Any:
+    def step_device(
+        self, seqs: Sequence[SequenceLike], starts: Any, ends: Any, pad_to: int | None = None
+    ) -> torch.Tensor:
         """Bring the device block table up to date with every table change
         since the last call, then return the slots of the step's tokens:
         positions ``starts[i]`` up to ``ends[i]`` of ``seqs[i]`` (see
@@ -287,7 +305,7 @@ class FastBlockSpaceManager(BlockSpaceManager):
         row_args.optional_count("pad_to", pad_to)  # all checked before the drain: bad input loses no change
         return self.sync.device(self.block_size).step(self.sync.drain(), rows, starts, ends, pad_to)
 
-    def table_delta(self) -> Any:
+    def table_delta(self) -> TableDelta:
         """The table changes since the last call as a ``TableDelta``, for a
         ``DeviceBlockTable`` kept by the caller (starts tracking on the first
         call: that delta holds every live table)."""

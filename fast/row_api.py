@@ -19,6 +19,7 @@ kernels behind these methods take no other layout.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
@@ -35,6 +36,7 @@ from blockspace.fast.row_api_kernels import DUPLICATE, EMPTY, NEGATIVE, NOT_LIVE
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
 from blockspace.fast.tracker_rows import TrackerRows
+from blockspace.protocols import SequenceLike
 
 NO_LENGTHS = object()  # ``_checked_rows`` of a call that takes no sequence lengths
 BLOCK_TABLE_PAD = 0  # what vLLM's model runner pads block tables with (never read: lengths bound the kernels)
@@ -75,7 +77,7 @@ class RowApi:
         self.store, self.rows, self.appends, self.tracker = store, rows, appends, tracker
         self.block_size, self.caching, self.window_blocks = block_size, caching, window_blocks
 
-    def rows_of(self, seqs: list[Any]) -> np.ndarray:
+    def rows_of(self, seqs: Sequence[SequenceLike]) -> np.ndarray:
         """The table rows of ``seqs`` (int64), for the ``*_rows`` methods."""
         require = self.rows.require
         try:
@@ -181,7 +183,7 @@ class RowApi:
             parts.append(part)
         return (np.concatenate([parts[i] for i in keyed]) if keyed else T.NO_TOKENS), starts
 
-    def block_tables(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> Any:
+    def block_tables(self, seqs: Sequence[SequenceLike] | np.ndarray, pad: int = BLOCK_TABLE_PAD) -> Any:
         """The sequences' block tables as one ``int32`` torch tensor of shape
         ``(len(seqs), longest table)``, rows padded at the end with ``pad``
         (default 0, as vLLM's model runner). ``seqs`` may also be an array
@@ -189,7 +191,7 @@ class RowApi:
         torch = _torch("block_tables")
         return torch.from_numpy(self.block_table_array(seqs, pad))
 
-    def block_table_array(self, seqs: Any, pad: int = BLOCK_TABLE_PAD) -> np.ndarray:
+    def block_table_array(self, seqs: Sequence[SequenceLike] | np.ndarray, pad: int = BLOCK_TABLE_PAD) -> np.ndarray:
         """``block_tables`` as a NumPy ``int32`` array (no torch needed): for a
         scheduler that keeps its batch in NumPy, or a model runner of its own.
         With ``pad=-1`` a row's block ids are its entries up to the first -1."""
@@ -231,7 +233,7 @@ class RowApi:
             raise InvalidArgumentError("a row appears twice in the batch")
         return self.tracker.num_computed_rows(seq_ids, rows, token_ids, prefill)
 
-    def slot_mapping(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> Any:
+    def slot_mapping(self, seqs: Sequence[SequenceLike] | np.ndarray, num_step_tokens: int | list[int] = 1) -> Any:
         """The KV-cache slot of every token of the step, sequence by sequence:
         the last ``num_step_tokens`` (one number, or one per sequence) written
         tokens of each table, slot = ``block_id * block_size + offset`` (as
@@ -240,7 +242,9 @@ class RowApi:
         torch = _torch("slot_mapping")
         return torch.from_numpy(self.slot_mapping_array(seqs, num_step_tokens))
 
-    def slot_mapping_array(self, seqs: Any, num_step_tokens: int | list[int] = 1) -> np.ndarray:
+    def slot_mapping_array(
+        self, seqs: Sequence[SequenceLike] | np.ndarray, num_step_tokens: int | list[int] = 1
+    ) -> np.ndarray:
         """``slot_mapping`` as a NumPy ``int64`` array (no torch needed)."""
         rows, _ = self._rows_and_width(seqs)
         counts = A.step_counts(num_step_tokens, len(rows))
@@ -249,7 +253,7 @@ class RowApi:
             raise InvalidArgumentError("num_step_tokens must be between 0 and each table's written tokens")
         return slots
 
-    def _rows_and_width(self, seqs_or_rows: Any) -> tuple[np.ndarray, int]:
+    def _rows_and_width(self, seqs_or_rows: Sequence[SequenceLike] | np.ndarray) -> tuple[np.ndarray, int]:
         """Checked rows of sequences or of a row array, and the longest table."""
         if isinstance(seqs_or_rows, np.ndarray):  # the documented form of rows; a list is of sequences
             rows, _, longest = self._checked_rows(seqs_or_rows)

@@ -13,7 +13,7 @@ change, by the kernels and the parts that read them.
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Collection, Sized
 from typing import Any
 
 import numpy as np
@@ -51,7 +51,7 @@ def bool_array(name: str, values: Any, size: int) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.bool_)
 
 
-def token_lists(method: str, values: Any, size: int) -> np.ndarray:
+def token_lists(method: str, values: Collection[Any] | None, size: int) -> np.ndarray:
     """The lengths of ``values``, the ``token_ids`` argument of ``method``:
     ``size`` token lists (or 1-D arrays), one per row."""
     name = "token_ids"

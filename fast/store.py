@@ -18,7 +18,7 @@ arrays (what kernels get, ``<name>_ref``; ``fast/handles.py``), and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from blockspace.enums import Device
 from blockspace.fast import pool as P
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
-from blockspace.fast.content import new_keys
+from blockspace.fast.content import Keys, new_keys
 from blockspace.fast.handles import Derived, State
 from blockspace.fast.saving import Buffers, Packed, packed, unpacked
 
@@ -34,7 +34,11 @@ from blockspace.fast.saving import Buffers, Packed, packed, unpacked
 class Store(Derived):
     """The kernels' state (see the module docstring)."""
 
-    gpu, cpu, keys, tables, tracker = State(), State(), State(), State(), State()
+    gpu: State[P.Pool] = State()
+    cpu: State[P.Pool] = State()
+    keys: State[Keys] = State()
+    tables: State[T.Tables] = State()
+    tracker: State[K.Tracker] = State()
 
     def __init__(self, block_size: int, num_gpu_blocks: int, num_cpu_blocks: int, caching: bool) -> None:
         self.keys = new_keys(
@@ -142,6 +146,9 @@ def key_capacity(block_size: int, num_blocks: int) -> int:
     return capacity
 
 
-def _copy(state: Any) -> Any:
+_Arrays = TypeVar("_Arrays", P.Pool, Keys, T.Tables)
+
+
+def _copy(state: _Arrays) -> _Arrays:
     """A deep copy of a NamedTuple of arrays."""
     return type(state)(*(array.copy() for array in state))

@@ -11,8 +11,6 @@ shared block counts once per sharer (spec §14.6).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from blockspace.enums import AllocStatus, Device, SequenceStatus
@@ -23,6 +21,7 @@ from blockspace.fast.allocations import ALLOC_STATUS
 from blockspace.fast.appends import pairs
 from blockspace.fast.store import CODE_OF_DEVICE, Store
 from blockspace.fast.table_rows import TableRows
+from blockspace.protocols import SequenceGroupLike
 
 
 class Swaps:
@@ -36,7 +35,9 @@ class Swaps:
         self.num_total = {Device.GPU: num_gpu_blocks, Device.CPU: num_cpu_blocks}
         self.watermark = {Device.GPU: watermark_blocks, Device.CPU: 0}  # kept free only on the GPU
 
-    def status(self, seq_group: Any, device: Device, status: SequenceStatus, num_lookahead_slots: int) -> AllocStatus:
+    def status(
+        self, seq_group: SequenceGroupLike, device: Device, status: SequenceStatus, num_lookahead_slots: int
+    ) -> AllocStatus:
         """Would the group's ``status`` sequences fit on ``device``?"""
         seqs = seq_group.get_seqs(status=status)
         rows = np.array([self.rows.require(seq) for seq in seqs], np.int64)
@@ -48,7 +49,7 @@ class Swaps:
         return ALLOC_STATUS[kernels.swap_status(self.num_total[device], num_free, need, self.watermark[device])]
 
     def move(
-        self, seq_group: Any, status: SequenceStatus, source: Device, destination: Device
+        self, seq_group: SequenceGroupLike, status: SequenceStatus, source: Device, destination: Device
     ) -> list[tuple[int, int]]:
         """Move the tables of the group's ``status`` sequences; returns the
         ``(source, destination)`` physical-id pairs, sequence by sequence."""

@@ -28,6 +28,7 @@ the table store only when the table is freed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ from blockspace.fast import kernels
 from blockspace.fast import table as T
 from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
+from blockspace.protocols import SequenceLike
 
 _FEW = 8  # entries read one by one below this; converted as an array slice above
 
@@ -88,14 +90,15 @@ class TableRows(SavedFields):
                 made[id(ids)] = BlockIds(ids) if ids else EMPTY
             return made[id(ids)]
 
-        for kept in (self.answers, self.stale, self.cross_answers):
+        every: tuple[dict[Any, BlockIds], ...] = (self.answers, self.stale, self.cross_answers)  # seq or request ids
+        for kept in every:
             for key, ids in kept.items():
                 kept[key] = answer(ids)
         for key, (ids, prefix) in self.prefixes.items():
             self.prefixes[key] = (answer(ids), answer(prefix))
 
     # -- rows -----------------------------------------------------------------------
-    def require(self, seq: Any) -> int:
+    def require(self, seq: SequenceLike) -> int:
         """The sequence's row; ``UnknownSequenceError`` if it has no table
         (every call that names a sequence asks here first)."""
         row = self.of_seq.get(seq.seq_id)
@@ -158,7 +161,7 @@ class TableRows(SavedFields):
         num_blocks = self.store.tables_view.num_blocks[row]
         return BlockIds(self.store.tables.blocks[row, :num_blocks].tolist()) if num_blocks else EMPTY
 
-    def block_ids(self, seq: Any) -> BlockIds:
+    def block_ids(self, seq: SequenceLike) -> BlockIds:
         """``get_block_table``: the kept answer, or a new one."""
         ids = self.answers.get(seq.seq_id)
         if ids is None:
@@ -185,7 +188,7 @@ class TableRows(SavedFields):
             ids = self.cross_answers[request_id] = self.ids(self.of_cross[request_id])
         return ids
 
-    def cached_prefix(self, seq: Any, num_blocks: int) -> BlockIds:
+    def cached_prefix(self, seq: SequenceLike, num_blocks: int) -> BlockIds:
         """The first ``num_blocks`` ids of the sequence's table, kept as long
         as the table and the count stay the same."""
         ids = self.block_ids(seq)
@@ -196,7 +199,7 @@ class TableRows(SavedFields):
             kept = self.prefixes[seq.seq_id] = (ids, rebuilt(ids, num_blocks, []) if num_blocks else EMPTY)
         return kept[1]
 
-    def common_prefix(self, seqs: list[Any], num_cached_blocks: list[int]) -> BlockIds:
+    def common_prefix(self, seqs: Sequence[SequenceLike], num_cached_blocks: list[int]) -> BlockIds:
         """The longest block-id prefix that the sequences' first
         ``num_cached_blocks[i]`` ids share; sequences without cached blocks
         are left out, as in vLLM (spec §9.15)."""
@@ -212,7 +215,7 @@ class TableRows(SavedFields):
             common = common[:length]
         return BlockIds(common)
 
-    def touch(self, seq: Any, access_time: float) -> None:
+    def touch(self, seq: SequenceLike, access_time: float) -> None:
         """``access_all_blocks_in_seq``: the time is kept here and written
         into the table store only when the table is freed."""
         if seq.seq_id not in self.of_seq:
@@ -239,7 +242,7 @@ class TableRows(SavedFields):
                     stale[seq_of_row[row]] = old
 
 
-def unknown(seq: Any) -> UnknownSequenceError:
+def unknown(seq: SequenceLike) -> UnknownSequenceError:
     """The error of a call naming a sequence without a table (raised by the
     per-step calls too, which look the row up themselves for speed)."""
     return UnknownSequenceError(f"sequence {seq.seq_id} has no block table")

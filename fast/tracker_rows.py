@@ -28,6 +28,7 @@ from blockspace.fast.key_space import KeySpace
 from blockspace.fast.row_args import not_token_ids
 from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
+from blockspace.protocols import SequenceLike
 from blockspace.validation import cache_salt, not_tracked, shrunk_tokens
 
 
@@ -69,7 +70,7 @@ class TrackerRows(SavedFields):
         """Does the tracker hold a row for the sequence (``group_salt`` counts those)?"""
         return seq_id in self.tracked
 
-    def check_tokens(self, seq: Any, tokens: Any) -> tuple[int | None, int]:
+    def check_tokens(self, seq: SequenceLike, tokens: Any) -> tuple[int | None, int]:
         """The sequence's row (None: not tracked) and number of keyed blocks,
         after the reference's check that its tokens did not shrink."""
         row = self.tracked.get(seq.seq_id)
@@ -78,7 +79,7 @@ class TrackerRows(SavedFields):
             raise shrunk_tokens(seq.seq_id, len(tokens), known * self.block_size)
         return row, known
 
-    def num_cached_tokens(self, seq: Any) -> int:
+    def num_cached_tokens(self, seq: SequenceLike) -> int:
         """Key the sequence's new full blocks, then count its cached tokens (spec §10)."""
         tokens = seq.get_token_ids()
         row, known = self.check_tokens(seq, tokens)
@@ -179,7 +180,7 @@ class TrackerRows(SavedFields):
         kernels.open_tracker_row(self.store.tracker_ref, row)
         return row
 
-    def remove(self, seq: Any) -> None:
+    def remove(self, seq: SequenceLike) -> None:
         """``remove_seq_from_computed_blocks_tracker``: the row is parked."""
         row = self.tracked.pop(seq.seq_id, None)
         if row is None:
@@ -218,7 +219,7 @@ class TrackerRows(SavedFields):
         self.free_rows.append(row)
         return None, 0
 
-    def prompt_memo(self, seq: Any, tokens: list[int]) -> Memo | None:
+    def prompt_memo(self, seq: SequenceLike, tokens: list[int]) -> Memo | None:
         """The memo of the sequence's row, if that row was keyed from these
         very tokens (so ``allocate`` takes their conversion and keys)."""
         row = self.tracked.get(seq.seq_id)
@@ -227,6 +228,6 @@ class TrackerRows(SavedFields):
             return None
         return memo
 
-    def prompt_keys(self, seq: Any, num_blocks: int) -> np.ndarray:
+    def prompt_keys(self, seq: SequenceLike, num_blocks: int) -> np.ndarray:
         """The first ``num_blocks`` block keys of a sequence whose memo matched."""
         return self.store.tracker.keys[self.tracked[seq.seq_id], :num_blocks]
