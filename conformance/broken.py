@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from blockspace.block_ids import BlockIds
+from blockspace.protocols import SequenceGroupLike, SequenceLike
 from blockspace.reference import ReferenceBlockSpaceManager
 from blockspace.reference.allocator import BlockAllocator, CachingAllocator
 
 
-class _FifoRelease:
-    """Allocator mixin: a released block goes to the *back* of the free list."""
+class _FifoRelease(BlockAllocator):
+    """Allocator mixin: a released block goes to the *back* of the free list.
+    (Based on ``BlockAllocator``, which both classes below derive from: their
+    method order is the same as with a bare mixin.)"""
 
-    def release(self, block_id: int, key: Any, depth: int) -> None:
+    def release(self, block_id: int, key: int | None, depth: int) -> None:
         was_free = len(self.free_ids)
         super().release(block_id, key, depth)
         if len(self.free_ids) > was_free:  # it went to the front: move it back
@@ -56,13 +60,13 @@ class StaleBlockTable(ReferenceBlockSpaceManager):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.kept: dict[int, Any] = {}
+        self.kept: dict[int, BlockIds] = {}
 
-    def get_block_table(self, seq: Any) -> Any:
+    def get_block_table(self, seq: SequenceLike) -> BlockIds:
         answer = super().get_block_table(seq)
         return self.kept.setdefault(seq.seq_id, answer) if len(answer) > 1 else answer
 
-    def free(self, seq: Any) -> None:
+    def free(self, seq: SequenceLike) -> None:
         super().free(seq)
         self.kept.pop(seq.seq_id, None)
 
@@ -71,7 +75,7 @@ class ReversedSwapIn(ReferenceBlockSpaceManager):
     """Returns swap-in pairs as (destination, source) instead of (source,
     destination): the copy would run backwards."""
 
-    def swap_in(self, seq_group: Any) -> list[tuple[int, int]]:
+    def swap_in(self, seq_group: SequenceGroupLike) -> list[tuple[int, int]]:
         return [(gpu, cpu) for cpu, gpu in super().swap_in(seq_group)]
 
 

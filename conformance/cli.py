@@ -202,7 +202,7 @@ def print_summary(report: dict[str, Any]) -> None:
     console = Console()
     checks = report["checks"]
     totals = report["totals"]
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (check["name"], check["status"], str(check["examples"]), f"{check['seconds']:.1f}",
          f"the same failure as {check['same_failure_as']}" if "same_failure_as" in check
          else check["detail"].partition("\n")[0])

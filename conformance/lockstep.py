@@ -25,6 +25,7 @@ from blockspace.conformance.script import Script
 from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, running, table_arrays
 from blockspace.extras import missing_modules
 from blockspace.interfaces import BATCH_API, ROW_API, load_manager_class, offers_rows
+from blockspace.protocols import SequenceGroupLike
 from blockspace.snapshot import diff
 
 REPRO_HEADING = "\n\nRepro (runnable):\n"  # between a Divergence's message and its script
@@ -353,7 +354,7 @@ class Lockstep:
         if problems:
             self.fail(f"invariant broken{' in ' + where if where else ''}:\n  " + "\n  ".join(problems[:12]))
 
-    def verify(self, world: Any, groups: Mapping[str, Any]) -> None:
+    def verify(self, world: Any, groups: Mapping[str, SequenceGroupLike]) -> None:
         """The invariants the state machine checks after every step, on the
         managers' state now (``world``: the scheduler's view; ``groups``:
         request id -> group, for the cross tables). A repro of a broken

@@ -46,6 +46,11 @@ PROMPT_BANK = (
 )
 
 
+def appending(seq: Any) -> Callable[[Any, int], Any]:
+    """``append(manager, slots)`` of ``seq``, for ``ConformanceMachine.edge_lookahead``."""
+    return lambda trial, slots: trial.append_slots(seq, slots)
+
+
 class ConformanceMachine(RuleBasedStateMachine):
     """Base machine; ``machine_for`` makes a runnable subclass with the
     implementations and the configuration family filled in."""
@@ -56,10 +61,12 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.lock: Lockstep | None = None
-        self.script: Script | None = None
-        self.config: Config | None = None
-        self.world: invariants.World | None = None
+        # Made by setup, the machine's initialize rule (Hypothesis runs it before any other rule;
+        # only the invariants and teardown look before it): read through the properties below.
+        self._lock: Lockstep | None = None
+        self._script: Script | None = None
+        self._config: Config | None = None
+        self._world: invariants.World | None = None
         self.groups: dict[str, Any] = {}  # request_id -> unfinished SequenceGroup
         self.all_seqs: list[Any] = []
         self.ledgers: dict[str, invariants.ContentLedger] = {}
@@ -71,12 +78,12 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     # -- setup -------------------------------------------------------------------------
     def setup(self, config: Config) -> None:
-        self.config = config
+        self._config = config
         kwargs = config.manager_kwargs()
-        self.script = Script(self.impls, kwargs)
-        self.lock = Lockstep.build(self.impls, self.script, **kwargs)
-        self.lock.on_failure = type(self).on_failure
-        self.world = invariants.World(
+        self._script = Script(self.impls, kwargs)
+        self._lock = Lockstep.build(self.impls, self._script, **kwargs)
+        self._lock.on_failure = type(self).on_failure
+        self._world = invariants.World(
             config.block_size,
             config.num_gpu_blocks,
             config.num_cpu_blocks,
@@ -84,8 +91,28 @@ class ConformanceMachine(RuleBasedStateMachine):
             config.sliding_window,
             config.max_lookahead,
         )
-        self.ledgers = {name: invariants.ContentLedger() for name in self.lock.snapshotting}
+        self.ledgers = {name: invariants.ContentLedger() for name in self._lock.snapshotting}
         type(self).runs.append(config)
+
+    @property
+    def lock(self) -> Lockstep:
+        assert self._lock is not None, "setup() has not run"
+        return self._lock
+
+    @property
+    def script(self) -> Script:
+        assert self._script is not None, "setup() has not run"
+        return self._script
+
+    @property
+    def config(self) -> Config:
+        assert self._config is not None, "setup() has not run"
+        return self._config
+
+    @property
+    def world(self) -> invariants.World:
+        assert self._world is not None, "setup() has not run"
+        return self._world
 
     # -- the world (every change goes through the script) ------------------------------
     def do(self, code: str) -> None:
@@ -228,7 +255,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             at_the_edge = not checked and data.draw(st.booleans(), label="at the edge")
             for s in running:
                 if at_the_edge:
-                    self.append(s, self.edge_lookahead(lambda trial, slots, s=s: trial.append_slots(s, slots), data))
+                    self.append(s, self.edge_lookahead(appending(s), data))
                 else:
                     self.append(s, lookahead)
             for s in running:
@@ -255,7 +282,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             if all(self.world.written.get(s.seq_id) for s in g.get_seqs(status=RUNNING))
         ]  # fmt: skip
 
-    @precondition(lambda self: self.lock is not None and self.lock.offers_rows and self.row_groups())
+    @precondition(lambda self: self._lock is not None and self._lock.offers_rows and self.row_groups())
     @rule(data=st.data())
     def row_step(self, data: st.DataObject) -> None:
         """A decode step of those groups through the row API or the batched
@@ -381,7 +408,7 @@ class ConformanceMachine(RuleBasedStateMachine):
     def finish(self, data: st.DataObject) -> None:
         """A sequence stops (or a whole request is aborted): free its blocks."""
         live = self.live(RUNNING, SWAPPED)
-        if live and data.draw(st.booleans(), label="one sequence"):
+        if bool(live) and data.draw(st.booleans(), label="one sequence"):  # bool(live): else mypy wants a list drawn
             seqs = [data.draw(st.sampled_from(live), label="seq")]
         else:
             group = data.draw(st.sampled_from(sorted(self.groups.values(), key=lambda g: g.request_id)), label="group")
@@ -536,7 +563,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     @invariant()
     def invariants_hold(self) -> None:
-        if self.lock is None:
+        if self._lock is None:
             return
         self.observe()
         try:
@@ -604,7 +631,7 @@ class ConformanceMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Free everything, one sequence at a time, trying a reset after each:
         then nothing may be in use, and a reset works."""
-        if self.lock is None or self.lock.failed:
+        if self._lock is None or self._lock.failed:
             return
         for group in list(self.groups.values()):
             for s in group.get_seqs():

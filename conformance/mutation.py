@@ -50,6 +50,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, Protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = (
@@ -95,11 +96,12 @@ PACKAGES = {
 
 def kernel_lines(source: str) -> set[int]:
     """The (0-based) line numbers of the bodies of ``@njit`` functions."""
-    lines = set()
+    lines: set[int] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and any(
             "njit" in ast.unparse(decorator) for decorator in node.decorator_list
         ):
+            assert node.end_lineno is not None  # ast.parse gives every statement its end
             lines.update(range(node.body[0].lineno - 1, node.end_lineno))
     return lines
 
@@ -118,12 +120,26 @@ def _operators() -> SimpleNamespace:
     )
 
 
-def enumerate_mutants(target: str = "reference", root: Path = ROOT) -> list[tuple[str, object]]:
+class MutationId(Protocol):
+    """What is read of a mutmut mutation id (its ``RelativeMutationID``;
+    mutmut ships no types)."""
+
+    @property
+    def line(self) -> str: ...
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def line_number(self) -> int: ...
+
+
+def enumerate_mutants(target: str = "reference", root: Path = ROOT) -> list[tuple[str, MutationId]]:
     """Every (file, mutmut mutation id) of ``target``'s files under ``root``
     (``fast``: inside the kernels; ``fast-python``: outside them)."""
     from mutmut import ALL, Context, list_mutations
 
-    mutants = []
+    mutants: list[tuple[str, MutationId]] = []
     for name in TARGETS[target]:
         source = (root / name).read_text()
         kernels = kernel_lines(source)
@@ -133,7 +149,7 @@ def enumerate_mutants(target: str = "reference", root: Path = ROOT) -> list[tupl
     return mutants
 
 
-def mutated_source(name: str, mutation_id: object, root: Path = ROOT) -> str:
+def mutated_source(name: str, mutation_id: MutationId, root: Path = ROOT) -> str:
     from mutmut import Context, mutate
 
     context = Context(source=(root / name).read_text(), mutation_id=mutation_id, filename=name, config=_operators())
@@ -305,14 +321,14 @@ def killed_by_exploring(impls: dict[str, str]) -> bool:
     return False
 
 
-def from_report(path: str, mutants: list[tuple[str, object]], survivors_only: bool) -> list[tuple[str, object]]:
+def from_report(path: str, mutants: list[tuple[str, MutationId]], survivors_only: bool) -> list[tuple[str, MutationId]]:
     """The mutants an earlier report names (only its survivors, or all),
     found again by file, line text and index on the line: edits elsewhere
     in a file move line numbers, not these. A line text a file holds more
     than once (``count += 1``) is the one nearest the recorded line number."""
     with open(path) as handle:
         records = [r for r in json.load(handle)["results"] if not survivors_only or r["verdict"] == "survived"]
-    by_text: dict[tuple, list[tuple[str, object]]] = {}
+    by_text: dict[tuple[str, str, int], list[tuple[str, MutationId]]] = {}
     for name, m in mutants:
         by_text.setdefault((name, m.line.strip(), m.index), []).append((name, m))
     found = []
@@ -358,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     free = list(workdirs)
     results = []
 
-    def one(item: tuple[str, object]) -> dict:
+    def one(item: tuple[str, MutationId]) -> dict[str, Any]:
         workdir = free.pop()
         try:
             name, mutation_id = item
@@ -368,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         finally:
             free.append(workdir)
-        record = {
+        record: dict[str, Any] = {
             "file": name,
             "line_number": mutation_id.line_number + 1,
             "line": mutation_id.line.strip(),

@@ -22,7 +22,7 @@ class ManagerConfig:
 
     def args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The constructor's positional and keyword arguments."""
-        keywords = {"sliding_window": self.sliding_window, "enable_caching": self.enable_caching}
+        keywords: dict[str, Any] = {"sliding_window": self.sliding_window, "enable_caching": self.enable_caching}
         if self.watermark is not None:
             keywords["watermark"] = self.watermark
         return (self.block_size, self.num_gpu_blocks, self.num_cpu_blocks), keywords

@@ -64,7 +64,7 @@ The moves (``PLAYS`` maps each name to its play):
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from blockspace.conformance import invariants
@@ -83,7 +83,7 @@ ILLEGAL = (
 )  # fmt: skip
 # Prompts that hold a value that is no token id: a negative one, one that is no int, and True (an
 # int to Python): short, and long enough (over 32 tokens) for the fast manager's vectorised check.
-BAD_PROMPTS = ([1, -1, 2], [1, 0.5], [True, 2], [2] * 40 + [True])
+BAD_PROMPTS: tuple[list[Any], ...] = ([1, -1, 2], [1, 0.5], [True, 2], [2] * 40 + [True])
 BAD_LOOKAHEADS = (-1, 1.5)
 
 
@@ -284,7 +284,7 @@ def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Mo
         encoders = range(len(scope.prompts)) if scope.encoder_decoder else (None,)
         for p, n, e, lora, salt in itertools.product(range(len(scope.prompts)), scope.samples, encoders, scope.adapters,
                                                     scope.salts):  # fmt: skip
-            tail = (e, lora, salt)
+            tail: tuple[Any, ...] = (e, lora, salt)
             while tail and tail[-1] == ARRIVE_DEFAULTS[len(tail) - 1]:  # the defaults left off, as a path prints
                 tail = tail[:-1]
             yield ("arrive", p, n, *tail)
@@ -612,7 +612,7 @@ def edge_lookaheads(scope: Scope, num_tokens: int) -> list[int]:
     return sorted(set(scope.lookaheads).union(la for la in edges if la >= 0))
 
 
-PLAYS = {
+PLAYS: dict[str, Callable[..., None]] = {  # a move's name -> its play (world, lock, *its arguments)
     "arrive": _arrive, "admit": _admit, "force": _force, "abort": _abort, "append": _append, "step": _step,
     "access": _access, "fork": _fork, "free": _free, "recompute": _recompute, "swap_out": _swap_out,
     "swap_in": _swap_in, "mark": _mark, "common": _common, "count": _count, "untrack": _untrack,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from blockspace.conformance import explore, long_runs, sweeps, symbolic, trace
@@ -28,7 +29,8 @@ from blockspace.conformance.check import (  # noqa: F401 - REPRO, failure_signat
     scripted_check,
 )
 from blockspace.conformance.configs import FAMILIES, FAMILY_CAPABILITY
-from blockspace.kit_options import CAPABILITIES, PROFILES, Profile  # noqa: F401 - PROFILES: read from here by the kit
+from blockspace.kit_options import CAPABILITIES, Profile
+from blockspace.kit_options import PROFILES as PROFILES  # read from here by the kit (explicitly re-exported)
 
 
 def capabilities_of(impl_cls: type, overrides: Mapping[str, bool] | None = None) -> dict[str, bool]:
@@ -49,11 +51,11 @@ def machine_checks(
             checks.append(
                 Check(
                     f"machine[{family}]",
-                    lambda f=family, n=needed: CheckResult(f"machine[{f}]", "skipped", detail=f"{n} is False"),
+                    partial(CheckResult, f"machine[{family}]", "skipped", detail=f"{needed} is False"),
                 )
             )
         else:
-            checks.append(Check(f"machine[{family}]", lambda f=family: run_machine(impls, f, profile, on_failure)))
+            checks.append(Check(f"machine[{family}]", partial(run_machine, impls, family, profile, on_failure)))
     return checks
 
 

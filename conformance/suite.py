@@ -118,7 +118,7 @@ class ManagerConformance:
         if needed is not None and not getattr(self, needed):
             pytest.skip(f"{needed} is False")
         profile = self.profile_settings()
-        changes = {"max_examples": self.max_examples} if self.max_examples else {}
+        changes: dict[str, Any] = {"max_examples": self.max_examples} if self.max_examples else {}
         self.require(run_machine(self.impls(), family, profile, **changes))
 
     @pytest.mark.parametrize("run", list(RUNS))

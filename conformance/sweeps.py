@@ -70,7 +70,9 @@ class Play:
 
     def fork(self, parent: Sequence, child_id: int) -> Sequence | None:
         child = parent.fork(child_id)
-        parent.group.add(child)
+        group = parent.group
+        assert group is not None, "a sweep's sequences are made in groups"
+        group.add(child)
         if self.lock.call("fork", parent, child).raised:
             return None
         return child

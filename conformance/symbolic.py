@@ -62,7 +62,7 @@ def rule_names(module: ModuleType | None = None) -> list[str]:
 def check_contracts(timeout: float = PER_CONDITION_TIMEOUT) -> CheckResult:
     """``crosshair check`` of each reference rule; detail lists every
     counterexample, extra holds the seconds per rule."""
-    per_rule: dict[str, float] = {}
+    per_rule: dict[str, dict[str, Any]] = {}
     problems = []
     started = time.perf_counter()
     for name in sorted(rule_names()):  # in name order, as the contracts have always been checked
@@ -95,7 +95,7 @@ def check_diffbehavior(timeout: float = PER_CONDITION_TIMEOUT) -> CheckResult:
         import blockspace.conformance.kernels  # noqa: F401
     except ImportError as missing:
         return CheckResult("crosshair[diffbehavior]", "skipped", detail=f"no fast rules: {missing}")
-    per_rule: dict[str, float] = {}
+    per_rule: dict[str, dict[str, Any]] = {}
     problems = []
     started = time.perf_counter()
     for name in rule_names():

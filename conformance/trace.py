@@ -162,7 +162,7 @@ ROWS_REPLAY = dict(
     block_size=16, num_gpu_blocks=192, num_cpu_blocks=128, max_prompt=1024, max_output=32,
     tokens_per_step=(16, 3, 7), rows=True,
 )  # fmt: skip
-VARIANTS = {"trace[mooncake]": {}, "trace[mooncake-rows]": ROWS_REPLAY}
+VARIANTS: dict[str, dict[str, Any]] = {"trace[mooncake]": {}, "trace[mooncake-rows]": ROWS_REPLAY}
 
 
 def trace_check(

@@ -123,7 +123,17 @@ NO_FREE_BLOCKS = (ValueError,)  # vLLM's NoFreeBlocksError: raised after partial
 
 class VllmManager:
     """vLLM 0.9.2's ``SelfAttnBlockSpaceManager``, compared the spec's way
-    (module docstring)."""
+    (module docstring). Its calls take sequences and groups as ``Any``: they
+    go on to vLLM's manager as they are, and what that reads of them is
+    vLLM's (``blockspace.protocols`` names what blockspace's managers read)."""
+
+    # vLLM's own values, copied from it by __init__
+    block_size: int
+    num_total_gpu_blocks: int
+    num_total_cpu_blocks: int
+    watermark: float
+    sliding_window: int | None
+    enable_caching: bool
 
     def __init__(
         self,

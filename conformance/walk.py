@@ -200,7 +200,7 @@ def _illegal(m: Driver, world: World) -> None:
         def bad_token() -> None:
             seq.append_token_id(-5)
             m.attempt("append_slots", seq, 0)
-            seq.data._token_ids.pop()  # the scheduler would never have produced it
+            seq.data.get_token_ids().pop()  # the scheduler would never have produced it
 
         choices.append(bad_token)
     if world.swapped:
