@@ -204,8 +204,8 @@ class RowApi:
     def access_all_blocks_rows(self, rows: Any, access_time: float) -> None:
         """``access_all_blocks_in_seq(seq, access_time)`` for the sequence of
         every row (the rows are checked first: nothing changes on bad input)."""
-        rows = A.int_array("rows", rows)
         if not self.caching:
+            A.int_array("rows", rows)  # nothing to do, but a wrong array is still refused
             return
         rows, _, _ = self._checked_rows(rows)
         times, seq_of_row = self.rows.access_times, self.rows.seq_of_row
@@ -225,13 +225,13 @@ class RowApi:
         rows, _, _ = self._checked_rows(rows)
         if not self.caching:
             return np.zeros(len(rows), np.int64)
-        A.token_lists("num_computed_blocks_rows", token_ids, len(rows))
+        lengths = A.token_lists("num_computed_blocks_rows", token_ids, len(rows))
         prefill = np.zeros(len(rows), np.bool_) if prefill is None else A.bool_array("prefill", prefill, len(rows))
         seq_of_row = self.rows.seq_of_row
         seq_ids = [seq_of_row[row] for row in rows.tolist()]
         if len(set(seq_ids)) != len(seq_ids):
             raise InvalidArgumentError("a row appears twice in the batch")
-        return self.tracker.num_computed_rows(seq_ids, rows, token_ids, prefill)
+        return self.tracker.num_computed_rows(seq_ids, rows, token_ids, lengths, prefill)
 
     def slot_mapping(self, seqs: Sequence[SequenceLike] | np.ndarray, num_step_tokens: int | list[int] = 1) -> Any:
         """The KV-cache slot of every token of the step, sequence by sequence:

@@ -22,6 +22,8 @@ from blockspace.errors import InvalidArgumentError
 from blockspace.validation import MAX_TOKEN_ID
 
 INT32_MAX = 2**31 - 1  # block tables are handed out as int32
+INT64_MAX = 2**63 - 1
+_UNREADABLE = np.zeros((0, 0))  # what int_array holds for input NumPy cannot read: refused as not 1-D
 
 
 def int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
@@ -31,12 +33,14 @@ def int_array(name: str, values: Any, size: int | None = None) -> np.ndarray:
     try:
         array = np.asarray(values)
     except (TypeError, ValueError, OverflowError):  # ragged lists, or what NumPy cannot read
-        array = None
-    if array is None or array.ndim != 1 or (array.dtype.kind not in "iu" and array.size):  # [] is float64
+        array = _UNREADABLE
+    kind = array.dtype.kind
+    if array.ndim != 1 or (kind != "i" and kind != "u" and array.size):  # [] is float64 to NumPy
         raise InvalidArgumentError(f"{name} must be a 1-D array of integers")
-    if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+    if kind == "u" and array.size and array.max() > INT64_MAX:
         raise InvalidArgumentError(f"{name} holds an integer beyond int64")
-    _check_size(name, len(array), size)
+    if size is not None and len(array) != size:
+        raise InvalidArgumentError(f"{name} has {len(array)} entries for {size} rows")
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
@@ -53,14 +57,17 @@ def bool_array(name: str, values: Any, size: int) -> np.ndarray:
 
 def token_lists(method: str, values: Collection[Any] | None, size: int) -> np.ndarray:
     """The lengths of ``values``, the ``token_ids`` argument of ``method``:
-    ``size`` token lists (or 1-D arrays), one per row."""
+    ``size`` token lists (or 1-D arrays), one per row. Only their lengths are
+    read here, in one pass in C (this runs at every step); the values are
+    checked where they are read, also before any change."""
     name = "token_ids"
-    if values is None or not isinstance(values, Sized) or len(values) != size:
+    if values is None or isinstance(values, (str, bytes)) or not isinstance(values, Sized) or len(values) != size:
         raise InvalidArgumentError(f"with prefix caching, {method} needs {name} for every row")
-    for i, entry in enumerate(values):
-        if not isinstance(entry, Sized) or isinstance(entry, (str, bytes)):
-            raise InvalidArgumentError(f"{name}[{i}] must be a list or 1-D array of token ids")
-    return np.fromiter(map(len, values), np.int64, size)
+    try:
+        return np.fromiter(map(len, values), np.int64, size)
+    except TypeError:  # an entry without a length: say which
+        bad = next(i for i, entry in enumerate(values) if not isinstance(entry, Sized))
+        raise InvalidArgumentError(f"{name}[{bad}] must be a list or 1-D array of token ids") from None
 
 
 def step_counts(num_step_tokens: Any, size: int) -> np.ndarray:
@@ -86,8 +93,3 @@ def optional_count(name: str, value: Any) -> None:
 def not_token_ids(index: int) -> InvalidArgumentError:
     """The error of a ``token_ids`` entry holding a value that is no token id."""
     return InvalidArgumentError(f"token_ids[{index}] holds a value that is no token id (0 to {MAX_TOKEN_ID})")
-
-
-def _check_size(name: str, length: int, size: int | None) -> None:
-    if size is not None and length != size:
-        raise InvalidArgumentError(f"{name} has {length} entries for {size} rows")

@@ -111,18 +111,18 @@ class TrackerRows(SavedFields):
         return count
 
     def num_computed_rows(
-        self, seq_ids: list[int], table_rows: np.ndarray, token_ids: Any, prefill: np.ndarray
+        self, seq_ids: list[int], table_rows: np.ndarray, token_ids: Any, lengths: np.ndarray, prefill: np.ndarray
     ) -> np.ndarray:
         """How many blocks of each table ``get_common_computed_block_ids``
         would give for the sequences ``seq_ids`` (of table rows
-        ``table_rows``), keyed and counted at once from their token lists, with
+        ``table_rows``), keyed and counted at once from their token lists
+        (of ``lengths`` tokens, checked by the row API's boundary), with
         the salt and adapter ids their tables were allocated with: the row
         API reads no sequence object. A sequence the tracker does not hold is
         keyed from its first block (its parked row, if any, is dropped: a
         fresh keying gives the same keys). Checks come first: nothing
         changes on bad input."""
         num_rows, block_size, tracked, store = len(seq_ids), self.block_size, self.tracked, self.store
-        lengths = np.fromiter(map(len, token_ids), np.int64, num_rows)
         rows = np.array([tracked.get(seq_id, -1) for seq_id in seq_ids], np.int64)
         first_tokens, num_full, growing = (np.empty(num_rows, np.int64) for _ in range(3))
         starts = np.empty(num_rows + 1, np.int64)
