@@ -60,4 +60,21 @@ def rebuilt(old: list[int], start: int, tail: list[int]) -> BlockIds:
 
 EMPTY = BlockIds()  # the answer for a table without blocks, and for no common computed blocks
 
-__all__ = ["EMPTY", "BlockIds", "rebuilt"]
+
+def common_prefix(prefixes: list[list[int]]) -> BlockIds:
+    """The longest prefix that the id lists share, the empty ones left out:
+    ``get_common_computed_block_ids`` of several sequences, each list a
+    sequence's cached blocks (vLLM drops sequences without any, spec §9.15)."""
+    prefixes = [ids for ids in prefixes if ids]
+    if not prefixes:
+        return EMPTY
+    common = prefixes[0]
+    for ids in prefixes[1:]:
+        length = 0
+        while length < min(len(common), len(ids)) and common[length] == ids[length]:
+            length += 1
+        common = common[:length]
+    return BlockIds(common)
+
+
+__all__ = ["EMPTY", "BlockIds", "common_prefix", "rebuilt"]

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from blockspace.block_ids import EMPTY, BlockIds, rebuilt
+from blockspace.block_ids import EMPTY, BlockIds, common_prefix, rebuilt
 from blockspace.errors import UnknownSequenceError
 from blockspace.fast import kernels
 from blockspace.fast import table as T
@@ -203,17 +203,7 @@ class TableRows(SavedFields):
         """The longest block-id prefix that the sequences' first
         ``num_cached_blocks[i]`` ids share; sequences without cached blocks
         are left out, as in vLLM (spec §9.15)."""
-        prefixes = [self.block_ids(seq)[:count] for seq, count in zip(seqs, num_cached_blocks)]
-        prefixes = [ids for ids in prefixes if ids]  # vLLM drops sequences without cached blocks
-        if not prefixes:
-            return EMPTY
-        common = prefixes[0]
-        for ids in prefixes[1:]:
-            length = 0
-            while length < min(len(common), len(ids)) and common[length] == ids[length]:
-                length += 1
-            common = common[:length]
-        return BlockIds(common)
+        return common_prefix([self.block_ids(seq)[:count] for seq, count in zip(seqs, num_cached_blocks)])
 
     def touch(self, seq: SequenceLike, access_time: float) -> None:
         """``access_all_blocks_in_seq``: the time is kept here and written

@@ -13,7 +13,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from blockspace.block_ids import EMPTY, BlockIds
+from blockspace.block_ids import EMPTY, BlockIds, common_prefix
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.errors import (
     ChildExistsError,
@@ -352,16 +352,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
         ]
         if len(prefixes) == 1:
             return BlockIds(prefixes[0])
-        prefixes = [ids for ids in prefixes if ids]  # vLLM drops sequences without cached blocks
-        if not prefixes:
-            return EMPTY
-        common = prefixes[0]
-        for ids in prefixes[1:]:
-            length = 0
-            while length < min(len(common), len(ids)) and common[length] == ids[length]:
-                length += 1
-            common = common[:length]
-        return BlockIds(common)
+        return common_prefix(prefixes)
 
     def get_prefix_cache_hit_rate(self, device: Device) -> float:
         return self._allocator(Device.parse(device)).hit_rate()
