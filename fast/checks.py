@@ -104,8 +104,8 @@ def joined_token_ids(parts: list[Any]) -> tuple[np.ndarray, int]:
     if all(type(part) is list for part in parts):  # the usual case: plain lists of ints
         flat = list(chain.from_iterable(parts))
         array = _int64_list(flat)
-        if array is not None and (not array.size or 0 <= array.min() <= array.max() <= MAX_TOKEN_ID):
-            if _no_bools(flat, array):
+        if array is not None and (not array.size or 0 <= (least := array.min()) <= array.max() <= MAX_TOKEN_ID):
+            if not array.size or least > 1 or _no_bools(flat, array):  # a bool can only hide as a 0 or a 1
                 return array, -1
     arrays = []
     for i, part in enumerate(parts):
