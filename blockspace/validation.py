@@ -21,6 +21,7 @@ from blockspace.errors import (
     NoWaitingSequenceError,
     SaltMismatchError,
     TrackerError,
+    UnknownSequenceError,
     UnsupportedError,
 )
 from blockspace.saved_state import SavedState, config_of
@@ -144,6 +145,11 @@ def shrunk_tokens(seq_id: int, num_tokens: int, num_keyed_tokens: int) -> Tracke
     return TrackerError(
         f"sequence {seq_id} has {num_tokens} tokens, fewer than the {num_keyed_tokens} the tracker already keyed"
     )
+
+
+def unknown_sequence(seq_id: int) -> UnknownSequenceError:
+    """The error of a call naming a sequence without a block table."""
+    return UnknownSequenceError(f"sequence {seq_id} has no block table")
 
 
 def not_tracked(seq_id: int) -> TrackerError:

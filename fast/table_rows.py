@@ -40,6 +40,7 @@ from blockspace.fast import table as T
 from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
 from blockspace.protocols import SequenceLike
+from blockspace.validation import unknown_sequence
 
 _FEW = 8  # entries read one by one below this; converted as an array slice above
 
@@ -235,4 +236,4 @@ class TableRows(SavedFields):
 def unknown(seq: SequenceLike) -> UnknownSequenceError:
     """The error of a call naming a sequence without a table (raised by the
     per-step calls too, which look the row up themselves for speed)."""
-    return UnknownSequenceError(f"sequence {seq.seq_id} has no block table")
+    return unknown_sequence(seq.seq_id)

@@ -22,7 +22,6 @@ from blockspace.errors import (
     InvalidArgumentError,
     NoCrossTableError,
     NoFreeBlocksError,
-    UnknownSequenceError,
     UnsupportedError,
     WrongDeviceError,
 )
@@ -44,6 +43,7 @@ from blockspace.validation import (
     check_token_ids,
     group_salt,
     token_ids,
+    unknown_sequence,
     waiting_seqs,
 )
 
@@ -91,7 +91,7 @@ class ReferenceBlockSpaceManager(BlockSpaceManager):
     def _table(self, seq: SequenceLike) -> BlockTable:
         table = self.block_tables.get(seq.seq_id)
         if table is None:
-            raise UnknownSequenceError(f"sequence {seq.seq_id} has no block table")
+            raise unknown_sequence(seq.seq_id)
         return table
 
     def _unseen(self, seq: SequenceLike, table: BlockTable) -> int:
