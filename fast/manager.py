@@ -1,9 +1,11 @@
 """The fast block manager: the reference's behaviour, call for call, with
 its state in NumPy arrays and every change made by a compiled kernel.
 
-The manager checks arguments (the same checks, in the same order, as
-``reference/manager.py``, so the same bad input raises the same error before
-anything changes) and composes the parts that own the state:
+The manager is a facade: it checks the arguments that need no state (a
+lookahead, a device) and hands each call to the part that owns it. The
+parts run the reference's checks in the reference's order
+(``reference/manager.py``), so the same bad input raises the same error
+before anything changes. The parts:
 
 - ``store``: the arrays every kernel reads and writes (``fast/store.py``);
 - ``rows``: which table row holds which sequence, and the read-only
