@@ -23,9 +23,9 @@ from blockspace.fast import table as T
 from blockspace.fast.checks import check_new_tokens
 from blockspace.fast.key_space import KeySpace
 from blockspace.fast.store import Store
-from blockspace.fast.table_rows import TableRows, unknown
+from blockspace.fast.table_rows import TableRows
 from blockspace.protocols import SequenceGroupLike, SequenceLike
-from blockspace.validation import MAX_TOKEN_ID
+from blockspace.validation import MAX_TOKEN_ID, unknown_sequence
 
 RUNNING = SequenceStatus.RUNNING
 
@@ -63,7 +63,7 @@ class Appends:
         for seq in seq_group.get_seqs(status=RUNNING):
             row = of_seq.get(seq.seq_id)
             if row is None:
-                raise unknown(seq)
+                raise unknown_sequence(seq.seq_id)
             filled = num_filled[row]
             unseen = max(0, len(seq.get_token_ids()) - filled)
             touched += kernels.blocks_touched(filled, unseen, num_lookahead_slots, block_size)

@@ -23,9 +23,9 @@ from blockspace.fast import table as T
 from blockspace.fast.appends import Appends, pairs
 from blockspace.fast.checks import check_new_tokens, checked_lookahead
 from blockspace.fast.store import Store
-from blockspace.fast.table_rows import TableRows, unknown
+from blockspace.fast.table_rows import TableRows
 from blockspace.protocols import SequenceGroupLike, SequenceLike
-from blockspace.validation import MAX_TOKEN_ID, check_lookahead
+from blockspace.validation import MAX_TOKEN_ID, check_lookahead, unknown_sequence
 
 
 class BatchSteps:
@@ -48,7 +48,7 @@ class BatchSteps:
             for seq in group.get_seqs(status=SequenceStatus.RUNNING):
                 row = of_seq.get(seq.seq_id)
                 if row is None:
-                    raise unknown(seq)
+                    raise unknown_sequence(seq.seq_id)
                 rows.append(row)
                 num_tokens.append(len(seq.get_token_ids()))
             group_ends.append(len(rows))

@@ -46,6 +46,7 @@ from numba import int64, njit
 
 from blockspace.errors import InvalidArgumentError
 from blockspace.extras import require
+from blockspace.fast.row_args import int_array, optional_count
 from blockspace.fast.table_deltas import PAD_BLOCK_ID, TableDelta, empty_delta
 
 require("gpu", "blockspace.fast's device block tables (CUDA kernels on torch tensors)")
@@ -203,15 +204,6 @@ def resolve_backend(backend: str) -> str:
     raise InvalidArgumentError(f"backend must be 'auto', 'cpu' or 'cuda', got {backend!r}")
 
 
-def _int64_array(values: Any) -> np.ndarray:
-    array = np.asarray(values)
-    if array.dtype != np.int64:
-        if array.size and array.dtype.kind not in "iu":
-            raise InvalidArgumentError(f"rows, starts and ends must be integers, got {array.dtype}")
-        array = array.astype(np.int64)
-    return array.reshape(-1)
-
-
 class DeviceBlockTable:
     """The block tables of all running sequences, resident on the device.
 
@@ -270,9 +262,9 @@ class DeviceBlockTable:
         self, delta: TableDelta | None, rows: Any = (), starts: Any = (), ends: Any = (), pad_to: int | None = None
     ) -> torch.Tensor:
         delta = _EMPTY_DELTA if delta is None else delta
-        rows, starts, ends = _int64_array(rows), _int64_array(starts), _int64_array(ends)
-        if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, (int, np.integer)) or pad_to < 0):
-            raise InvalidArgumentError(f"pad_to must be a non-negative int, got {pad_to!r}")
+        rows = int_array("rows", rows)
+        starts, ends = int_array("starts", starts, len(rows)), int_array("ends", ends, len(rows))
+        optional_count("pad_to", pad_to)
         num_rows = max(self.table.shape[0], delta.num_rows)
         num_cols = max(self.table.shape[1], delta.num_cols)
         if len(self._new_lengths) != num_rows:

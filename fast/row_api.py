@@ -31,7 +31,7 @@ from blockspace.fast import kernels
 from blockspace.fast import row_args as A
 from blockspace.fast import table as T
 from blockspace.fast.appends import Appends
-from blockspace.fast.checks import all_token_ids, checked_lookahead, token_array_or_none
+from blockspace.fast.checks import all_token_ids, checked_lookahead, joined_token_ids
 from blockspace.fast.row_api_kernels import DUPLICATE, EMPTY, NEGATIVE, NOT_LIVE, ROWS_OK, SHRUNK, SWAPPED
 from blockspace.fast.store import Store
 from blockspace.fast.table_rows import TableRows
@@ -175,13 +175,10 @@ class RowApi:
         if all(type(tail) is list for tail in tails) and all_token_ids(list(chain.from_iterable(tails))):
             flat = list(chain.from_iterable(tails[i] for i in keyed))  # the usual case: one check for the batch
             return (np.array(flat, np.int64) if flat else T.NO_TOKENS), starts
-        parts = []
-        for i, tail in enumerate(tails):
-            part = token_array_or_none(tail)
-            if part is None:
-                raise A.not_token_ids(i)
-            parts.append(part)
-        return (np.concatenate([parts[i] for i in keyed]) if keyed else T.NO_TOKENS), starts
+        bad = joined_token_ids(tails)[1]  # arrays, or a bad value: every tail checked, the first bad one named
+        if bad >= 0:
+            raise A.not_token_ids(bad)
+        return joined_token_ids([tails[i] for i in keyed])[0], starts
 
     def block_tables(self, seqs: Sequence[SequenceLike] | np.ndarray, pad: int = BLOCK_TABLE_PAD) -> Any:
         """The sequences' block tables as one ``int32`` torch tensor of shape

@@ -84,10 +84,16 @@ def block_id_pad(pad: Any) -> int:
     return pad
 
 
+def count(name: str, value: Any) -> None:
+    """A non-negative int (a Python or NumPy integer, not a bool)."""
+    if type(value) is bool or not isinstance(value, (int, np.integer)) or value < 0:
+        raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
+
+
 def optional_count(name: str, value: Any) -> None:
     """None, or a non-negative int."""
-    if value is not None and (type(value) is bool or not isinstance(value, (int, np.integer)) or value < 0):
-        raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
+    if value is not None:
+        count(name, value)
 
 
 def not_token_ids(index: int) -> InvalidArgumentError:

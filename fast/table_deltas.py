@@ -38,6 +38,7 @@ from numba import njit
 
 from blockspace.errors import InvalidArgumentError
 from blockspace.extras import require
+from blockspace.fast.row_args import count
 
 require("gpu", "blockspace.fast's device block tables (CUDA kernels on torch tensors)")
 
@@ -302,8 +303,7 @@ class TableDeltas:
 
 def _check_ints(**named: int) -> None:
     for name, value in named.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
+        count(name, value)
 
 
 def empty_delta() -> TableDelta:

@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from blockspace.block_ids import EMPTY, BlockIds, common_prefix, rebuilt
-from blockspace.errors import UnknownSequenceError
 from blockspace.fast import kernels
 from blockspace.fast import table as T
 from blockspace.fast.saving import SavedFields
@@ -104,7 +103,7 @@ class TableRows(SavedFields):
         (every call that names a sequence asks here first)."""
         row = self.of_seq.get(seq.seq_id)
         if row is None:
-            raise unknown(seq)
+            raise unknown_sequence(seq.seq_id)
         return row
 
     def check_batch(self, rows: np.ndarray, seq_lens: np.ndarray, appending: bool) -> tuple[int, int, int]:
@@ -210,7 +209,7 @@ class TableRows(SavedFields):
         """``access_all_blocks_in_seq``: the time is kept here and written
         into the table store only when the table is freed."""
         if seq.seq_id not in self.of_seq:
-            raise unknown(seq)
+            raise unknown_sequence(seq.seq_id)
         self.access_times[seq.seq_id] = access_time
 
     def refresh(self, seq_id: int, row: int) -> None:
@@ -231,9 +230,3 @@ class TableRows(SavedFields):
                 old = answers.pop(seq_of_row[row], None)
                 if old is not None:
                     stale[seq_of_row[row]] = old
-
-
-def unknown(seq: SequenceLike) -> UnknownSequenceError:
-    """The error of a call naming a sequence without a table (raised by the
-    per-step calls too, which look the row up themselves for speed)."""
-    return unknown_sequence(seq.seq_id)
