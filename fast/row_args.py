@@ -4,7 +4,9 @@ Why one boundary: the row API's kernels are called without Numba's typing
 (``fast/dispatch.py``). They are compiled for C-contiguous int64 and bool
 arrays, and a float or 2-D array passed on would be read as memory of
 another type. So every public method of ``fast/row_api.py`` that takes
-arrays passes each one through a function below first. A wrong dtype,
+arrays passes each one through a function below first, and so do the
+other public APIs that hand arrays or counts to kernels
+(``DeviceBlockTable.step``, ``TableDeltas``). A wrong dtype,
 shape or length raises ``InvalidArgumentError`` naming the argument, and
 what comes back is the one layout the kernels take. The values (live rows,
 lengths against tables, token ids) are checked next, still before any
