@@ -210,9 +210,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         """Admission as the scheduler does it."""
         group = data.draw(st.sampled_from(self.groups_with(WAITING)), label="group")
         waiting = group.get_seqs(status=WAITING)
-        asked = (
-            self.caching and data.draw(st.integers(0, 4), label="ask the cache") > 0
-        )  # vLLM always asks; others may not
+        # vLLM always asks; others may not
+        asked = self.caching and data.draw(st.integers(0, 4), label="ask the cache") > 0
         if asked:
             for s in waiting:
                 self.lock.call("get_num_cached_tokens", s)

@@ -28,9 +28,8 @@ if TYPE_CHECKING:  # both need the [gpu] extra: imported where used (see the mod
     from blockspace.fast.device_table import DeviceBlockTable
     from blockspace.fast.table_deltas import TableDelta
 
-FIRST_LOG_SIZE = (
-    4  # writes the first log holds; why small: it doubles on overflow, and small scopes then overflow it too
-)
+# Writes the first log holds. Why small: it doubles on overflow, and small scopes then overflow it too.
+FIRST_LOG_SIZE = 4
 
 
 class DeviceSync:

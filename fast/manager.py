@@ -259,9 +259,8 @@ class FastBlockSpaceManager(BlockSpaceManager):
         if device is not None:
             return bool(kernels.reset_pool(self.store.pool_ref(Device.parse(device))))
         cpu_done = bool(kernels.reset_pool(self.store.pool_ref(Device.CPU)))
-        gpu_done = bool(
-            kernels.reset_pool(self.store.pool_ref(Device.GPU))
-        )  # tried even if the CPU failed (vLLM stops)
+        # the GPU is tried even if the CPU failed (vLLM stops there)
+        gpu_done = bool(kernels.reset_pool(self.store.pool_ref(Device.GPU)))
         return cpu_done and gpu_done
 
     def get_num_cached_tokens(self, seq: SequenceLike) -> int:
