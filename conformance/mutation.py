@@ -286,9 +286,8 @@ def probe(target: str, profile: str = "quick") -> int:
 
 
 MUTATION_DEPTH = 10  # the family scopes' cut for a mutant (the default scope is exhausted whole)
-HANG_SECONDS = (
-    120  # a layer of a mutant's scope takes at most about a minute (one worker); one that takes this long is a hang
-)
+# A layer of a mutant's scope takes at most about a minute (one worker); one that takes this long is a hang.
+HANG_SECONDS = 120
 
 
 def killed_by_exploring(impls: dict[str, str]) -> bool:
