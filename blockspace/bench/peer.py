@@ -1,0 +1,324 @@
+"""``blockspace simulate`` against its nearest peer, NVIDIA Dynamo's mocker,
+on the same Mooncake trace with the same settings, timed in turns.
+
+    python -m blockspace.bench.peer --trace conversation.jsonl --requests 1000,2000,all --rounds 2
+
+Why: the mocker is the other vLLM-style scheduler and paged block manager
+with prefix caching that replays a Mooncake trace offline (in Rust, shipped
+on PyPI as ai-dynamo-runtime). Its speed is the yardstick for ours, and this
+says how far apart the two are, measured the same way on the same machine.
+
+For each size (the first N requests of the trace), each round runs ours and
+then theirs, so a slow spell of a shared machine slows both alike:
+
+- ours as a user runs it: ``python -m blockspace simulate ... --no-plot
+  --quiet`` as a subprocess, timed whole (start-up, loading, reporting), and
+  the replay's own wall time read from the simulation.json it writes;
+- theirs: ``dynamo._core.run_mocker_trace_replay`` in offline mode (simulated
+  time: nothing sleeps), in a subprocess too, timed around the call.
+
+Both get block size 16, 49,152 GPU blocks, at most 256 sequences and 2,048
+batched tokens per step, prefix caching and chunked prefill on (see
+``mocker_replay``). Each figure is the best of its rounds; the ratio is our
+replay's wall time over the mocker's call. Without the mocker installed ours
+is still timed, and the ratio left out. A benchmark, not a test: nothing here
+asserts a speed; the exit status is 1 only when a run fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from importlib import resources
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from blockspace.errors import BlockSpaceError, InvalidArgumentError
+from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse
+from blockspace.workloads import BUNDLED_SAMPLE, TRACE_ENV, TraceError, parse_lines, trace_source
+
+INSTALL = "pip install --no-deps ai-dynamo-runtime"  # the mocker; never a dependency of blockspace
+
+# The settings both replays share: vLLM's, and `blockspace simulate`'s options for them.
+BLOCK_SIZE = 16
+NUM_GPU_BLOCKS = 49_152
+MAX_NUM_SEQS = 256
+MAX_NUM_BATCHED_TOKENS = 2_048
+TRACE_BLOCK_SIZE = 512  # tokens per Mooncake hash id
+
+
+def mocker_replay(trace_file: str) -> dict[str, Any]:
+    """Replay ``trace_file`` (Mooncake JSONL, every line of it: the mocker has
+    no request limit, so the caller writes the first N lines to a file) in
+    Dynamo's mocker; its timing and its own summary.
+
+    How our settings map onto the call (ai-dynamo-runtime 1.6)::
+
+        extra_engine_args={"engine": {...}}   the mocker's vLLM-style engine:
+            block_size=16                     = simulate --block-size (default 16)
+            num_gpu_blocks=49_152             = simulate --num-gpu-blocks 49152
+            max_num_seqs=256                  = simulate --max-num-seqs 256
+            max_num_batched_tokens=2_048      = simulate --max-num-batched-tokens 2048
+            enable_prefix_caching=True        = simulate's default --enable-prefix-caching
+            enable_chunked_prefill=True       ours always chunks a prefill to the token budget
+            speedup_ratio=1.0                 scales the mocker's simulated step times only;
+                                              offline replay never sleeps on them
+        replay_mode="offline"                 discrete-event replay in simulated time, one engine
+        num_workers=1                         one engine (ours: one scheduler)
+        trace_format="mooncake"               timestamp (ms), input_length, output_length, hash_ids
+        trace_block_size=512                  tokens per hash id, as ours reads them
+        arrival_speedup_ratio=1.0             = simulate --time-scale 1 (arrivals as the trace has them)
+
+    The watermark is left at the mocker's default, 0.01, which is ours too.
+    """
+    from dynamo._core import run_mocker_trace_replay  # imported here: the mocker is optional
+
+    engine = {
+        "block_size": BLOCK_SIZE,
+        "num_gpu_blocks": NUM_GPU_BLOCKS,
+        "max_num_seqs": MAX_NUM_SEQS,
+        "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+        "enable_prefix_caching": True,
+        "enable_chunked_prefill": True,
+        "speedup_ratio": 1.0,
+    }
+    start = time.perf_counter()
+    result = run_mocker_trace_replay(
+        [trace_file],
+        extra_engine_args={"engine": engine},
+        replay_mode="offline",
+        num_workers=1,
+        trace_format="mooncake",
+        trace_block_size=TRACE_BLOCK_SIZE,
+        arrival_speedup_ratio=1.0,
+    )
+    call_s = time.perf_counter() - start
+    summary = result.summary
+    return {
+        "call_s": call_s,
+        "wall_time_ms": summary.get("wall_time_ms"),
+        "finished": summary.get("completed_requests"),
+        "requests": summary.get("num_requests"),
+    }
+
+
+def _mocker_child() -> None:
+    """The mocker's subprocess: ``mocker_replay(argv[1])`` as one JSON line on stdout."""
+    print(json.dumps(mocker_replay(sys.argv[1])))
+
+
+MOCKER_CHILD = "import sys; from blockspace.bench.peer import _mocker_child; _mocker_child()"
+
+
+def mocker_installed() -> bool:
+    """Whether ``dynamo._core`` can be found (found, not loaded: the child loads it)."""
+    try:
+        return find_spec("dynamo._core") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def parse_sizes(text: str) -> list[int | None]:
+    """``1000,2000,all`` -> ``[1000, 2000, None]`` (``None``: the whole trace)."""
+    sizes: list[int | None] = []
+    for item in text.split(","):
+        item = item.strip().lower()
+        if item == "all":
+            size = None
+        else:
+            try:
+                size = int(item.replace("_", ""))
+            except ValueError:
+                raise InvalidArgumentError(f"--requests: {item!r} is neither a whole number nor 'all'") from None
+            if size < 1:
+                raise InvalidArgumentError(f"--requests: {size} must be >= 1")
+        if size not in sizes:
+            sizes.append(size)
+    return sizes
+
+
+def trace_lines(path: Path | None) -> tuple[str, list[str]]:
+    """(the trace file, its non-blank lines), every line checked as ``blockspace
+    simulate`` checks it: the file ``--trace`` names, else ``$BLOCKSPACE_TRACE``,
+    else the bundled sample (the same choice ``trace_source`` says in words)."""
+    named = path if path is not None else os.environ.get(TRACE_ENV)
+    file = Path(named) if named else Path(str(resources.files("blockspace").joinpath("data", BUNDLED_SAMPLE)))
+    source = trace_source(path)
+    try:
+        lines = [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as error:
+        raise TraceError(f"cannot read trace {source}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"cannot read trace {source}: not UTF-8 text") from None
+    parse_lines(lines, source)
+    if not lines:
+        raise TraceError(f"trace {source} holds no requests")
+    return str(file.absolute()), lines
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(nothing on stderr)"
+
+
+class RunFailed(Exception):
+    """A replay's subprocess failed: the command exits 1 with this message."""
+
+
+def time_ours(trace_file: str, size: int, total: int, folder: Path) -> dict[str, Any]:
+    """``blockspace simulate`` on the first ``size`` requests, as a subprocess:
+    the command's wall time and the replay's, from its simulation.json."""
+    command = [sys.executable, "-m", "blockspace", "simulate", "--trace", trace_file]
+    if size < total:
+        command += ["--max-requests", str(size)]
+    command += [
+        "--block-size", str(BLOCK_SIZE), "--num-gpu-blocks", str(NUM_GPU_BLOCKS),
+        "--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
+        "--enable-prefix-caching", "--no-plot", "--quiet", "--out", str(folder),
+    ]  # fmt: skip
+    (folder / "simulation.json").unlink(missing_ok=True)  # a figure read must be this run's
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    command_s = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RunFailed(f"blockspace simulate exited {done.returncode}: {_last_line(done.stderr)}")
+    try:
+        run = json.loads((folder / "simulation.json").read_text())["runs"][0]
+        return {"command_s": command_s, "replay_s": float(run["wall_s"]), "finished": run["requests"]["finished"]}
+    except (OSError, ValueError, LookupError, TypeError) as error:
+        raise RunFailed(f"blockspace simulate wrote no readable simulation.json in {folder}: {error}") from None
+
+
+def time_theirs(lines: Sequence[str], size: int, folder: Path) -> dict[str, Any]:
+    """The mocker's replay of the first ``size`` requests, in a subprocess;
+    ``command_s`` includes its start-up, ``call_s`` is the call alone."""
+    trace_file = folder / f"first-{size}.jsonl"
+    trace_file.write_text("\n".join(lines[:size]) + "\n", encoding="utf-8")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", MOCKER_CHILD, str(trace_file)], capture_output=True, text=True)
+    command_s = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RunFailed(f"the mocker exited {done.returncode}: {_last_line(done.stderr)}")
+    try:
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise RunFailed(f"the mocker printed no figures: {_last_line(done.stdout + done.stderr)}") from None
+    return {**figures, "command_s": command_s}
+
+
+def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each timing the least of its rounds; the rest from the first round."""
+    best = dict(rounds[0])
+    for key in ("command_s", "replay_s", "call_s"):
+        if key in best:
+            best[key] = min(r[key] for r in rounds)
+    return best
+
+
+def measure(trace_file: str, lines: list[str], sizes: list[int], rounds: int, mocker: bool) -> list[dict[str, Any]]:
+    """Per size: the best of ``rounds`` of ours (and of the mocker's when installed), taken in turns."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="blockspace-peer-") as scratch:
+        folder = Path(scratch)
+        for size in sizes:
+            ours: list[dict[str, Any]] = []
+            theirs: list[dict[str, Any]] = []
+            for round_number in range(1, rounds + 1):
+                print(f"[peer] {size:,} requests, round {round_number}: blockspace ...", file=sys.stderr, flush=True)
+                ours.append(time_ours(trace_file, size, len(lines), folder / "simulate"))
+                if mocker:
+                    print(f"[peer] {size:,} requests, round {round_number}: mocker ...", file=sys.stderr, flush=True)
+                    theirs.append(time_theirs(lines, size, folder))
+            row: dict[str, Any] = {"requests": size, "blockspace": _best(ours)}
+            if mocker:
+                row["mocker"] = _best(theirs)
+                row["ratio"] = row["blockspace"]["replay_s"] / max(row["mocker"]["call_s"], 1e-9)
+            rows.append(row)
+    return rows
+
+
+def table(rows: list[dict[str, Any]], mocker: bool) -> str:
+    lines = [
+        "| requests | mocker s | blockspace replay s | blockspace command s | ratio (ours/theirs) |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        ours = row["blockspace"]
+        theirs = f"{row['mocker']['call_s']:.3f}" if mocker else "-"
+        ratio = f"{row['ratio']:.1f}x" if mocker else "-"
+        lines.append(f"| {row['requests']:,} | {theirs} | {ours['replay_s']:.2f} | {ours['command_s']:.2f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def notes(rows: list[dict[str, Any]], mocker: bool) -> list[str]:
+    """What a reader of the table must know: where the two did not finish the same requests."""
+    said = []
+    for row in rows:
+        finished = row["blockspace"]["finished"]
+        if mocker and row["mocker"]["finished"] != finished:
+            said.append(
+                f"{row['requests']:,} requests: the mocker finished {row['mocker']['finished']}, blockspace {finished}"
+            )
+        elif finished != row["requests"]:
+            said.append(f"{row['requests']:,} requests: blockspace finished {finished}")
+    return said
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("python -m blockspace.bench.peer", __doc__)
+    parser.add_argument(
+        "--trace", type=Path, help=f"Mooncake-format JSONL (default: ${TRACE_ENV}, else the bundled sample)"
+    )
+    parser.add_argument("--requests", default="1000,2000,all", help="sizes, the first N requests each, or 'all'")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds in turns; the best of each is kept")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
+    parser.add_argument("--out", metavar="FILE", help="also write what is printed here (default: not written)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0, 2 for a bad option (said before anything is timed), 1 when a run fails."""
+    try:
+        args = build_parser().parse_args(argv)
+        check_ranges(args, {"rounds": Range(least=1)})
+        requested = parse_sizes(args.requests)
+        if args.out:
+            check_output_file(args.out, "--out")
+        trace_file, lines = trace_lines(args.trace)
+        too_many = [size for size in requested if size is not None and size > len(lines)]
+        if too_many:
+            raise InvalidArgumentError(
+                f"--requests {too_many[0]:,}: the trace {trace_source(args.trace)} holds {len(lines):,} requests"
+            )
+    except BlockSpaceError as error:
+        return refuse(error)
+    sizes = list(dict.fromkeys(len(lines) if size is None else size for size in requested))
+    mocker = mocker_installed()
+    missing = None if mocker else f"the mocker is not installed (no dynamo._core; {INSTALL}): no ratio"
+    try:
+        rows = measure(trace_file, lines, sizes, args.rounds, mocker)
+    except RunFailed as error:
+        return refuse(error, 1)
+    except KeyboardInterrupt:
+        return refuse("interrupted", 130)
+    if args.json:
+        figures = {"trace": trace_file, "rounds": args.rounds, "mocker": mocker, "note": missing, "rows": rows}
+        text = json.dumps(figures, indent=1)
+    else:
+        header = f"{len(lines):,}-request trace {trace_source(args.trace)}, best of {args.rounds} round(s) in turns"
+        text = "\n".join([header, "", table(rows, mocker), *notes(rows, mocker), *([missing] if missing else [])])
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
