@@ -16,7 +16,8 @@ and preemption figures plus the wall time spent inside the manager.
     cli.py         the command line
 """
 
-from blockspace.simulator.scheduler import Scheduler, SchedulerConfig, StepRecord
+from blockspace.simulator.decisions import StepRecord
+from blockspace.simulator.scheduler import Scheduler, SchedulerConfig
 from blockspace.simulator.simulation import Simulation, SimulationConfig, SimulationResult, run_simulation
 from blockspace.workloads import TraceError, TraceRequest, load_trace
 

@@ -1,8 +1,13 @@
 """The figures of a run: the summary, its text form, the comparison of two
 runs, and the JSON file.
 
-Latency figures count the requests that finished; ignored (too large for
-the GPU) and aborted requests are counted apart. Throughput is over the
+Request figures are per trace request: with ``--n`` > 1 its n samples run
+as n requests (as in vLLM 0.9.2), and the trace request counts as finished
+once all of them have, its TTFT from the earliest sample's first token and
+its end-to-end latency to the last sample's finish (what a client of vLLM
+sees for one request with n outputs). Latency figures count the requests
+that finished; ignored (too large for the GPU) and aborted requests (one of
+its samples was) are counted apart. Throughput is over the
 simulated time from the first arrival to the last finish. KV usage is the
 GPU blocks held by sequences (``num_gpu_blocks - get_num_free_gpu_blocks()``,
 so idle cached blocks count as free, as in vLLM); its mean is weighted by
@@ -20,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from blockspace.simulator.scheduler import StepRecord
-from blockspace.simulator.simulation import SimulationResult
+from blockspace.simulator.decisions import StepRecord
+from blockspace.simulator.simulation import SimulationResult, trace_outcomes
 
 MAX_TIMELINE_POINTS = 2000  # per-step series are thinned to this many points in the JSON
 
@@ -39,12 +44,12 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     config = result.config
     scheduler = result.scheduler
     timeline = result.timeline
-    done = [(r, r.finish_s) for r in result.requests if r.finish_s is not None]  # (request, its finish time)
-    finished = [r for r, _ in done]
-    num_output_tokens = sum(seq.get_output_len() for r in finished for seq in r.seqs)
+    outcomes = trace_outcomes(result.requests)  # per trace request, over its samples
+    finished = [r for r in outcomes if r.status == "finished"]
+    num_output_tokens = sum(r.num_output_tokens for r in finished)
     num_prompt_tokens = sum(r.num_prompt_tokens for r in finished)
-    start = min((r.arrival_s for r in result.requests), default=0.0)
-    end = max((finish_s for _, finish_s in done), default=start)
+    start = min((r.arrival_s for r in outcomes), default=0.0)
+    end = max((r.finish_s for r in finished if r.finish_s is not None), default=start)
     span = max(end - start, 1e-12)
     step_s = np.asarray(timeline.step_s, dtype=float)
     used = np.asarray(timeline.kv_used_blocks, dtype=float)
@@ -53,10 +58,10 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
     return {
         "manager": result.manager_name,
         "requests": {
-            "arrived": len(result.requests),
+            "arrived": len(outcomes),
             "finished": len(finished),
-            "ignored": scheduler.num_ignored,
-            "aborted": scheduler.num_aborted,
+            "ignored": sum(r.status == "ignored" for r in outcomes),
+            "aborted": sum(r.status == "aborted" for r in outcomes),
         },
         "simulated_s": end - start,
         "busy_s": busy,
@@ -67,7 +72,7 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "requests_per_s": len(finished) / span,
         },
         "ttft_s": _percentiles([r.first_token_s - r.arrival_s for r in finished if r.first_token_s is not None]),
-        "e2e_latency_s": _percentiles([finish_s - r.arrival_s for r, finish_s in done]),
+        "e2e_latency_s": _percentiles([r.finish_s - r.arrival_s for r in finished if r.finish_s is not None]),
         "prefix_cache": {
             "enabled": config.scheduler.enable_prefix_caching,
             "gpu_block_hit_rate": result.final_hit_rate,

@@ -6,7 +6,9 @@ Why: a decoding sequence costs the per-call path four manager calls a step
 manager's row API (``fast/row_api.py``) does each of them for a whole batch in
 one call on table rows and lengths. This is the worked example of driving
 it from a scheduler, and the simulator's default where the manager offers
-it (detected by its methods, ``offers_rows``, not by its class).
+it (detected by its methods, ``offers_rows``, not by its class). It is a
+step path (``calls.py``): the policy calls it at the same two points as the
+per-call path and never asks which one it holds.
 
 What is batched: a *run*, the longest stretch at the head of the running
 queue of groups with one sequence that is decoding (the common case; groups
@@ -56,44 +58,39 @@ import numpy as np
 
 from blockspace.enums import SequenceStatus
 from blockspace.interfaces import offers_rows
+from blockspace.simulator.budget import SchedulingBudget
+from blockspace.simulator.calls import CallPath, Tables
+from blockspace.simulator.decisions import ScheduledGroup
 from blockspace.simulator.request import SimRequest
 
 TABLE_END = -1  # pads the rows of block_table_array: a row's ids are its entries before it
 
 
 def is_single_decode(request: SimRequest) -> bool:
-    """One sequence, decoding, and no samples still to fork."""
+    """One sequence, decoding."""
     seqs = request.seqs
-    return (
-        len(seqs) == 1
-        and request.num_samples == 1
-        and seqs[0].status == SequenceStatus.RUNNING
-        and not seqs[0].is_prefill()
-    )
+    return len(seqs) == 1 and seqs[0].status == SequenceStatus.RUNNING and not seqs[0].is_prefill()
 
 
-class RowStep:
+class RowPath(CallPath):
     """One step's runs of single decodes, scheduled and touched through rows."""
 
-    def __init__(self, manager: Any, block_size: int, enable_caching: bool) -> None:
-        self.manager = manager
-        self.caching = enable_caching
+    def __init__(self, manager: Any, block_size: int, enable_caching: bool, tracked: set[int]) -> None:
+        super().__init__(manager, block_size, enable_caching, tracked)
         self.threshold = block_size if enable_caching else 1  # the least budget that still gives a decode its token
         self.runs: list[tuple[np.ndarray, list[Any], list[list[int]] | None]] = []  # (rows, sequences, token lists)
         self.requests: set[str] = set()
-        self.usable = True
-        self.num_batched = 0  # decodes scheduled through rows, over the whole run
-        self.num_fallbacks = 0  # runs that did not fit (the step went on per call)
+        self.usable = True  # False once a run did not fit: the rest of the step goes per call
 
-    def start_step(self) -> None:
-        self.runs, self.requests, self.usable = [], set(), True
-
-    def schedule_run(
-        self, queue: deque[SimRequest], budget: Any, copies: list[tuple[int, int]]
+    def take_decodes(
+        self, queue: deque[SimRequest], budget: SchedulingBudget, copies: list[tuple[int, int]]
     ) -> list[SimRequest] | None:
         """Schedule the run at the head of ``queue``: the requests taken off
-        it ([] if the run did not fit: then the per-call path takes over for
-        the rest of the step), or None when the budget is spent."""
+        it ([] if there is no run, or it did not fit: then the per-call path
+        takes over for the rest of the step), or None when the budget is
+        spent."""
+        if not self.usable or not is_single_decode(queue[0]):
+            return []
         room = budget.remaining_token_budget() - self.threshold + 1
         if room <= 0:
             return None
@@ -108,7 +105,6 @@ class RowStep:
         lengths = np.fromiter((seq.get_len() for seq in seqs), np.int64, len(seqs))
         if not manager.can_append_slots_rows(rows, lengths, 0, np.array([len(rows)]))[0]:
             self.usable = False
-            self.num_fallbacks += 1
             return []
         tokens = [seq.get_token_ids() for seq in seqs] if self.caching else None
         pairs = manager.append_slots_rows(rows, lengths, 0, token_ids=tokens)
@@ -117,16 +113,35 @@ class RowStep:
             queue.popleft()
         self.runs.append((rows, seqs, tokens))
         self.requests.update(request.request_id for request in run)
-        self.num_batched += len(run)
         return run
 
-    def touch(self, now: float, record_tables: bool) -> dict[int, tuple[int, ...]]:
-        """Access times and computed blocks of every row of the step's runs
-        (one call each); with ``record_tables`` also their block tables (one
-        call), as each sequence's block ids. Without it no table is built:
-        vLLM's scheduler only hands the model runner references to the
-        tables, and the rows are those references here (a model runner would
-        take ``block_tables(rows)`` or a device table kept by deltas)."""
+    def touch(self, scheduled: list[ScheduledGroup], now: float, record_tables: bool) -> Tables:
+        """The groups of the step's runs in one call each (access times,
+        computed blocks; with ``record_tables`` their block tables, as each
+        sequence's block ids), every other group per call; then one
+        ``mark_blocks_as_computed`` for the step. Without ``record_tables``
+        no table is built: vLLM's scheduler only hands the model runner
+        references to the tables, and the rows are those references here (a
+        model runner would take ``block_tables(rows)`` or a device table kept
+        by deltas)."""
+        run_tables = self._touch_runs(now, record_tables)
+        tables: Tables = []
+        for group in scheduled:
+            request = group.request
+            if request.request_id not in self.requests:
+                self.touch_group(request, now, record_tables, tables)
+                continue
+            seq_id = request.seqs[0].seq_id
+            if record_tables:
+                tables.append((seq_id, run_tables[seq_id]))
+            if self.caching:  # computed blocks: counted for the whole run
+                self.tracked.add(seq_id)
+        if scheduled:  # the calls would follow one another, and take nothing that matters: one does it all
+            self.manager.mark_blocks_as_computed(scheduled[0].request, scheduled[0].token_chunk_size)
+        self.runs, self.requests, self.usable = [], set(), True
+        return tables
+
+    def _touch_runs(self, now: float, record_tables: bool) -> dict[int, tuple[int, ...]]:
         if not self.runs:
             return {}
         if len(self.runs) == 1:
@@ -146,4 +161,4 @@ class RowStep:
         return {seq.seq_id: tuple(b for b in row if b != TABLE_END) for seq, row in zip(seqs, tables.tolist())}
 
 
-__all__ = ["RowStep", "is_single_decode", "offers_rows"]
+__all__ = ["RowPath", "is_single_decode", "offers_rows"]

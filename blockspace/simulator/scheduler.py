@@ -37,15 +37,17 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from blockspace.enums import AllocStatus, SequenceStatus
 from blockspace.errors import InvalidConfigError, NoFreeBlocksError
 from blockspace.sequence import Sequence
+from blockspace.simulator.budget import SchedulingBudget
+from blockspace.simulator.calls import CallPath
+from blockspace.simulator.decisions import ScheduledGroup, StepOutput, StepRecord
 from blockspace.simulator.request import SimRequest
-from blockspace.simulator.row_step import RowStep, is_single_decode, offers_rows
-from blockspace.simulator.timed import TimedManager
+from blockspace.simulator.row_step import RowPath, offers_rows
 
 PREEMPTION_MODES = ("recompute", "swap")
 STEP_PATHS = ("auto", "calls", "rows")  # auto: the row API where the manager offers it (row_step.py)
@@ -81,135 +83,22 @@ class SchedulerConfig:
             raise InvalidConfigError(f"step must be one of {STEP_PATHS}, got {self.step!r}")
 
 
-class SchedulingBudget:
-    """Tokens and sequences of one step; each request counts once (vLLM's
-    ``SchedulingBudget``)."""
-
-    def __init__(self, token_budget: int, max_num_seqs: int) -> None:
-        self.token_budget = token_budget
-        self.max_num_seqs = max_num_seqs
-        self.num_batched_tokens = 0
-        self.num_cached_tokens = 0
-        self.num_curr_seqs = 0
-        self._token_requests: set[str] = set()
-        self._seq_requests: set[str] = set()
-
-    def can_schedule(self, num_new_tokens: int, num_new_seqs: int) -> bool:
-        return (
-            self.num_batched_tokens + num_new_tokens <= self.token_budget
-            and self.num_curr_seqs + num_new_seqs <= self.max_num_seqs
-        )
-
-    def remaining_token_budget(self) -> int:
-        return self.token_budget - self.num_batched_tokens
-
-    def add_num_batched_tokens(self, request_id: str, num_tokens: int, num_cached_tokens: int = 0) -> None:
-        if request_id not in self._token_requests:
-            self._token_requests.add(request_id)
-            self.num_batched_tokens += num_tokens
-            self.num_cached_tokens += num_cached_tokens
-
-    def subtract_num_batched_tokens(self, request_id: str, num_tokens: int) -> None:
-        if request_id in self._token_requests:
-            self._token_requests.remove(request_id)
-            self.num_batched_tokens -= num_tokens
-
-    def add_num_seqs(self, request_id: str, num_seqs: int) -> None:
-        if request_id not in self._seq_requests:
-            self._seq_requests.add(request_id)
-            self.num_curr_seqs += num_seqs
-
-    def add_decodes(self, request_ids: list[str]) -> None:
-        """One token and one sequence for each request (a run of single decodes)."""
-        for request_id in request_ids:
-            self.add_num_batched_tokens(request_id, 1)
-            self.add_num_seqs(request_id, 1)
-
-    def subtract_num_seqs(self, request_id: str, num_seqs: int) -> None:
-        if request_id in self._seq_requests:
-            self._seq_requests.remove(request_id)
-            self.num_curr_seqs -= num_seqs
-
-
-@dataclass
-class ScheduledGroup:
-    """A group in this step's batch: ``token_chunk_size`` tokens advance
-    (cached ones included), ``num_uncached_tokens`` of them are computed."""
-
-    request: SimRequest
-    token_chunk_size: int
-    num_uncached_tokens: int
-    is_prefill: bool
-
-
-@dataclass
-class StepRecord:
-    """Every scheduling decision of one step, by request id."""
-
-    step: int
-    time_s: float
-    scheduled: list[tuple[str, int]] = field(default_factory=list)  # (request, token_chunk_size), batch order
-    admitted: list[str] = field(default_factory=list)
-    later: list[str] = field(default_factory=list)  # the waiting/swapped head that got LATER
-    ignored: list[str] = field(default_factory=list)  # NEVER: cannot fit the GPU
-    preempted: list[str] = field(default_factory=list)  # by recompute
-    swapped_out: list[str] = field(default_factory=list)
-    swapped_in: list[str] = field(default_factory=list)
-    aborted: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
-    digest: int = 0  # hash of block tables, CoW pairs, swap mappings (record_tables)
-
-
-@dataclass
-class StepOutput:
-    """What the model runs this step, and the block traffic the worker does."""
-
-    scheduled: list[ScheduledGroup]
-    record: StepRecord
-    blocks_to_swap_in: list[tuple[int, int]]
-    blocks_to_swap_out: list[tuple[int, int]]
-    blocks_to_copy: list[tuple[int, int]]
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(group.num_uncached_tokens for group in self.scheduled if group.is_prefill)
-
-    @property
-    def decode_seqs(self) -> list[Sequence]:
-        return [
-            seq
-            for group in self.scheduled
-            if not group.is_prefill
-            for seq in group.request.get_seqs(SequenceStatus.RUNNING)
-        ]
-
-
 class Scheduler:
     """FCFS continuous batching over a block manager (see the module doc)."""
 
     def __init__(self, manager: Any, config: SchedulerConfig) -> None:
         self.config = config
-        self.manager = manager if isinstance(manager, TimedManager) else TimedManager(manager)
-        rows = config.step != "calls" and offers_rows(self.manager.manager)
+        self.manager = manager
+        rows = config.step != "calls" and offers_rows(manager)
         if config.step == "rows" and not rows:
-            raise InvalidConfigError(f"step='rows': {type(self.manager.manager).__name__} offers no row API")
-        self.row_step = RowStep(self.manager, config.block_size, config.enable_prefix_caching) if rows else None
+            raise InvalidConfigError(f"step='rows': {type(manager).__name__} offers no row API")
+        self._tracked: set[int] = set()  # seq ids the computed-blocks tracker holds
+        path_class = RowPath if rows else CallPath
+        self.path = path_class(manager, config.block_size, config.enable_prefix_caching, self._tracked)
         self.waiting: deque[SimRequest] = deque()
         self.running: deque[SimRequest] = deque()
         self.swapped: deque[SimRequest] = deque()
         self.records: list[StepRecord] = []
-        self._tracked: set[int] = set()  # seq ids the computed-blocks tracker holds
-        # running totals for the report
-        self.num_recompute_preemptions = 0
-        self.num_swap_outs = 0
-        self.num_swap_ins = 0
-        self.num_blocks_swapped_out = 0
-        self.num_blocks_swapped_in = 0
-        self.num_copy_on_writes = 0
-        self.num_ignored = 0
-        self.num_aborted = 0
-        self.num_prefill_tokens_admitted = 0
-        self.num_cached_tokens_admitted = 0
 
     # -- queues ---------------------------------------------------------------------------
     def add_request(self, request: SimRequest) -> None:
@@ -276,8 +165,6 @@ class Scheduler:
         record = StepRecord(step=len(self.records), time_s=now)
         self.records.append(record)
         budget = SchedulingBudget(self.config.max_num_batched_tokens, self.config.max_num_seqs)
-        if self.row_step is not None:
-            self.row_step.start_step()
         copies: list[tuple[int, int]] = []
         swap_out: list[tuple[int, int]] = []
         swap_in: list[tuple[int, int]] = []
@@ -304,45 +191,10 @@ class Scheduler:
 
         scheduled = new_prefills + running_prefills + swapped_prefills + running_decodes + swapped_decodes
         record.scheduled = [(g.request.request_id, g.token_chunk_size) for g in scheduled]
-        self.num_copy_on_writes += len(copies)
-        tables = self._touch_scheduled(scheduled, now)
-        if self.row_step is not None:  # the calls would follow one another: one does it all
-            if scheduled:
-                self.manager.mark_blocks_as_computed(scheduled[0].request, scheduled[0].token_chunk_size)
-        else:
-            for group in scheduled:
-                self.manager.mark_blocks_as_computed(group.request, group.token_chunk_size)
+        tables = self.path.touch(scheduled, now, self.config.record_tables)
         if self.config.record_tables:
             record.digest = hash((tuple(tables), tuple(copies), tuple(swap_in), tuple(swap_out)))
         return StepOutput(scheduled, record, swap_in, swap_out, copies)
-
-    def _touch_scheduled(self, scheduled: list[ScheduledGroup], now: float) -> list[tuple[int, tuple[int, ...]]]:
-        """vLLM's per-sequence metadata pass: tables, access time, computed ids
-        (for the groups of row runs, tables and access times in one call each)."""
-        record = self.config.record_tables
-        batched: set[str] = set()
-        run_tables: dict[int, tuple[int, ...]] = {}
-        if self.row_step is not None:
-            batched = self.row_step.requests
-            run_tables = self.row_step.touch(now, record)
-        tables = []
-        for group in scheduled:
-            seqs = group.request.get_seqs(SequenceStatus.RUNNING)
-            if group.request.request_id in batched:
-                if record:
-                    tables.append((seqs[0].seq_id, run_tables[seqs[0].seq_id]))
-                if self.config.enable_prefix_caching:  # computed blocks: counted for the whole run
-                    self._tracked.add(seqs[0].seq_id)
-                continue
-            for seq in seqs:
-                table = self.manager.get_block_table(seq)
-                if record:
-                    tables.append((seq.seq_id, tuple(table or ())))  # the placeholder manager has none
-                self.manager.access_all_blocks_in_seq(seq, now)
-            if self.config.enable_prefix_caching:
-                self._tracked.update(seq.seq_id for seq in seqs)
-                self.manager.get_common_computed_block_ids(seqs)
-        return tables
 
     def _schedule_running(
         self,
@@ -356,17 +208,15 @@ class Scheduler:
         preempted: list[SimRequest] = []
         swapped_out: list[SimRequest] = []
         queue = self.running
-        row_step = self.row_step
         while queue:
+            run = self.path.take_decodes(queue, budget, copies)
+            if run is None:
+                break  # the budget is spent
+            if run:
+                decodes += [ScheduledGroup(r, 1, 1, False) for r in run]
+                budget.add_decodes([r.request_id for r in run])
+                continue
             request = queue[0]
-            if row_step is not None and row_step.usable and is_single_decode(request):
-                run = row_step.schedule_run(queue, budget, copies)
-                if run is None:
-                    break  # the budget is spent
-                if run:
-                    decodes += [ScheduledGroup(r, 1, 1, False) for r in run]
-                    budget.add_decodes([r.request_id for r in run])
-                    continue
             num_tokens, _ = self._new_tokens(request, SequenceStatus.RUNNING, budget)
             if num_tokens == 0:
                 break  # the budget is spent
@@ -380,7 +230,6 @@ class Scheduler:
                     # it would replay this step forever (vLLM livelocks here).
                     self._finish_all(request, SequenceStatus.FINISHED_ABORTED)
                     record.aborted.append(request.request_id)
-                    self.num_aborted += 1
                     break
                 outcome = self._preempt(victim, record, swap_out)
                 if outcome == "recompute":
@@ -419,7 +268,6 @@ class Scheduler:
                 queue.popleft()
                 self._finish_all(request, SequenceStatus.FINISHED_IGNORED)
                 record.ignored.append(request.request_id)
-                self.num_ignored += 1
                 continue
             num_new_seqs = request.get_max_num_running_seqs()
             # vLLM does not chunk swapped groups: a decode comes back with its one token even
@@ -440,8 +288,6 @@ class Scheduler:
             for seq in request.get_seqs(SequenceStatus.SWAPPED):
                 seq.status = SequenceStatus.RUNNING
             swap_in += mapping
-            self.num_swap_ins += 1
-            self.num_blocks_swapped_in += len(mapping)
             record.swapped_in.append(request.request_id)
             self._append_slots(request, copies)
             if is_prefill:
@@ -470,7 +316,6 @@ class Scheduler:
                 self._untrack(request, SequenceStatus.WAITING)
                 self._finish_all(request, SequenceStatus.FINISHED_IGNORED, has_blocks=False)
                 record.ignored.append(request.request_id)
-                self.num_ignored += 1
                 continue
             num_new_seqs = request.get_max_num_running_seqs()
             if (
@@ -485,8 +330,6 @@ class Scheduler:
             for seq in request.get_seqs(SequenceStatus.WAITING):
                 seq.status = SequenceStatus.RUNNING
             record.admitted.append(request.request_id)
-            self.num_prefill_tokens_admitted += request.seqs[0].get_len()
-            self.num_cached_tokens_admitted += num_cached
             admitted.append(ScheduledGroup(request, num_uncached + num_cached, num_uncached, True))
             budget.add_num_batched_tokens(request.request_id, num_uncached, num_cached)
             budget.add_num_seqs(request.request_id, num_new_seqs)
@@ -509,11 +352,9 @@ class Scheduler:
             self._free(seq)
             seq.data.reset_state_for_recompute()
             record.preempted.append(request.request_id)
-            self.num_recompute_preemptions += 1
             return "recompute"
         self._finish_all(request, SequenceStatus.FINISHED_ABORTED)  # several samples, no swap space
         record.aborted.append(request.request_id)
-        self.num_aborted += 1
         return "abort"
 
     def _swap_out(self, request: SimRequest, record: StepRecord, swap_out: list[tuple[int, int]]) -> bool:
@@ -527,8 +368,6 @@ class Scheduler:
             seq.status = SequenceStatus.SWAPPED
         swap_out += mapping
         record.swapped_out.append(request.request_id)
-        self.num_swap_outs += 1
-        self.num_blocks_swapped_out += len(mapping)
         return True
 
     def _finish_all(self, request: SimRequest, status: SequenceStatus, has_blocks: bool = True) -> None:
@@ -568,13 +407,4 @@ class Scheduler:
         return done
 
 
-__all__ = [
-    "PREEMPTION_MODES",
-    "STEP_PATHS",
-    "ScheduledGroup",
-    "Scheduler",
-    "SchedulerConfig",
-    "SchedulingBudget",
-    "StepOutput",
-    "StepRecord",
-]
+__all__ = ["PREEMPTION_MODES", "STEP_PATHS", "Scheduler", "SchedulerConfig"]
