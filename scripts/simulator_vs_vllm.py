@@ -11,16 +11,27 @@ order), the preempted and ignored requests, and every scheduled sequence's
 block table. It prints the first step that differs, or that none does
 (exit status 0).
 
+With ``--n N`` > 1 each trace request samples N sequences, as vLLM 0.9.2's
+engine adds such a request: ``ParallelSampleSequenceGroup.add_request``
+(vLLM's own, called with a stand-in for ``LLMEngine`` that does what its
+``_add_processed_request`` does for the scheduler) makes N groups of one
+sequence sampling n=1, ids ``{request}_parallel_sample_{i}`` in order,
+sequence ids from the engine's counter, all added to the waiting queue at
+once. Sample ``i`` of request ``r`` generates ``output_token_id(r, i,
+position)`` on both sides.
+
 Usage (an environment with vLLM 0.9.2 and blockspace; see docs/performance.md)::
 
     python scripts/simulator_vs_vllm.py --requests 500
     python scripts/simulator_vs_vllm.py --trace TRACE.jsonl --requests 2000 --caching off
+    python scripts/simulator_vs_vllm.py --requests 300 --n 3
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import sys
 from collections import deque
 from pathlib import Path
@@ -30,7 +41,7 @@ from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
 from blockspace.simulator.gpu import StepTimeModel
 from blockspace.simulator.scheduler import Scheduler
-from blockspace.workloads import load_trace
+from blockspace.workloads import load_trace, output_token_id
 
 BENCH = Path(__file__).resolve().parent / "vllm_scheduler_bench.py"
 
@@ -43,12 +54,52 @@ def _bench() -> Any:
     return module
 
 
-def vllm_steps(bench: Any, settings: Any, requests: list, caching: bool) -> list[tuple]:
+class Engine:
+    """What vLLM 0.9.2's ``ParallelSampleSequenceGroup.add_request`` reads of
+    ``LLMEngine``: ``_add_processed_request`` (one sequence, its id from the
+    engine's counter, a group added to the scheduler) and
+    ``seq_id_to_seq_group``. ``samples`` maps each sequence id to its
+    (request, sample), for the tokens it generates."""
+
+    def __init__(self, v: Any, scheduler: Any, block_size: int) -> None:
+        self.v, self.scheduler, self.block_size = v, scheduler, block_size
+        self.seq_counter = itertools.count()
+        self.seq_id_to_seq_group: dict[str, Any] = {}
+        self.samples: dict[int, tuple[int, int]] = {}
+
+    def _add_processed_request(self, request_id: str, processed_inputs: Any, params: Any, arrival_time: float,
+                               **_: Any) -> Any:  # fmt: skip
+        seq = self.v.Sequence(next(self.seq_counter), processed_inputs, self.block_size)
+        group = self.v.SequenceGroup(request_id, [seq], arrival_time=arrival_time, sampling_params=params)
+        self.scheduler.add_seq_group(group)
+        return group
+
+    def add_request(self, request: Any, n: int) -> None:
+        """``LLMEngine.add_request`` for a trace request, sampling ``n``."""
+        params = self.v.SamplingParams(n=n, max_tokens=request.max_tokens, ignore_eos=True, detokenize=False)
+        inputs = self.v.token_inputs(request.prompt)
+        first = len(self.samples)
+        if n > 1:
+            from vllm.sequence import ParallelSampleSequenceGroup
+
+            ParallelSampleSequenceGroup.add_request(
+                str(request.index), self, params, processed_inputs=inputs, arrival_time=request.arrival_s,
+                lora_request=None, trace_headers=None, prompt_adapter_request=None, priority=0,
+            )  # fmt: skip
+        else:
+            self._add_processed_request(str(request.index), inputs, params, request.arrival_s)
+        self.samples.update((first + i, (request.index, i)) for i in range(n))
+
+
+def vllm_steps(bench: Any, settings: Any, requests: list, caching: bool, n: int = 1) -> list[tuple]:
     """Per step of vLLM's scheduler: (scheduled, preempted, ignored, tables)."""
     v = bench.import_vllm()
     max_model_len = bench.default_max_model_len(requests)
     scheduler = bench.build_scheduler(v, settings, caching, max_model_len)
     stop_checker = v.StopChecker(max_model_len, lambda seq: None)
+    engine = Engine(v, scheduler, settings.block_size)
+    # the bench's model output generates output_token_id(seq_id, 0, position): here sample i of request r's
+    bench.output_token_id = lambda seq_id, _, position: output_token_id(*engine.samples[seq_id], position)
     pending, steps = deque(requests), []
     with bench.virtual_time(v.scheduler_module) as clock:
         clock.now = 0.0
@@ -56,7 +107,7 @@ def vllm_steps(bench: Any, settings: Any, requests: list, caching: bool) -> list
             if pending and not scheduler.has_unfinished_seqs():
                 clock.now = max(clock.now, pending[0].arrival_s)
             while pending and pending[0].arrival_s <= clock.now:
-                scheduler.add_seq_group(bench.make_group(v, pending.popleft(), settings.block_size))
+                engine.add_request(pending.popleft(), n)
             running_before = {g.request_id for g in scheduler.running}
             metadata_list, outputs, _ = scheduler.schedule()
             tables = [(seq_id, tuple(table)) for m in metadata_list for seq_id, table in m.block_tables.items()]
@@ -71,7 +122,7 @@ def vllm_steps(bench: Any, settings: Any, requests: list, caching: bool) -> list
     return steps
 
 
-def simulator_steps(settings: Any, trace: list, caching: bool) -> list[tuple]:
+def simulator_steps(settings: Any, trace: list, caching: bool, n: int = 1) -> list[tuple]:
     """The same per step of the simulator (fast manager, a step of ``step_s``)."""
     config = SimulationConfig(
         num_gpu_blocks=settings.num_gpu_blocks,
@@ -85,6 +136,7 @@ def simulator_steps(settings: Any, trace: list, caching: bool) -> list[tuple]:
             record_tables=True,
         ),
         step_time=StepTimeModel(settings.step_s * 1000.0, 0.0, 0.0, 0.0, 0.0),
+        num_samples=n,
     )
     tables: list[list] = []
     touch = Scheduler._touch_scheduled
@@ -116,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", type=int, default=256)
     parser.add_argument("--preemption-mode", choices=("recompute", "swap"), default=None)
     parser.add_argument("--step-ms", type=float, default=50.0)
+    parser.add_argument("--n", type=int, default=1, help="samples per request (vLLM's parallel sampling)")
     args = parser.parse_args(argv)
     bench = _bench()
     bench_argv = ["--requests", str(args.requests), "--num-gpu-blocks", str(args.num_gpu_blocks), "--step-ms",
@@ -128,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = bench.parse_args(bench_argv)
     trace = load_trace(args.trace, args.requests)
     caching = args.caching == "on"
-    theirs = vllm_steps(bench, settings, bench.make_requests(trace), caching)
-    ours = simulator_steps(settings, trace, caching)
+    if args.n < 1:
+        parser.error(f"--n must be >= 1, got {args.n}")
+    theirs = vllm_steps(bench, settings, bench.make_requests(trace), caching, args.n)
+    ours = simulator_steps(settings, trace, caching, args.n)
     parts = ("scheduled (request, chunk)", "preempted", "ignored", "block tables")
     for step, (a, b) in enumerate(zip(theirs, ours)):
         for name, x, y in zip(parts, a, b):
@@ -140,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vLLM took {len(theirs)} steps, the simulator {len(ours)}")
         return 1
     print(
-        f"{len(trace)} requests, prefix caching {args.caching}: {len(ours):,} steps, "
+        f"{len(trace)} requests, n={args.n}, prefix caching {args.caching}, {settings.preemption_mode or 'recompute'}"
+        f" preemption: {len(ours):,} steps, {sum(len(step[1]) for step in ours):,} preemptions, "
         "every decision and block table identical"
     )
     return 0

@@ -1,6 +1,7 @@
 """The simulator end to end: reference and fast make identical decisions
-(same block tables, CoW pairs and swap mappings), n>1 sampling forks and
-copies on write, and the command line writes its summary, JSON and plot."""
+(same block tables, CoW pairs and swap mappings), n>1 sampling is n
+requests of one sequence sharing the prompt through the prefix cache (as in
+vLLM 0.9.2), and the command line writes its summary, JSON and plot."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def fast_class():
 
 def sample_trace():
     """24 small requests (so that many run at once) whose prompts come in
-    three shared contents, for n>1 sampling with heavy swapping."""
+    three shared contents, for n>1 sampling with heavy preemption."""
     lines = [
         json.dumps(
             {
@@ -37,14 +38,23 @@ def sample_trace():
     return parse_lines(lines, "samples trace")
 
 
-def sample_config(num_gpu_blocks: int, enable_prefix_caching: bool, record_tables: bool = False) -> SimulationConfig:
+def sample_config(
+    num_gpu_blocks: int,
+    enable_prefix_caching: bool,
+    record_tables: bool = False,
+    preemption_mode: str = "recompute",
+    num_samples: int = 3,
+) -> SimulationConfig:
     return SimulationConfig(
         num_gpu_blocks=num_gpu_blocks,
         num_cpu_blocks=200,
         scheduler=SchedulerConfig(
-            max_num_batched_tokens=512, enable_prefix_caching=enable_prefix_caching, record_tables=record_tables
+            max_num_batched_tokens=512,
+            enable_prefix_caching=enable_prefix_caching,
+            record_tables=record_tables,
+            preemption_mode=preemption_mode,
         ),
-        num_samples=3,
+        num_samples=num_samples,
     )
 
 
@@ -78,46 +88,90 @@ def test_reference_and_fast_decide_identically_on_mooncake(preemption_mode):
     assert_all_free(other)
 
 
-@pytest.mark.parametrize("num_gpu_blocks", [40, 60])
+@pytest.mark.parametrize("num_gpu_blocks, preemption_mode", [(40, "recompute"), (60, "swap")])
 @pytest.mark.parametrize("enable_prefix_caching", [True, False], ids=["caching", "no-caching"])
-def test_reference_and_fast_decide_identically_with_samples(num_gpu_blocks, enable_prefix_caching):
+def test_reference_and_fast_decide_identically_with_samples(num_gpu_blocks, preemption_mode, enable_prefix_caching):
     fast = fast_class()
-    config = sample_config(num_gpu_blocks, enable_prefix_caching, record_tables=True)
+    config = sample_config(num_gpu_blocks, enable_prefix_caching, record_tables=True, preemption_mode=preemption_mode)
     reference = run_simulation(sample_trace(), load_manager_class("reference"), config)
     other = run_simulation(sample_trace(), fast, config, on_step=check_every_step)
     assert first_difference(reference.scheduler.records, other.scheduler.records) is None
-    assert reference.scheduler.num_swap_outs > 0 and reference.scheduler.num_copy_on_writes > 0
+    preempted = sum(len(record.preempted) + len(record.swapped_out) for record in reference.scheduler.records)
+    assert preempted > 0 and len(reference.requests) == 72
     assert_all_free(other)
 
 
 @pytest.mark.parametrize("enable_prefix_caching", [True, False], ids=["caching", "no-caching"])
-def test_n_samples_fork_share_copy_on_write_and_swap(enable_prefix_caching):
+def test_n_samples_are_n_requests_of_one_sequence(enable_prefix_caching):
+    """As vLLM 0.9.2's engine adds a request with n=3
+    (``ParallelSampleSequenceGroup.add_request``): three requests of one
+    sequence, ids ``{index}_parallel_sample_{i}``, queued together in order;
+    same prompt, different outputs; never a fork."""
     num_diverged = 0
+    seen: dict[str, list[int]] = {}
 
     def after_step(scheduler) -> None:
         nonlocal num_diverged
         scheduler.manager.manager.check_invariants()
-        for request in scheduler.running:  # forked samples share the prompt, then diverge
-            tokens = [seq.get_token_ids() for seq in request.seqs]
-            if len(tokens) == 3 and request.seqs[0].get_output_len() > 1:
-                assert tokens[0][: request.num_prompt_tokens] == tokens[2][: request.num_prompt_tokens]
-                assert tokens[0][request.num_prompt_tokens :] != tokens[2][request.num_prompt_tokens :]
+        running = {request.request_id: request for request in scheduler.running}
+        for request in running.values():
+            assert len(request.seqs) == 1
+            other = running.get(f"{request.index}_parallel_sample_2")
+            if request.sample == 0 and other is not None and min(request.seqs[0].get_output_len(),
+                                                                  other.seqs[0].get_output_len()) > 1:  # fmt: skip
+                mine, theirs = request.seqs[0].get_token_ids(), other.seqs[0].get_token_ids()
+                assert mine[: request.num_prompt_tokens] == theirs[: request.num_prompt_tokens]
+                assert mine[request.num_prompt_tokens :] != theirs[request.num_prompt_tokens :]
                 num_diverged += 1
+        for request in scheduler.waiting:
+            seen.setdefault(request.request_id, [request.seqs[0].seq_id])
 
     config = sample_config(60, enable_prefix_caching)
     result = run_simulation(sample_trace(), load_manager_class("reference"), config, on_step=after_step)
     scheduler = result.scheduler
-    finished = [r for r in result.requests if r.finish_s is not None]
-    assert len(finished) >= 18 and all(len(r.seqs) == 3 for r in finished)
-    assert all(seq.get_output_len() == r.output_length for r in finished for seq in r.seqs)
+    assert [r.request_id for r in result.requests[:4]] == [
+        "0_parallel_sample_0",
+        "0_parallel_sample_1",
+        "0_parallel_sample_2",
+        "1_parallel_sample_0",
+    ]
+    assert [r.seqs[0].seq_id for r in result.requests] == list(range(72))  # the engine's counter
+    assert [(r.index, r.sample) for r in result.requests] == [(i, k) for i in range(24) for k in range(3)]
+    assert all(len(r.seqs) == 1 and r.finish_s is not None for r in result.requests)
+    assert all(r.seqs[0].get_output_len() == r.output_length for r in result.requests)
     assert num_diverged > 0
-    assert scheduler.num_copy_on_writes > 0
-    assert scheduler.num_swap_outs > 0 and scheduler.num_swap_ins > 0  # groups of samples are swapped, as in vLLM
-    assert scheduler.num_recompute_preemptions == 0
-    summary = summarize(result)
-    assert summary["requests"]["finished"] + summary["requests"]["ignored"] + summary["requests"]["aborted"] == 24
-    assert summary["preemption"]["blocks_swapped_out"] == scheduler.num_blocks_swapped_out > 0
+    records = scheduler.records
+    assert not any(record.swapped_out for record in records)  # groups of one sequence: preempted by recompute
+    assert any(record.preempted for record in records)
+    summary = summarize(result)  # per trace request: the earliest first token, the last finish
+    assert summary["requests"] == {"arrived": 24, "finished": 24, "ignored": 0, "aborted": 0}
+    by_index = [result.requests[3 * i : 3 * i + 3] for i in range(24)]
+    e2e = [max(r.finish_s for r in samples) - samples[0].arrival_s for samples in by_index]
+    ttft = [min(r.first_token_s for r in samples) - samples[0].arrival_s for samples in by_index]
+    assert summary["e2e_latency_s"]["mean"] == pytest.approx(float(np.mean(e2e)))
+    assert summary["ttft_s"]["mean"] == pytest.approx(float(np.mean(ttft)))
     assert_all_free(result)
+
+
+def test_n_samples_share_the_prompt_through_the_prefix_cache():
+    """n=3 on the same trace: the samples after the first find the prompt's
+    full blocks in the cache, so the hit rate is much higher than with n=1."""
+    trace = load_trace(None, 40)
+    rates = {}
+    for n in (1, 3):
+        config = SimulationConfig(num_gpu_blocks=20000, num_cpu_blocks=0, num_samples=n, max_output_len=16)
+        result = run_simulation(trace, fast_class(), config)
+        assert summarize(result)["requests"]["finished"] == 40 and len(result.requests) == 40 * n
+        rates[n] = result.final_hit_rate
+    assert rates[3] > rates[1] + 0.4, rates
+
+
+def test_cli_compare_agrees_with_samples(tmp_path, capsys):
+    argv = ["--compare", "reference,fast", "--n", "3", "--max-requests", "20", "--max-output-len", "20"]
+    status = main([*argv, "--num-gpu-blocks", "600", "--out", str(tmp_path), "--quiet", "--no-plot"])
+    assert status == 0 and "identical" in capsys.readouterr().out
+    document = json.loads((tmp_path / "simulation.json").read_text())
+    assert document["identical_decisions"] is True and document["runs"][0]["requests"]["arrived"] == 20
 
 
 def test_cli_writes_summary_json_and_plot(tmp_path, capsys):

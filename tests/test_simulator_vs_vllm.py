@@ -40,6 +40,41 @@ def test_the_simulator_decides_as_vllms_scheduler(caching, capsys):
     assert "every decision and block table identical" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("caching", ["on", "off"])
+def test_parallel_sampling_decides_as_vllms_scheduler(caching, capsys):
+    """n=3: vLLM's ``ParallelSampleSequenceGroup.add_request`` makes three
+    groups of one sequence per request; the simulator makes the same, with the
+    same ids, order and sequence ids (block tables are compared by them)."""
+    assert compare("--requests", "40", "--n", "3", "--caching", caching) == 0
+    out = capsys.readouterr().out
+    assert "40 requests, n=3" in out and "every decision and block table identical" in out
+
+
+def test_parallel_sampling_with_swapping_decides_as_vllm(tmp_path, capsys):
+    """24 small requests in three shared prompts, n=3, 60 GPU blocks: the
+    samples are swapped out and in many times."""
+    trace = tmp_path / "small.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 100 + 37 * (i % 7),
+                                         "output_length": 30 + 11 * (i % 5), "hash_ids": [i % 3]}) + "\n"
+                             for i in range(24)))  # fmt: skip
+    argv = ("--trace", str(trace), "--requests", "24", "--n", "3", "--caching", "off", "--preemption-mode", "swap")
+    assert compare(*argv, "--num-gpu-blocks", "60", "--num-cpu-blocks", "200", "--max-num-batched-tokens", "512") == 0
+    out = capsys.readouterr().out
+    assert "swap preemption" in out and "identical" in out
+    assert int(out.split(" preemptions")[0].rsplit(" ", 1)[-1].replace(",", "")) > 10, out
+
+
+def test_samples_queued_in_another_order_depart_from_vllm(monkeypatch, capsys):
+    """The check sees the order of the samples: queued last to first, the
+    simulator's decisions part from vLLM's."""
+    from blockspace.simulator.simulation import Simulation
+
+    arrive = Simulation._arrive
+    monkeypatch.setattr(Simulation, "_arrive", lambda self, entry: arrive(self, entry)[::-1])
+    assert compare("--requests", "10", "--n", "2", "--caching", "off") == 1
+    assert "differ" in capsys.readouterr().out
+
+
 def test_freeing_in_running_queue_order_departs_from_vllm(monkeypatch, capsys, tmp_path):
     """The check can fail: with the simulator's old free order (running-queue
     order), the block tables part from vLLM's once a prefill with one output

@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     sched.add_argument("--max-num-seqs", type=int, default=256, help="sequences per step")
     sched.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per step")
     sched.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="recompute", help="how to preempt")
-    sched.add_argument("--n", type=int, default=1, help="samples per request, forked after the first token")
+    sched.add_argument("--n", type=int, default=1,
+                       help="samples per request: N requests of one sequence each, sharing the prompt only "
+                       "through the prefix cache (vLLM 0.9.2's parallel sampling)")  # fmt: skip
     sched.add_argument("--max-output-len", type=int, help="cap every request's output length (default: no cap)")
 
     timing = parser.add_argument_group("step-time model")

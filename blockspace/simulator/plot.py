@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blockspace.simulator.simulation import SimulationResult
+from blockspace.simulator.simulation import SimulationResult, trace_outcomes
 
 MAX_POINTS = 20_000
 LATENCY_BINS = 60  # time bins of the latency panel
@@ -39,7 +39,7 @@ def latency_over_time(result: SimulationResult, num_bins: int = LATENCY_BINS) ->
     p50/p99 of the requests that finished in it (NaN where none did)."""
     done = [
         (r.arrival_s, r.first_token_s, r.finish_s)
-        for r in result.requests
+        for r in trace_outcomes(result.requests)  # per trace request, over its samples
         if r.finish_s is not None and r.first_token_s is not None
     ]
     if not done:
@@ -61,9 +61,10 @@ def latency_over_time(result: SimulationResult, num_bins: int = LATENCY_BINS) ->
 def title_of(result: SimulationResult, trace_label: str) -> str:
     config = result.config
     caching = "prefix caching on" if config.scheduler.enable_prefix_caching else "prefix caching off"
+    num_requests = len(trace_outcomes(result.requests))  # trace requests, not their samples
     return (
         f"{result.manager_name.rsplit('.', 1)[-1]}: block size {config.scheduler.block_size}, "
-        f"{config.num_gpu_blocks:,} GPU blocks, {caching}\n{len(result.requests):,} requests of {trace_label}"
+        f"{config.num_gpu_blocks:,} GPU blocks, {caching}\n{num_requests:,} requests of {trace_label}"
     )
 
 

@@ -6,8 +6,10 @@ model's cost of the batch, and when nothing is queued it jumps to the next
 arrival. Requests join the waiting queue once the clock has reached their
 arrival time, in trace order. After each step the model "samples" the next
 token of every sequence whose prompt is complete (deterministic ids, see
-``blockspace/workloads.py``), forks the extra samples of an n>1 request after
-its first token, and ends a sample after its output length. The wall time
+``blockspace/workloads.py``) and ends a sequence after its output length.
+A trace request with n > 1 samples arrives as n requests of one sequence
+each, as vLLM 0.9.2's engine adds it (``ParallelSampleSequenceGroup``): they
+share the prompt only through the prefix cache. The wall time
 spent inside the manager is measured per step along the way, after a warm-up
 on a throwaway manager (``warm_up``) so that compiling or loading the fast
 manager's kernels is reported as start-up, not as the first steps' work.
@@ -47,16 +49,12 @@ class SimulationConfig:
     watermark: float = 0.01
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     step_time: StepTimeModel = field(default_factory=StepTimeModel)
-    num_samples: int = 1  # n: samples per request, forked after the first token
+    num_samples: int = 1  # n: samples per trace request, each its own request of one sequence (vLLM 0.9.2)
     max_output_len: int | None = None  # cap on each request's output length
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise InvalidConfigError(f"n must be a positive int, got {self.num_samples!r}")
-        if self.num_samples > self.scheduler.max_num_seqs:
-            raise InvalidConfigError(
-                f"n ({self.num_samples}) cannot exceed max_num_seqs ({self.scheduler.max_num_seqs})"
-            )
         if self.max_output_len is not None and self.max_output_len < 1:
             raise InvalidConfigError(f"max_output_len must be >= 1, got {self.max_output_len}")
 
@@ -76,11 +74,56 @@ class Timeline:
     manager_s: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class TraceOutcome:
+    """One trace request over its n samples, as a benchmark of vLLM sees it:
+    the first token is the earliest sample's, the finish the last sample's."""
+
+    index: int
+    arrival_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int  # over every sample
+    first_token_s: float | None
+    finish_s: float | None  # None unless every sample finished
+    status: str  # "finished", "ignored" (a sample was), "aborted" (a sample was), or "unfinished"
+
+
+def trace_outcomes(requests: list[SimRequest]) -> list[TraceOutcome]:
+    """The requests (samples) grouped by trace request, in trace order."""
+    by_index: dict[int, list[SimRequest]] = {}
+    for request in requests:
+        by_index.setdefault(request.index, []).append(request)
+    outcomes = []
+    for index, samples in by_index.items():
+        statuses = {seq.status for r in samples for seq in r.seqs}
+        if SequenceStatus.FINISHED_IGNORED in statuses:
+            status = "ignored"
+        elif SequenceStatus.FINISHED_ABORTED in statuses:
+            status = "aborted"
+        elif all(r.finish_s is not None for r in samples):
+            status = "finished"
+        else:
+            status = "unfinished"
+        firsts = [r.first_token_s for r in samples if r.first_token_s is not None]
+        outcomes.append(
+            TraceOutcome(
+                index,
+                samples[0].arrival_s,
+                samples[0].num_prompt_tokens,
+                sum(seq.get_output_len() for r in samples for seq in r.seqs),
+                min(firsts) if firsts else None,
+                max(r.finish_s for r in samples) if status == "finished" else None,  # type: ignore[type-var]
+                status,
+            )
+        )
+    return outcomes
+
+
 @dataclass
 class SimulationResult:
     manager_name: str
     config: SimulationConfig
-    requests: list[SimRequest]
+    requests: list[SimRequest]  # one per sample: n per trace request (see ``trace_outcomes``)
     timeline: Timeline
     scheduler: Scheduler
     final_hit_rate: float
@@ -123,23 +166,34 @@ class Simulation:
             "enable_caching": config.scheduler.enable_prefix_caching,
         }
 
-    def _arrive(self, entry: TraceRequest) -> SimRequest:
+    def _arrive(self, entry: TraceRequest) -> list[SimRequest]:
+        """The trace request as vLLM 0.9.2's engine adds it: with n > 1,
+        ``ParallelSampleSequenceGroup.add_request`` makes n requests of one
+        sequence sampling n=1, ids ``{index}_parallel_sample_{i}`` in order,
+        sequence ids from the engine's counter (here ``index * n + i``: the
+        trace arrives in order)."""
         n = self.config.num_samples
         output_length = entry.output_length
         if self.config.max_output_len is not None:
             output_length = min(output_length, self.config.max_output_len)
-        request = SimRequest(
-            entry.index,
-            partial(prompt_token_ids, list(entry.hash_ids), entry.input_length),
-            entry.input_length,
-            n,
-            output_length,
-            entry.arrival_s,
-            first_seq_id=entry.index * n,
-        )
-        self.requests.append(request)
-        self._by_id[request.request_id] = request
-        return request
+        hash_ids = list(entry.hash_ids)
+        samples = [
+            SimRequest(
+                entry.index,
+                partial(prompt_token_ids, hash_ids, entry.input_length),
+                entry.input_length,
+                output_length,
+                entry.arrival_s,
+                seq_id=entry.index * n + sample,
+                sample=sample,
+                num_samples=n,
+            )
+            for sample in range(n)
+        ]
+        for request in samples:
+            self.requests.append(request)
+            self._by_id[request.request_id] = request
+        return samples
 
     def run(self) -> SimulationResult:
         startup_s = warm_up(type(self.manager), self.manager_kwargs())
@@ -148,7 +202,8 @@ class Simulation:
         scheduler = self.scheduler
         while pending or scheduler.has_unfinished():
             while pending and pending[0].arrival_s <= self.clock:
-                scheduler.add_request(self._arrive(pending.popleft()))
+                for request in self._arrive(pending.popleft()):
+                    scheduler.add_request(request)
             if not scheduler.has_unfinished():
                 self.clock = pending[0].arrival_s  # idle GPU: jump to the next arrival
                 continue
@@ -215,24 +270,14 @@ class Simulation:
                 self.on_progress(self.num_done)
 
     def _sample(self, request: SimRequest, finished: list[Sequence]) -> None:
-        """One new token per running sample; the first token of an n>1
-        request forks the other samples (as vLLM's output processor did)."""
+        """One new token for the request's running sequence."""
         if request.first_token_s is None:
             request.first_token_s = self.clock
-        running = request.get_seqs(SequenceStatus.RUNNING)
-        children: list[Sequence] = []
-        if len(request.seqs) < request.num_samples:
-            parent = running[0]
-            for sample in range(len(request.seqs), request.num_samples):
-                children.append(request.add_sample(parent, sample))
-        for seq in children + running:
+        for seq in request.get_seqs(SequenceStatus.RUNNING):
             seq.append_token_id(request.next_token(seq))
             if seq.get_output_len() >= request.output_length:
                 seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
                 finished.append(seq)
-        for child in children:
-            if not child.is_finished():
-                self.scheduler.fork_seq(running[0], child)
 
     def _record(self, step_s: float, output: StepOutput) -> None:
         timeline = self.timeline
@@ -283,9 +328,6 @@ def warm_up(manager_class: type, manager_kwargs: dict[str, Any]) -> float:
                 manager.block_table_array(rows, -1)
             elif manager.can_append_slots(group, 0):
                 manager.append_slots(seq, 0)
-        child = seq.fork(1)
-        manager.fork(seq, child)
-        manager.free(child)
         if manager.can_swap_out(group):
             manager.swap_out(group)
             seq.status = SequenceStatus.SWAPPED
@@ -314,6 +356,8 @@ __all__ = [
     "SimulationStalledError",
     "Simulation",
     "Timeline",
+    "TraceOutcome",
     "run_simulation",
+    "trace_outcomes",
     "warm_up",
 ]
