@@ -39,8 +39,9 @@ from typing import Any
 
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
+from blockspace.simulator.calls import CallPath
 from blockspace.simulator.gpu import StepTimeModel
-from blockspace.simulator.scheduler import Scheduler
+from blockspace.simulator.row_step import RowPath
 from blockspace.workloads import load_trace, output_token_id
 
 BENCH = Path(__file__).resolve().parent / "vllm_scheduler_bench.py"
@@ -139,18 +140,23 @@ def simulator_steps(settings: Any, trace: list, caching: bool, n: int = 1) -> li
         num_samples=n,
     )
     tables: list[list] = []
-    touch = Scheduler._touch_scheduled
+    touches = {path: path.touch for path in (CallPath, RowPath)}  # the row path does not call the other's
 
-    def recording(self: Scheduler, scheduled: list, now: float) -> list:
-        result = touch(self, scheduled, now)
-        tables.append(result)
-        return result
+    def recording(touch: Any) -> Any:
+        def touch_and_keep(self: CallPath, scheduled: list, now: float, record_tables: bool) -> list:
+            result = touch(self, scheduled, now, record_tables)
+            tables.append(result)
+            return result
 
-    Scheduler._touch_scheduled = recording  # the tables of each step, as the digest takes them
+        return touch_and_keep
+
+    for path, touch in touches.items():
+        path.touch = recording(touch)  # type: ignore[method-assign]  # the tables of each step, as the digest takes them
     try:
-        records = run_simulation(trace, load_manager_class("fast"), config).scheduler.records
+        records = run_simulation(trace, load_manager_class("fast"), config).records
     finally:
-        Scheduler._touch_scheduled = touch
+        for path, touch in touches.items():
+            path.touch = touch  # type: ignore[method-assign]
     return [
         (record.scheduled, sorted(record.preempted + record.swapped_out), record.ignored, table)
         for record, table in zip(records, tables)

@@ -67,7 +67,7 @@ def replay(enable_prefix_caching: bool, preemption_mode: str = "recompute"):
 
 
 def assert_all_blocks_free(result) -> None:
-    manager = result.scheduler.manager.manager
+    manager = result.manager
     manager.check_invariants()
     assert manager.get_num_free_gpu_blocks() == result.config.num_gpu_blocks
     assert manager.get_num_free_cpu_blocks() == result.config.num_cpu_blocks
@@ -75,36 +75,36 @@ def assert_all_blocks_free(result) -> None:
 
 
 def assert_every_request_accounted(result) -> None:
-    records = result.scheduler.records
+    records = result.records
     finished = [r for record in records for r in record.finished]
     ignored = [r for record in records for r in record.ignored]
     aborted = [r for record in records for r in record.aborted]
-    assert len(result.requests) == NUM_REQUESTS
+    assert len(result.metrics.requests) == NUM_REQUESTS
     assert sorted(finished + ignored + aborted, key=int) == [str(i) for i in range(NUM_REQUESTS)]
-    for request in result.requests:
-        if request.finish_s is not None:
+    for request in result.metrics.requests:
+        if request.request_id in result.metrics.finish_s:
             assert all(seq.get_output_len() == request.output_length for seq in request.seqs)
 
 
 @pytest.mark.parametrize("enable_prefix_caching", [True, False], ids=["caching", "no-caching"])
 def test_replay_first_200_requests(enable_prefix_caching):
     result, watch = replay(enable_prefix_caching)
-    records = result.scheduler.records
+    records = result.records
     assert any(record.later for record in records), "admission never had to wait (LATER)"
     assert any(record.preempted for record in records), "no running request was ever preempted"
     assert any(record.ignored for record in records), "no prompt was too large for the pool (NEVER)"
     if enable_prefix_caching:
         assert watch.num_evicted > 0, "no idle cached block was ever evicted"
-        assert result.scheduler.num_cached_tokens_admitted > 0
+        assert result.metrics.counts.cached_tokens_admitted > 0
     assert_every_request_accounted(result)
     assert_all_blocks_free(result)
 
 
 def test_replay_first_200_requests_with_swapping():
     result, watch = replay(True, preemption_mode="swap")
-    scheduler = result.scheduler
-    assert scheduler.num_swap_outs > 0 and scheduler.num_swap_ins > 0
-    assert scheduler.num_blocks_swapped_out > 0
+    counts = result.metrics.counts
+    assert counts.swap_outs > 0 and counts.swap_ins > 0
+    assert counts.blocks_swapped_out > 0
     assert watch.num_evicted > 0
     assert_every_request_accounted(result)
     assert_all_blocks_free(result)

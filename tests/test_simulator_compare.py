@@ -63,7 +63,7 @@ def check_every_step(scheduler) -> None:
 
 
 def assert_all_free(result) -> None:
-    manager = result.scheduler.manager.manager
+    manager = result.manager
     manager.check_invariants()
     assert manager.get_num_free_gpu_blocks() == result.config.num_gpu_blocks
     assert manager.get_num_free_cpu_blocks() == result.config.num_cpu_blocks
@@ -82,9 +82,9 @@ def test_reference_and_fast_decide_identically_on_mooncake(preemption_mode):
     )
     reference = run_simulation(trace, load_manager_class("reference"), config)
     other = run_simulation(trace, fast, config, on_step=check_every_step)
-    assert first_difference(reference.scheduler.records, other.scheduler.records) is None
-    assert reference.scheduler.records == other.scheduler.records
-    assert all(record.digest != 0 for record in reference.scheduler.records if record.scheduled)
+    assert first_difference(reference.records, other.records) is None
+    assert reference.records == other.records
+    assert all(record.digest != 0 for record in reference.records if record.scheduled)
     assert_all_free(other)
 
 
@@ -95,9 +95,9 @@ def test_reference_and_fast_decide_identically_with_samples(num_gpu_blocks, pree
     config = sample_config(num_gpu_blocks, enable_prefix_caching, record_tables=True, preemption_mode=preemption_mode)
     reference = run_simulation(sample_trace(), load_manager_class("reference"), config)
     other = run_simulation(sample_trace(), fast, config, on_step=check_every_step)
-    assert first_difference(reference.scheduler.records, other.scheduler.records) is None
-    preempted = sum(len(record.preempted) + len(record.swapped_out) for record in reference.scheduler.records)
-    assert preempted > 0 and len(reference.requests) == 72
+    assert first_difference(reference.records, other.records) is None
+    preempted = sum(len(record.preempted) + len(record.swapped_out) for record in reference.records)
+    assert preempted > 0 and len(reference.metrics.requests) == 72
     assert_all_free(other)
 
 
@@ -128,26 +128,26 @@ def test_n_samples_are_n_requests_of_one_sequence(enable_prefix_caching):
 
     config = sample_config(60, enable_prefix_caching)
     result = run_simulation(sample_trace(), load_manager_class("reference"), config, on_step=after_step)
-    scheduler = result.scheduler
-    assert [r.request_id for r in result.requests[:4]] == [
+    metrics = result.metrics
+    assert [r.request_id for r in result.metrics.requests[:4]] == [
         "0_parallel_sample_0",
         "0_parallel_sample_1",
         "0_parallel_sample_2",
         "1_parallel_sample_0",
     ]
-    assert [r.seqs[0].seq_id for r in result.requests] == list(range(72))  # the engine's counter
-    assert [(r.index, r.sample) for r in result.requests] == [(i, k) for i in range(24) for k in range(3)]
-    assert all(len(r.seqs) == 1 and r.finish_s is not None for r in result.requests)
-    assert all(r.seqs[0].get_output_len() == r.output_length for r in result.requests)
+    assert [r.seqs[0].seq_id for r in result.metrics.requests] == list(range(72))  # the engine's counter
+    assert [(r.index, r.sample) for r in result.metrics.requests] == [(i, k) for i in range(24) for k in range(3)]
+    assert all(len(r.seqs) == 1 and r.request_id in metrics.finish_s for r in result.metrics.requests)
+    assert all(r.seqs[0].get_output_len() == r.output_length for r in result.metrics.requests)
     assert num_diverged > 0
-    records = scheduler.records
+    records = result.records
     assert not any(record.swapped_out for record in records)  # groups of one sequence: preempted by recompute
     assert any(record.preempted for record in records)
     summary = summarize(result)  # per trace request: the earliest first token, the last finish
     assert summary["requests"] == {"arrived": 24, "finished": 24, "ignored": 0, "aborted": 0}
-    by_index = [result.requests[3 * i : 3 * i + 3] for i in range(24)]
-    e2e = [max(r.finish_s for r in samples) - samples[0].arrival_s for samples in by_index]
-    ttft = [min(r.first_token_s for r in samples) - samples[0].arrival_s for samples in by_index]
+    by_index = [result.metrics.requests[3 * i : 3 * i + 3] for i in range(24)]
+    e2e = [max(metrics.finish_s[r.request_id] for r in samples) - samples[0].arrival_s for samples in by_index]
+    ttft = [min(metrics.first_token_s[r.request_id] for r in samples) - samples[0].arrival_s for samples in by_index]
     assert summary["e2e_latency_s"]["mean"] == pytest.approx(float(np.mean(e2e)))
     assert summary["ttft_s"]["mean"] == pytest.approx(float(np.mean(ttft)))
     assert_all_free(result)
@@ -161,8 +161,8 @@ def test_n_samples_share_the_prompt_through_the_prefix_cache():
     for n in (1, 3):
         config = SimulationConfig(num_gpu_blocks=20000, num_cpu_blocks=0, num_samples=n, max_output_len=16)
         result = run_simulation(trace, fast_class(), config)
-        assert summarize(result)["requests"]["finished"] == 40 and len(result.requests) == 40 * n
-        rates[n] = result.final_hit_rate
+        assert summarize(result)["requests"]["finished"] == 40 and len(result.metrics.requests) == 40 * n
+        rates[n] = result.metrics.final_hit_rate
     assert rates[3] > rates[1] + 0.4, rates
 
 
@@ -280,11 +280,12 @@ def test_the_plot_states_what_ran_and_bins_latency_by_finish_time():
     assert "FastBlockSpaceManager" in title and "block size 16" in title and "1,200 GPU blocks" in title
     assert "prefix caching off" in title and "30 requests of the bundled sample" in title
     curves = latency_over_time(result, num_bins=4)
-    done = [r for r in result.requests if r.finish_s is not None]  # a few prompts exceed 1,200 blocks
-    finish = [r.finish_s for r in done]
+    finish_of = result.metrics.finish_s  # a few prompts exceed 1,200 blocks: not every request finished
+    done = [(r.arrival_s, finish_of[r.request_id]) for r in result.metrics.requests if r.request_id in finish_of]
+    finish = [f for _, f in done]
     quarter = (max(finish) - min(finish)) / 4
-    first_bin = [r.finish_s - r.arrival_s for r in done if r.finish_s < min(finish) + quarter]
+    first_bin = [f - arrival for arrival, f in done if f < min(finish) + quarter]
     assert len(curves["time_s"]) == 4 and curves["time_s"][0] == pytest.approx(min(finish) + quarter / 2)
     assert curves["e2e_p50"][0] == pytest.approx(float(np.percentile(first_bin, 50)))
     assert all(np.isnan(a) or a <= b for a, b in zip(curves["ttft_p50"], curves["ttft_p99"]))
-    assert result.startup_s > 0 and summarize(result)["manager_startup_s"] == result.startup_s
+    assert result.metrics.startup_s > 0 and summarize(result)["manager_startup_s"] == result.metrics.startup_s

@@ -12,8 +12,9 @@ import pytest
 
 from blockspace.cli import main as blockspace
 from blockspace.interfaces import load_manager_class
-from blockspace.simulator import SchedulerConfig, SimulationConfig, load_trace, run_simulation
-from blockspace.simulator.row_step import offers_rows
+from blockspace.simulator import SchedulerConfig, Simulation, SimulationConfig, load_trace
+from blockspace.simulator.calls import CallPath
+from blockspace.simulator.row_step import RowPath, offers_rows
 from blockspace.simulator.scheduler import Scheduler
 
 CONFIGS = {
@@ -35,33 +36,34 @@ def test_the_row_path_makes_the_per_call_decisions(name):
     config = CONFIGS[name]
     trace = load_trace(None, 30 if name == "samples" else 60)
     fast = load_manager_class("fast")
-    runs = {}
+    runs, paths = {}, {}
     for step in ("calls", "rows"):
-        runs[step] = run_simulation(trace, fast, replace(config, scheduler=replace(config.scheduler, step=step)))
-    calls, rows = runs["calls"].scheduler, runs["rows"].scheduler
-    assert calls.row_step is None and rows.row_step is not None
-    assert rows.row_step.num_batched > 0  # the row path did the decodes
+        simulation = Simulation(trace, fast, replace(config, scheduler=replace(config.scheduler, step=step)))
+        runs[step], paths[step] = simulation.run(), simulation.scheduler.path
+    assert type(paths["calls"]) is CallPath and type(paths["rows"]) is RowPath
+    calls, rows = runs["calls"], runs["rows"]
+    assert calls.metrics.manager_calls > rows.metrics.manager_calls  # the row path did the decodes, in fewer calls
     if name == "samples":  # n=2: two requests of one sequence each (vLLM 0.9.2), decoded through rows too
-        assert [r.request_id for r in runs["rows"].requests[:2]] == ["0_parallel_sample_0", "0_parallel_sample_1"]
+        first_two = [r.request_id for r in rows.metrics.requests[:2]]
+        assert first_two == ["0_parallel_sample_0", "0_parallel_sample_1"]
     assert len(rows.records) == len(calls.records) > 100
     for a, b in zip(calls.records, rows.records):
         assert a == b, f"step {a.step}"
-    assert [r.finish_s for r in runs["calls"].requests] == [r.finish_s for r in runs["rows"].requests]
+    assert calls.metrics.finish_s == rows.metrics.finish_s
     if name.startswith("tight"):
-        assert rows.row_step.num_fallbacks > 0 and rows.num_recompute_preemptions > 0
-        assert name == "tight-recompute" or rows.num_swap_outs > 0
-    manager = rows.manager.manager
-    manager.check_invariants()
-    assert manager.get_num_free_gpu_blocks() == calls.manager.manager.get_num_free_gpu_blocks()
+        assert paths["rows"].num_fallbacks > 0 and rows.metrics.counts.recompute_preemptions > 0
+        assert name == "tight-recompute" or rows.metrics.counts.swap_outs > 0
+    rows.manager.check_invariants()
+    assert rows.manager.get_num_free_gpu_blocks() == calls.manager.get_num_free_gpu_blocks()
 
 
 def test_the_row_path_is_chosen_by_capability():
     reference, fast = load_manager_class("reference"), load_manager_class("fast")
     assert offers_rows(fast) and not offers_rows(reference)
     kwargs = {"block_size": 16, "num_gpu_blocks": 64, "num_cpu_blocks": 0}
-    assert Scheduler(reference(**kwargs), SchedulerConfig()).row_step is None  # auto: per call
-    assert Scheduler(fast(**kwargs), SchedulerConfig()).row_step is not None
-    assert Scheduler(fast(**kwargs), SchedulerConfig(step="calls")).row_step is None
+    assert type(Scheduler(reference(**kwargs), SchedulerConfig()).path) is CallPath  # auto: per call
+    assert type(Scheduler(fast(**kwargs), SchedulerConfig()).path) is RowPath
+    assert type(Scheduler(fast(**kwargs), SchedulerConfig(step="calls")).path) is CallPath
     with pytest.raises(ValueError, match="offers no row API"):
         Scheduler(reference(**kwargs), SchedulerConfig(step="rows"))
 

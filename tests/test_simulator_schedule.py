@@ -95,13 +95,14 @@ def test_hand_computed_schedule(manager_class):
         scheduler.manager.manager.check_invariants()
 
     result = run_simulation(trace, manager_class, hand_config(), on_step=after_step)
-    assert result.scheduler.records == EXPECTED
-    by_id = {r.request_id: r for r in result.requests}
-    assert {i: r.first_token_s - r.arrival_s for i, r in by_id.items()} == {"0": 1.0, "1": 4.0, "2": 2.0, "3": 1.5}
-    assert {i: r.finish_s - r.arrival_s for i, r in by_id.items()} == {"0": 3.0, "1": 5.0, "2": 2.0, "3": 1.5}
-    assert result.scheduler.num_recompute_preemptions == 1
-    assert all(seq.status == SequenceStatus.FINISHED_LENGTH_CAPPED for r in result.requests for seq in r.seqs)
-    manager = result.scheduler.manager.manager
+    assert result.records == EXPECTED
+    metrics = result.metrics
+    arrival = {r.request_id: r.arrival_s for r in metrics.requests}
+    assert {i: t - arrival[i] for i, t in metrics.first_token_s.items()} == {"0": 1.0, "1": 4.0, "2": 2.0, "3": 1.5}
+    assert {i: t - arrival[i] for i, t in metrics.finish_s.items()} == {"0": 3.0, "1": 5.0, "2": 2.0, "3": 1.5}
+    assert result.metrics.counts.recompute_preemptions == 1
+    assert all(seq.status == SequenceStatus.FINISHED_LENGTH_CAPPED for r in result.metrics.requests for seq in r.seqs)
+    manager = result.manager
     assert manager.get_num_free_gpu_blocks() == 10
 
 
@@ -112,11 +113,11 @@ def test_idle_gpu_jumps_to_the_next_arrival():
     ]
     trace = parse_lines([json.dumps(line) for line in lines], "two arrivals")
     result = run_simulation(trace, load_manager_class("reference"), hand_config())
-    assert [(r.step, r.time_s, r.scheduled) for r in result.scheduler.records] == [
+    assert [(r.step, r.time_s, r.scheduled) for r in result.records] == [
         (0, 0.0, [("0", 16)]),
         (1, 60.0, [("1", 16)]),
     ]
-    assert [r.finish_s for r in result.requests] == [1.0, 61.0]
+    assert [result.metrics.finish_s[r.request_id] for r in result.metrics.requests] == [1.0, 61.0]
 
 
 def test_finished_sequences_are_freed_in_batch_order(manager_class):
@@ -133,17 +134,17 @@ def test_finished_sequences_are_freed_in_batch_order(manager_class):
     )
     logged: list = []
     result = run_simulation(trace, logging(manager_class, logged), hand_config())
-    manager = result.scheduler.manager.manager
+    manager = result.manager
     calls = [(name, key) for who, name, key in logged if who is manager]  # not the warm-up's manager
-    assert result.scheduler.records[1].scheduled == [("1", 20), ("0", 1)]
-    seq_of = {r.request_id: r.seqs[0].seq_id for r in result.requests}
+    assert result.records[1].scheduled == [("1", 20), ("0", 1)]
+    seq_of = {r.request_id: r.seqs[0].seq_id for r in result.metrics.requests}
     frees = [seq_id for name, seq_id in calls if name == "free"]
     assert frees[:2] == [seq_of["1"], seq_of["0"]]
     # Request 0 holds blocks [0, 1], request 1 [2, 3]. Freed 1 then 0, the free list starts
     # 1, 0, 3, 2; request 2 takes [1, 0] and, freed, puts them back: 0, 1, 3, 2. (Freed in
     # running-queue order, 0 then 1, request 2 would have taken [3, 2]: 2, 3, 1, 0.)
     allocated = [key for name, key in calls if name == "allocate"]
-    assert allocated == ["0", "1", "2"] and result.scheduler.records[2].admitted == ["2"]
+    assert allocated == ["0", "1", "2"] and result.records[2].admitted == ["2"]
     assert manager.snapshot()["free"]["GPU"][:4] == [0, 1, 3, 2]
 
 
@@ -165,6 +166,6 @@ def test_a_swapped_decode_comes_back_with_less_than_a_block_of_budget(manager_cl
         scheduler=SchedulerConfig(16, max_num_seqs=4, max_num_batched_tokens=40, preemption_mode="swap"),
         step_time=hand_config().step_time,
     )
-    records = run_simulation(trace, manager_class, config).scheduler.records
+    records = run_simulation(trace, manager_class, config).records
     back = [r for r in records if "1" in r.swapped_in]
     assert back and back[-1].swapped_in == ["2", "1"] and back[-1].scheduled == [("2", 28), ("1", 1)]

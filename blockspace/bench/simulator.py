@@ -38,11 +38,12 @@ def measure(trace: list, config: SimulationConfig, ways: list[str], rounds: int)
             name, _, step = way.partition("@")
             run_config = replace(config, scheduler=replace(config.scheduler, step=step or "auto"))
             result = run_simulation(trace, load_manager_class(name), run_config)
-            manager_s = sum(result.timeline.manager_s)
-            records.setdefault(way, result.scheduler.records)
+            timeline = result.metrics.timeline
+            manager_s = sum(timeline.manager_s)
+            records.setdefault(way, result.records)
             if way not in best or manager_s < best[way]["manager_s"]:
-                best[way] = {"manager_s": manager_s, "steps": len(result.timeline.manager_s), "wall_s": result.wall_s,
-                             "calls": result.scheduler.manager.num_calls}  # fmt: skip
+                best[way] = {"manager_s": manager_s, "steps": len(timeline.manager_s),
+                             "wall_s": result.metrics.wall_s, "calls": result.metrics.manager_calls}  # fmt: skip
     first = ways[0]
     for way in ways[1:]:
         difference = first_difference(records[first], records[way])

@@ -347,11 +347,11 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
         print(format_summary(summaries[0]))
     else:
         print(format_comparison(summaries))
-        difference = first_difference(results[0].scheduler.records, results[1].scheduler.records)
+        difference = first_difference(results[0].records, results[1].records)
         extra["identical_decisions"] = difference is None
         if difference is None:
             print(f"  scheduling decisions, block tables, CoW pairs and swap mappings: identical "
-                  f"({len(results[0].scheduler.records):,} steps)")  # fmt: skip
+                  f"({len(results[0].records):,} steps)")  # fmt: skip
         else:
             print(f"  DECISIONS DIFFER: {difference}")
             extra["first_difference"] = difference
@@ -387,9 +387,9 @@ def main(argv: list[str] | None = None) -> int:
 def time_split(results: list[SimulationResult], reporting_s: float) -> str:
     """Where the wall time went: inside the manager, the rest of the run
     (scheduler and model loop), the warm-up, and the reporting."""
-    manager_s = sum(sum(result.timeline.manager_s) for result in results)
-    run_s = sum(result.wall_s for result in results)
-    startup_s = sum(result.startup_s for result in results)
+    manager_s = sum(sum(result.metrics.timeline.manager_s) for result in results)
+    run_s = sum(result.metrics.wall_s for result in results)
+    startup_s = sum(result.metrics.startup_s for result in results)
     return (
         f"time split: scheduler and model {run_s - manager_s:.1f} s, manager {manager_s:.1f} s, "
         f"start-up {startup_s:.1f} s, reporting {reporting_s:.1f} s"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blockspace.simulator.simulation import SimulationResult, trace_outcomes
+from blockspace.simulator.simulation import SimulationResult
 
 MAX_POINTS = 20_000
 LATENCY_BINS = 60  # time bins of the latency panel
@@ -39,7 +39,7 @@ def latency_over_time(result: SimulationResult, num_bins: int = LATENCY_BINS) ->
     p50/p99 of the requests that finished in it (NaN where none did)."""
     done = [
         (r.arrival_s, r.first_token_s, r.finish_s)
-        for r in trace_outcomes(result.requests)  # per trace request, over its samples
+        for r in result.metrics.outcomes()  # per trace request, over its samples
         if r.finish_s is not None and r.first_token_s is not None
     ]
     if not done:
@@ -61,7 +61,7 @@ def latency_over_time(result: SimulationResult, num_bins: int = LATENCY_BINS) ->
 def title_of(result: SimulationResult, trace_label: str) -> str:
     config = result.config
     caching = "prefix caching on" if config.scheduler.enable_prefix_caching else "prefix caching off"
-    num_requests = len(trace_outcomes(result.requests))  # trace requests, not their samples
+    num_requests = len(result.metrics.outcomes())  # trace requests, not their samples
     return (
         f"{result.manager_name.rsplit('.', 1)[-1]}: block size {config.scheduler.block_size}, "
         f"{config.num_gpu_blocks:,} GPU blocks, {caching}\n{num_requests:,} requests of {trace_label}"
@@ -76,7 +76,7 @@ def plot_runs(path: Path, results: list[SimulationResult], trace_label: str = "t
     import matplotlib.pyplot as plt
 
     first = results[0]
-    timeline = first.timeline
+    timeline = first.metrics.timeline
     picks = _picks(len(timeline.time_s))
     time_s = np.asarray(timeline.time_s)[picks]
     figure, axes = plt.subplots(5, 1, figsize=(11, 12.5), sharex=True)
@@ -114,7 +114,7 @@ def plot_runs(path: Path, results: list[SimulationResult], trace_label: str = "t
     axes[3].set_ylabel("prefix-cache hit rate\n(%, cumulative)")
 
     for result in results:
-        manager_ms = np.asarray(result.timeline.manager_s)[picks] * 1e3
+        manager_ms = np.asarray(result.metrics.timeline.manager_s)[picks] * 1e3
         name = result.manager_name.rsplit(".", 1)[-1]
         axes[4].plot(time_s, manager_ms, label=name, linewidth=0.6)
     axes[4].set_ylabel("wall time inside the\nmanager per step (ms)")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from blockspace.simulator.decisions import StepRecord
-from blockspace.simulator.simulation import SimulationResult, trace_outcomes
+from blockspace.simulator.simulation import SimulationResult
 
 MAX_TIMELINE_POINTS = 2000  # per-step series are thinned to this many points in the JSON
 
@@ -42,9 +42,10 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
 def summarize(result: SimulationResult) -> dict[str, Any]:
     """Every figure of one run, as plain data."""
     config = result.config
-    scheduler = result.scheduler
-    timeline = result.timeline
-    outcomes = trace_outcomes(result.requests)  # per trace request, over its samples
+    metrics = result.metrics
+    counts = metrics.counts
+    timeline = metrics.timeline
+    outcomes = metrics.outcomes()  # per trace request, over its samples
     finished = [r for r in outcomes if r.status == "finished"]
     num_output_tokens = sum(r.num_output_tokens for r in finished)
     num_prompt_tokens = sum(r.num_prompt_tokens for r in finished)
@@ -75,17 +76,16 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
         "e2e_latency_s": _percentiles([r.finish_s - r.arrival_s for r in finished if r.finish_s is not None]),
         "prefix_cache": {
             "enabled": config.scheduler.enable_prefix_caching,
-            "gpu_block_hit_rate": result.final_hit_rate,
-            "prefill_tokens_from_cache": scheduler.num_cached_tokens_admitted
-            / max(1, scheduler.num_prefill_tokens_admitted),
+            "gpu_block_hit_rate": metrics.final_hit_rate,
+            "prefill_tokens_from_cache": counts.cached_tokens_admitted / max(1, counts.prefill_tokens_admitted),
         },
         "preemption": {
-            "recompute": scheduler.num_recompute_preemptions,
-            "swap_out": scheduler.num_swap_outs,
-            "swap_in": scheduler.num_swap_ins,
-            "blocks_swapped_out": scheduler.num_blocks_swapped_out,
-            "blocks_swapped_in": scheduler.num_blocks_swapped_in,
-            "copy_on_writes": scheduler.num_copy_on_writes,
+            "recompute": counts.recompute_preemptions,
+            "swap_out": counts.swap_outs,
+            "swap_in": counts.swap_ins,
+            "blocks_swapped_out": counts.blocks_swapped_out,
+            "blocks_swapped_in": counts.blocks_swapped_in,
+            "copy_on_writes": counts.copy_on_writes,
         },
         "kv_cache": {
             "block_size": config.scheduler.block_size,
@@ -99,10 +99,10 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "total_s": float(manager_us.sum() / 1e6),
             "per_step_mean_us": float(manager_us.mean()) if manager_us.size else 0.0,
             "per_step_p99_us": float(np.percentile(manager_us, 99)) if manager_us.size else 0.0,
-            "calls": scheduler.manager.num_calls,
+            "calls": metrics.manager_calls,
         },
-        "manager_startup_s": result.startup_s,
-        "wall_s": result.wall_s,
+        "manager_startup_s": metrics.startup_s,
+        "wall_s": metrics.wall_s,
     }
 
 
@@ -232,13 +232,13 @@ def write_json(
     path: Path, results: list[SimulationResult], summaries: list[dict[str, Any]], extra: dict[str, Any]
 ) -> None:
     """Config, every summary figure, and the per-step series (thinned)."""
-    timeline = results[0].timeline
+    timeline = results[0].metrics.timeline
     document = {
         "config": dataclasses.asdict(results[0].config),
         **extra,
         "runs": summaries,
         "timeline": {name: _thin(values) for name, values in dataclasses.asdict(timeline).items()},
-        "manager_s_per_step": {s["manager"]: _thin(r.timeline.manager_s) for s, r in zip(summaries, results)},
+        "manager_s_per_step": {s["manager"]: _thin(r.metrics.timeline.manager_s) for s, r in zip(summaries, results)},
     }
     path.write_text(json.dumps(document, indent=1))
 

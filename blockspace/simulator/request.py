@@ -1,7 +1,7 @@
 """A request as the simulated scheduler keeps it: a ``SequenceGroup`` of one
-sequence of the shared ``blockspace.sequence`` types, plus what the model and
-the report need besides (its trace request and sample, output length,
-arrival, first-token and finish times).
+sequence of the shared ``blockspace.sequence`` types, plus what the model
+needs besides (its trace request and sample, output length and
+arrival; the times the model reaches are kept by ``metrics.py``).
 
 As in vLLM 0.9.2's engine, a trace request with ``n`` > 1 samples is ``n``
 such groups (``ParallelSampleSequenceGroup.add_request``): sample ``i`` is
@@ -24,7 +24,7 @@ def request_id_of(index: int, sample: int, num_samples: int) -> str:
 
 
 class SimRequest(SequenceGroup):
-    """One sample of one trace request (one sequence) and its timing."""
+    """One sample of one trace request (one sequence)."""
 
     def __init__(
         self,
@@ -44,8 +44,6 @@ class SimRequest(SequenceGroup):
         self.output_length = output_length
         self.arrival_s = arrival_s
         self.num_prompt_tokens = num_prompt_tokens
-        self.first_token_s: float | None = None
-        self.finish_s: float | None = None
 
     def get_max_num_running_seqs(self) -> int:
         """Sequences this group may run at once for the rest of its life: its unfinished ones."""

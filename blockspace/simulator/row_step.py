@@ -81,6 +81,7 @@ class RowPath(CallPath):
         self.runs: list[tuple[np.ndarray, list[Any], list[list[int]] | None]] = []  # (rows, sequences, token lists)
         self.requests: set[str] = set()
         self.usable = True  # False once a run did not fit: the rest of the step goes per call
+        self.num_fallbacks = 0  # runs that did not fit, over the whole run (the tests see the fallback taken)
 
     def take_decodes(
         self, queue: deque[SimRequest], budget: SchedulingBudget, copies: list[tuple[int, int]]
@@ -105,6 +106,7 @@ class RowPath(CallPath):
         lengths = np.fromiter((seq.get_len() for seq in seqs), np.int64, len(seqs))
         if not manager.can_append_slots_rows(rows, lengths, 0, np.array([len(rows)]))[0]:
             self.usable = False
+            self.num_fallbacks += 1
             return []
         tokens = [seq.get_token_ids() for seq in seqs] if self.caching else None
         pairs = manager.append_slots_rows(rows, lengths, 0, token_ids=tokens)

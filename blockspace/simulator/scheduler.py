@@ -379,13 +379,6 @@ class Scheduler:
                     self._free(seq)
 
     # -- after the model step ---------------------------------------------------------------------------
-    def fork_seq(self, parent: Sequence, child: Sequence) -> None:
-        """A new sample shares the parent's blocks; the tracker learns it at once
-        (spec §16: query every sequence before it can be freed)."""
-        self.manager.fork(parent, child)
-        if self.config.enable_prefix_caching:
-            self._num_cached_tokens(child)
-
     def free_finished(self, finished_seqs: Iterable[Sequence]) -> list[SimRequest]:
         """Free the sequences that finished this step, in the order given, and
         drop the groups that are done (in running-queue order).

@@ -29,10 +29,13 @@ import numpy as np
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.errors import BlockSpaceError, InvalidConfigError
 from blockspace.sequence import Sequence, SequenceGroup
+from blockspace.simulator.decisions import StepOutput, StepRecord
 from blockspace.simulator.gpu import StepTimeModel
+from blockspace.simulator.metrics import Metrics
 from blockspace.simulator.request import SimRequest
 from blockspace.simulator.row_step import offers_rows
-from blockspace.simulator.scheduler import Scheduler, SchedulerConfig, StepOutput
+from blockspace.simulator.scheduler import Scheduler, SchedulerConfig
+from blockspace.simulator.timed import TimedManager
 from blockspace.workloads import TraceRequest, prompt_token_ids
 
 
@@ -60,75 +63,15 @@ class SimulationConfig:
 
 
 @dataclass
-class Timeline:
-    """One entry per step, taken after the step (time = end of the step)."""
-
-    time_s: list[float] = field(default_factory=list)
-    step_s: list[float] = field(default_factory=list)
-    kv_used_blocks: list[int] = field(default_factory=list)
-    num_running: list[int] = field(default_factory=list)
-    num_waiting: list[int] = field(default_factory=list)
-    num_swapped: list[int] = field(default_factory=list)
-    hit_rate: list[float] = field(default_factory=list)
-    num_batched_tokens: list[int] = field(default_factory=list)
-    manager_s: list[float] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TraceOutcome:
-    """One trace request over its n samples, as a benchmark of vLLM sees it:
-    the first token is the earliest sample's, the finish the last sample's."""
-
-    index: int
-    arrival_s: float
-    num_prompt_tokens: int
-    num_output_tokens: int  # over every sample
-    first_token_s: float | None
-    finish_s: float | None  # None unless every sample finished
-    status: str  # "finished", "ignored" (a sample was), "aborted" (a sample was), or "unfinished"
-
-
-def trace_outcomes(requests: list[SimRequest]) -> list[TraceOutcome]:
-    """The requests (samples) grouped by trace request, in trace order."""
-    by_index: dict[int, list[SimRequest]] = {}
-    for request in requests:
-        by_index.setdefault(request.index, []).append(request)
-    outcomes = []
-    for index, samples in by_index.items():
-        statuses = {seq.status for r in samples for seq in r.seqs}
-        if SequenceStatus.FINISHED_IGNORED in statuses:
-            status = "ignored"
-        elif SequenceStatus.FINISHED_ABORTED in statuses:
-            status = "aborted"
-        elif all(r.finish_s is not None for r in samples):
-            status = "finished"
-        else:
-            status = "unfinished"
-        firsts = [r.first_token_s for r in samples if r.first_token_s is not None]
-        outcomes.append(
-            TraceOutcome(
-                index,
-                samples[0].arrival_s,
-                samples[0].num_prompt_tokens,
-                sum(seq.get_output_len() for r in samples for seq in r.seqs),
-                min(firsts) if firsts else None,
-                max(r.finish_s for r in samples) if status == "finished" else None,  # type: ignore[type-var]
-                status,
-            )
-        )
-    return outcomes
-
-
-@dataclass
 class SimulationResult:
+    """What a run leaves: every figure in ``metrics``, the decision records
+    (to compare runs), and the manager itself (to check its state)."""
+
     manager_name: str
     config: SimulationConfig
-    requests: list[SimRequest]  # one per sample: n per trace request (see ``trace_outcomes``)
-    timeline: Timeline
-    scheduler: Scheduler
-    final_hit_rate: float
-    wall_s: float
-    startup_s: float = 0.0  # the warm-up before the run (kept out of the manager-time figures)
+    metrics: Metrics
+    records: list[StepRecord]
+    manager: Any
 
 
 class Simulation:
@@ -146,13 +89,13 @@ class Simulation:
         self.config = config
         self.manager = manager_class(**self.manager_kwargs())
         self.manager_name = f"{manager_class.__module__}.{manager_class.__qualname__}"
-        self.scheduler = Scheduler(self.manager, config.scheduler)
+        self.timed = TimedManager(self.manager)  # the wall time inside the manager, read once per step
+        self.scheduler = Scheduler(self.timed, config.scheduler)
+        self.metrics = Metrics()
         self.on_step = on_step
         self.on_progress = on_progress
         self.num_done = 0  # requests finished, ignored or aborted
         self.clock = 0.0
-        self.timeline = Timeline()
-        self.requests: list[SimRequest] = []
         self._by_id: dict[str, SimRequest] = {}
 
     def manager_kwargs(self) -> dict[str, Any]:
@@ -191,8 +134,8 @@ class Simulation:
             for sample in range(n)
         ]
         for request in samples:
-            self.requests.append(request)
             self._by_id[request.request_id] = request
+        self.metrics.arrived(samples)
         return samples
 
     def run(self) -> SimulationResult:
@@ -208,6 +151,7 @@ class Simulation:
                 self.clock = pending[0].arrival_s  # idle GPU: jump to the next arrival
                 continue
             output = scheduler.schedule(self.clock)
+            self.metrics.decided(output)
             for request_id in output.record.ignored + output.record.aborted:
                 self._by_id[request_id].release_tokens()
             self._report_progress(len(output.record.ignored) + len(output.record.aborted))
@@ -223,19 +167,12 @@ class Simulation:
                     "nothing can run"
                 )
             self._run_model(output)
-        hit_rate = (
-            self.manager.get_prefix_cache_hit_rate(Device.GPU) if self.config.scheduler.enable_prefix_caching else 0.0
-        )
-        return SimulationResult(
-            self.manager_name,
-            self.config,
-            self.requests,
-            self.timeline,
-            scheduler,
-            float(hit_rate),
-            time.perf_counter() - started,
-            startup_s,
-        )
+        metrics = self.metrics
+        metrics.wall_s = time.perf_counter() - started
+        metrics.startup_s = startup_s
+        metrics.final_hit_rate = self._hit_rate()
+        metrics.manager_calls = self.timed.num_calls
+        return SimulationResult(self.manager_name, self.config, metrics, scheduler.records, self.manager)
 
     def _run_model(self, output: StepOutput) -> None:
         """Advance the clock by the batch's cost, then compute and sample."""
@@ -255,8 +192,8 @@ class Simulation:
                 continue  # a prefill chunk that does not end the prompt samples nothing
             self._sample(request, finished)
         done = self.scheduler.free_finished(finished)
+        self.metrics.finished(done, self.clock)
         for request in done:
-            request.finish_s = self.clock
             request.release_tokens()
         self._report_progress(len(done))
         self._record(step_s, output)
@@ -271,8 +208,7 @@ class Simulation:
 
     def _sample(self, request: SimRequest, finished: list[Sequence]) -> None:
         """One new token for the request's running sequence."""
-        if request.first_token_s is None:
-            request.first_token_s = self.clock
+        self.metrics.sampled(request, self.clock)
         for seq in request.get_seqs(SequenceStatus.RUNNING):
             seq.append_token_id(request.next_token(seq))
             if seq.get_output_len() >= request.output_length:
@@ -280,20 +216,22 @@ class Simulation:
                 finished.append(seq)
 
     def _record(self, step_s: float, output: StepOutput) -> None:
-        timeline = self.timeline
         scheduler = self.scheduler
-        timeline.time_s.append(self.clock)
-        timeline.step_s.append(step_s)
-        timeline.kv_used_blocks.append(self.config.num_gpu_blocks - self.manager.get_num_free_gpu_blocks())
-        timeline.num_running.append(len(scheduler.running))
-        timeline.num_waiting.append(len(scheduler.waiting))
-        timeline.num_swapped.append(len(scheduler.swapped))
-        rate = (
-            self.manager.get_prefix_cache_hit_rate(Device.GPU) if self.config.scheduler.enable_prefix_caching else 0.0
+        self.metrics.stepped(
+            self.clock,
+            step_s,
+            output,
+            self.config.num_gpu_blocks - self.manager.get_num_free_gpu_blocks(),
+            (len(scheduler.running), len(scheduler.waiting), len(scheduler.swapped)),
+            self._hit_rate(),
+            self.timed.take_seconds(),
         )
-        timeline.hit_rate.append(float(rate))
-        timeline.num_batched_tokens.append(sum(group.num_uncached_tokens for group in output.scheduled))
-        timeline.manager_s.append(scheduler.manager.take_seconds())
+
+    def _hit_rate(self) -> float:
+        """The GPU prefix-cache hit rate so far (0 without caching), read outside the timed calls."""
+        if not self.config.scheduler.enable_prefix_caching:
+            return 0.0
+        return float(self.manager.get_prefix_cache_hit_rate(Device.GPU))
 
 
 def warm_up(manager_class: type, manager_kwargs: dict[str, Any]) -> float:
@@ -355,9 +293,6 @@ __all__ = [
     "SimulationResult",
     "SimulationStalledError",
     "Simulation",
-    "Timeline",
-    "TraceOutcome",
     "run_simulation",
-    "trace_outcomes",
     "warm_up",
 ]
