@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from blockspace.enums import SequenceStatus
-from blockspace.sequence import Sequence
 from blockspace.simulator.request import SimRequest
 
 
@@ -59,15 +57,6 @@ class StepOutput:
     @property
     def num_prefill_tokens(self) -> int:
         return sum(group.num_uncached_tokens for group in self.scheduled if group.is_prefill)
-
-    @property
-    def decode_seqs(self) -> list[Sequence]:
-        return [
-            seq
-            for group in self.scheduled
-            if not group.is_prefill
-            for seq in group.request.get_seqs(SequenceStatus.RUNNING)
-        ]
 
 
 __all__ = ["ScheduledGroup", "StepOutput", "StepRecord"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from blockspace.enums import SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
 from blockspace.workloads import output_token_id
 
@@ -24,7 +25,12 @@ def request_id_of(index: int, sample: int, num_samples: int) -> str:
 
 
 class SimRequest(SequenceGroup):
-    """One sample of one trace request (one sequence)."""
+    """One sample of one trace request (one sequence).
+
+    Why the overrides below: the scheduler and the model ask a group these
+    questions for every running request at every step, and for a group of
+    one sequence each answer is a read of that sequence (``seq``); the
+    general ``SequenceGroup`` loops over its sequences to give the same."""
 
     def __init__(
         self,
@@ -39,6 +45,7 @@ class SimRequest(SequenceGroup):
     ) -> None:
         request_id = request_id_of(index, sample, num_samples)
         super().__init__(request_id, [Sequence(seq_id, prompt)], arrival_time=arrival_s)
+        self.seq = self.seqs[0]  # its one sequence (never more: vLLM 0.9.2 makes n requests, never forks)
         self.index = index  # the trace request
         self.sample = sample  # which of its n samples
         self.output_length = output_length
@@ -47,12 +54,34 @@ class SimRequest(SequenceGroup):
 
     def get_max_num_running_seqs(self) -> int:
         """Sequences this group may run at once for the rest of its life: its unfinished ones."""
-        return sum(1 for seq in self.seqs if not seq.is_finished())
+        return 0 if self.seq.is_finished() else 1
+
+    def get_seqs(self, status: SequenceStatus | None = None) -> list[Sequence]:
+        seq = self.seq
+        return [seq] if status is None or seq.status == status else []
+
+    def is_finished(self) -> bool:
+        return self.seq.is_finished()
+
+    def is_prefill(self) -> bool:
+        return self.seq.data.is_prefill()
+
+    def get_num_uncomputed_tokens(self) -> int:
+        seq = self.seq
+        return 0 if seq.is_finished() else seq.data.get_num_uncomputed_tokens()
+
+    def update_num_computed_tokens(self, num_new_computed_tokens: int) -> None:
+        if not self.seq.is_finished():
+            self.seq.data.update_num_computed_tokens(num_new_computed_tokens)
 
     # -- the model's side ----------------------------------------------------------
-    def next_token(self, seq: Sequence) -> int:
-        """The token this sample generates next (deterministic, distinct per sample)."""
-        return output_token_id(self.index, self.sample, seq.get_output_len())
+    def sample_next(self) -> bool:
+        """The model's side of a step that ends the prompt or decodes: the
+        sequence takes its next token (deterministic, distinct per sample);
+        True when it has all it wanted."""
+        seq = self.seq
+        seq.append_token_id(output_token_id(self.index, self.sample, seq.get_output_len()))
+        return seq.get_output_len() >= self.output_length
 
     def release_tokens(self) -> None:
         """The request is done: drop its token lists (they can be large)."""

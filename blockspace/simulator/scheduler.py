@@ -389,8 +389,11 @@ class Scheduler:
         decodes, swapped-in decodes); its ``free_finished_seq_groups`` later
         finds nothing left to free. The order matters: freed blocks go to the
         front of the free list, so it decides the ids handed out next."""
-        for seq in finished_seqs:
+        finished = list(finished_seqs)
+        for seq in finished:
             self._free(seq)
+        if not finished:  # no group can be done: the aborted ones left the queue when they were aborted
+            return []
         done: list[SimRequest] = []
         remaining: deque[SimRequest] = deque()
         for request in self.running:

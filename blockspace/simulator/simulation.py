@@ -176,21 +176,30 @@ class Simulation:
 
     def _run_model(self, output: StepOutput) -> None:
         """Advance the clock by the batch's cost, then compute and sample."""
-        decode_seqs = output.decode_seqs
+        num_decodes = num_context_tokens = 0
+        for group in output.scheduled:
+            if not group.is_prefill:  # a decode reads its whole context (one sequence per request)
+                num_decodes += 1
+                num_context_tokens += group.request.seq.get_len()
         step_s = self.config.step_time.step_seconds(
             output.num_prefill_tokens,
-            len(decode_seqs),
-            sum(seq.get_len() for seq in decode_seqs),
+            num_decodes,
+            num_context_tokens,
             len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out),
         )
         self.clock += step_s
         finished: list[Sequence] = []
+        first_token_s, now = self.metrics.first_token_s, self.clock
         for group in output.scheduled:
             request = group.request
             request.update_num_computed_tokens(group.token_chunk_size)
-            if request.is_prefill():
+            if group.is_prefill and request.is_prefill():
                 continue  # a prefill chunk that does not end the prompt samples nothing
-            self._sample(request, finished)
+            if request.request_id not in first_token_s:
+                self.metrics.sampled(request, now)
+            if request.sample_next():
+                request.seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
+                finished.append(request.seq)
         done = self.scheduler.free_finished(finished)
         self.metrics.finished(done, self.clock)
         for request in done:
@@ -205,15 +214,6 @@ class Simulation:
             self.num_done += num_done
             if self.on_progress is not None:
                 self.on_progress(self.num_done)
-
-    def _sample(self, request: SimRequest, finished: list[Sequence]) -> None:
-        """One new token for the request's running sequence."""
-        self.metrics.sampled(request, self.clock)
-        for seq in request.get_seqs(SequenceStatus.RUNNING):
-            seq.append_token_id(request.next_token(seq))
-            if seq.get_output_len() >= request.output_length:
-                seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
-                finished.append(seq)
 
     def _record(self, step_s: float, output: StepOutput) -> None:
         scheduler = self.scheduler
