@@ -43,7 +43,8 @@ def measure(trace: list, config: SimulationConfig, ways: list[str], rounds: int)
             records.setdefault(way, result.records)
             if way not in best or manager_s < best[way]["manager_s"]:
                 best[way] = {"manager_s": manager_s, "steps": len(timeline.manager_s),
-                             "wall_s": result.metrics.wall_s, "calls": result.metrics.manager_calls}  # fmt: skip
+                             "wall_s": result.metrics.wall_s, "calls": result.metrics.manager_calls,
+                             "by_method": result.metrics.manager_by_method}  # fmt: skip
     first = ways[0]
     for way in ways[1:]:
         difference = first_difference(records[first], records[way])
@@ -69,6 +70,28 @@ def table(best: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def step_table(best: dict[str, dict[str, Any]]) -> str:
+    """Where a step's wall time goes, way by way (each way's best round):
+    every manager method in microseconds per step, then the rest of the
+    replay (the scheduler's policy, the model's side and the bookkeeping)."""
+    ways = list(best)
+    names = sorted({name for way in ways for name in best[way]["by_method"]},
+                   key=lambda name: -max(best[way]["by_method"].get(name, (0.0, 0))[0] for way in ways))  # fmt: skip
+    lines = ["| us / step | " + " | ".join(ways) + " |", "| --- |" + " ---: |" * len(ways)]
+
+    def row(label: str, seconds: list[float]) -> str:
+        cells = [f"{s / best[way]['steps'] * 1e6:,.1f}" for s, way in zip(seconds, ways)]
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    for name in names:
+        lines.append(row(f"`{name}`", [best[way]["by_method"].get(name, (0.0, 0))[0] for way in ways]))
+    lines.append(row("**inside the manager**", [best[way]["manager_s"] for way in ways]))
+    lines.append(row("**outside it** (policy, model, bookkeeping)",
+                     [best[way]["wall_s"] - best[way]["manager_s"] for way in ways]))  # fmt: skip
+    lines.append(row("**the whole step**", [best[way]["wall_s"] for way in ways]))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m blockspace.bench.simulator", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -80,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-gpu-blocks", type=int, default=49_152)
     parser.add_argument("--num-cpu-blocks", type=int, default=2_048)
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--by-method", action="store_true", help="also: where a step's time goes, method by method")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.max_requests < 1:
@@ -99,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     best = measure(trace, config, ways, args.rounds)
     print(table(best))
+    if args.by_method:
+        print()
+        print(step_table(best))
     if args.json:
         args.json.write_text(json.dumps({"requests": len(trace), "caching": caching, "ways": best}, indent=1))
     return 0

@@ -81,6 +81,7 @@ class Metrics:
         self.finish_s: dict[str, float] = {}  # request id -> simulated time it finished
         self.final_hit_rate = 0.0
         self.manager_calls = 0
+        self.manager_by_method: dict[str, tuple[float, int]] = {}  # name -> (seconds, calls) inside the manager
         self.startup_s = 0.0  # the warm-up before the run (kept out of the manager-time figures)
         self.wall_s = 0.0  # the replay's wall time
 

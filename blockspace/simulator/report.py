@@ -100,6 +100,10 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "per_step_mean_us": float(manager_us.mean()) if manager_us.size else 0.0,
             "per_step_p99_us": float(np.percentile(manager_us, 99)) if manager_us.size else 0.0,
             "calls": metrics.manager_calls,
+            "by_method": {  # the busiest first
+                name: {"total_s": seconds, "calls": calls}
+                for name, (seconds, calls) in sorted(metrics.manager_by_method.items(), key=lambda kv: -kv[1][0])
+            },
         },
         "manager_startup_s": metrics.startup_s,
         "wall_s": metrics.wall_s,

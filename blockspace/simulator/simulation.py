@@ -172,6 +172,9 @@ class Simulation:
         metrics.startup_s = startup_s
         metrics.final_hit_rate = self._hit_rate()
         metrics.manager_calls = self.timed.num_calls
+        metrics.manager_by_method = {
+            name: (seconds, int(calls)) for name, (seconds, calls) in self.timed.by_method.items() if calls
+        }
         return SimulationResult(self.manager_name, self.config, metrics, scheduler.records, self.manager)
 
     def _run_model(self, output: StepOutput) -> None:

@@ -4,7 +4,9 @@ The simulated clock says how long the GPU would take; this says how long
 the block manager itself took on this machine, which is what the ``fast``
 implementation exists to cut. ``TimedManager`` wraps every method of the
 manager the scheduler calls with ``time.perf_counter`` and adds the elapsed
-time to one counter; the engine reads and resets it once per step.
+time to one counter, which the simulation reads and resets once per step,
+and to the method's own total (``by_method``), which says where the
+manager's share of a step goes.
 """
 
 from __future__ import annotations
@@ -67,22 +69,27 @@ class TimedManager:
         self.manager = manager
         self.seconds = 0.0
         self.num_calls = 0
+        self.by_method: dict[str, list[float]] = {}  # name -> [seconds, calls], over the whole run
         for name in TIMED_METHODS:
-            setattr(self, name, self._timed(getattr(manager, name)))
+            setattr(self, name, self._timed(name, getattr(manager, name)))
         for name in ROW_API:  # the row API, timed where the manager offers it
             if callable(getattr(manager, name, None)):
-                setattr(self, name, self._timed(getattr(manager, name)))
+                setattr(self, name, self._timed(name, getattr(manager, name)))
 
-    def _timed(self, method: Any) -> Any:
+    def _timed(self, name: str, method: Any) -> Any:
         clock = time.perf_counter
+        total = self.by_method[name] = [0.0, 0]
 
         def call(*args: Any, **kwargs: Any) -> Any:
             start = clock()
             try:
                 return method(*args, **kwargs)
             finally:
-                self.seconds += clock() - start
+                elapsed = clock() - start
+                self.seconds += elapsed
                 self.num_calls += 1
+                total[0] += elapsed
+                total[1] += 1
 
         return call
 
