@@ -103,12 +103,14 @@ class RowPath(CallPath):
         seqs = [request.seqs[0] for request in run]
         manager = self.manager
         rows = manager.rows_of(seqs)
-        lengths = np.fromiter((seq.get_len() for seq in seqs), np.int64, len(seqs))
+        tokens = [seq.get_token_ids() for seq in seqs] if self.caching else None
+        lengths = np.fromiter(
+            map(len, tokens) if tokens is not None else (seq.get_len() for seq in seqs), np.int64, len(seqs)
+        )  # a sequence's length is its token list's
         if not manager.can_append_slots_rows(rows, lengths, 0, np.array([len(rows)]))[0]:
             self.usable = False
             self.num_fallbacks += 1
             return []
-        tokens = [seq.get_token_ids() for seq in seqs] if self.caching else None
         pairs = manager.append_slots_rows(rows, lengths, 0, token_ids=tokens)
         copies += [tuple(pair) for pair in pairs.tolist()]
         for _ in run:
