@@ -21,7 +21,11 @@ It holds any ``BlockSpaceManager`` and drives it exactly as vLLM 0.9.2's
    ``get_common_computed_block_ids``; then ``mark_blocks_as_computed``.
 
 Every decision is written to a ``StepRecord`` so that two runs (two
-managers) can be compared decision by decision.
+managers) can be compared decision by decision. The policy only decides: it
+reads no clock and counts nothing (the simulation times the manager it hands
+in, and ``metrics.py`` counts from the ``StepOutput`` of each step), and how
+the decodes reach the manager is a step path it is given (``calls.py``,
+``row_step.py``).
 
 Where vLLM would crash or stall, the simulator does the sensible thing and
 says so here: a group that must be swapped out without CPU space is
@@ -91,7 +95,7 @@ class Scheduler:
         self.manager = manager
         rows = config.step != "calls" and offers_rows(manager)
         if config.step == "rows" and not rows:
-            raise InvalidConfigError(f"step='rows': {type(manager).__name__} offers no row API")
+            raise InvalidConfigError("step='rows': the manager offers no row API (blockspace.interfaces.ROW_API)")
         self._tracked: set[int] = set()  # seq ids the computed-blocks tracker holds
         path_class = RowPath if rows else CallPath
         self.path = path_class(manager, config.block_size, config.enable_prefix_caching, self._tracked)

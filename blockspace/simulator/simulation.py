@@ -192,14 +192,12 @@ class Simulation:
         )
         self.clock += step_s
         finished: list[Sequence] = []
-        first_token_s, now = self.metrics.first_token_s, self.clock
         for group in output.scheduled:
             request = group.request
             request.update_num_computed_tokens(group.token_chunk_size)
             if group.is_prefill and request.is_prefill():
                 continue  # a prefill chunk that does not end the prompt samples nothing
-            if request.request_id not in first_token_s:
-                self.metrics.sampled(request, now)
+            self.metrics.sampled(request, self.clock)
             if request.sample_next():
                 request.seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
                 finished.append(request.seq)
