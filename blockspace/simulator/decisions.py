@@ -54,9 +54,5 @@ class StepOutput:
     blocks_to_swap_out: list[tuple[int, int]]
     blocks_to_copy: list[tuple[int, int]]
 
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(group.num_uncached_tokens for group in self.scheduled if group.is_prefill)
-
 
 __all__ = ["ScheduledGroup", "StepOutput", "StepRecord"]

@@ -42,7 +42,8 @@ class Timeline:
 
 @dataclass
 class Counts:
-    """Running totals of the policy's decisions."""
+    """Running totals of the policy's decisions (ignored and aborted
+    requests are counted per trace request, by ``outcomes``)."""
 
     recompute_preemptions: int = 0
     swap_outs: int = 0
@@ -50,8 +51,6 @@ class Counts:
     blocks_swapped_out: int = 0
     blocks_swapped_in: int = 0
     copy_on_writes: int = 0
-    ignored: int = 0
-    aborted: int = 0
     prefill_tokens_admitted: int = 0  # prompt tokens of the admitted requests (at admission)
     cached_tokens_admitted: int = 0  # of those, found in the prefix cache
 
@@ -97,8 +96,6 @@ class Metrics:
         counts.blocks_swapped_out += len(output.blocks_to_swap_out)
         counts.blocks_swapped_in += len(output.blocks_to_swap_in)
         counts.copy_on_writes += len(output.blocks_to_copy)
-        counts.ignored += len(record.ignored)
-        counts.aborted += len(record.aborted)
         for group in output.scheduled[: len(record.admitted)]:  # the new prefills come first
             counts.prefill_tokens_admitted += group.request.seqs[0].get_len()
             counts.cached_tokens_admitted += group.token_chunk_size - group.num_uncached_tokens
@@ -114,13 +111,14 @@ class Metrics:
         self,
         now: float,
         step_s: float,
-        output: StepOutput,
+        num_batched_tokens: int,
         used_blocks: int,
         queues: tuple[int, int, int],
         hit_rate: float,
         manager_s: float,
     ) -> None:
-        """The state after a step: ``queues`` are (running, waiting, swapped)."""
+        """The state after a step: ``num_batched_tokens`` computed (cache
+        hits left out), ``queues`` are (running, waiting, swapped)."""
         timeline = self.timeline
         timeline.time_s.append(now)
         timeline.step_s.append(step_s)
@@ -129,7 +127,7 @@ class Metrics:
         timeline.num_waiting.append(queues[1])
         timeline.num_swapped.append(queues[2])
         timeline.hit_rate.append(hit_rate)
-        timeline.num_batched_tokens.append(sum(group.num_uncached_tokens for group in output.scheduled))
+        timeline.num_batched_tokens.append(num_batched_tokens)
         timeline.manager_s.append(manager_s)
 
     # -- what the readers take -------------------------------------------------------------

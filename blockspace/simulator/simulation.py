@@ -179,13 +179,16 @@ class Simulation:
 
     def _run_model(self, output: StepOutput) -> None:
         """Advance the clock by the batch's cost, then compute and sample."""
-        num_decodes = num_context_tokens = 0
-        for group in output.scheduled:
-            if not group.is_prefill:  # a decode reads its whole context (one sequence per request)
+        num_prefill_tokens = num_decode_tokens = num_decodes = num_context_tokens = 0
+        for group in output.scheduled:  # the batch's figures, in one pass
+            if group.is_prefill:
+                num_prefill_tokens += group.num_uncached_tokens
+            else:  # a decode reads its whole context (one sequence per request)
+                num_decode_tokens += group.num_uncached_tokens
                 num_decodes += 1
                 num_context_tokens += group.request.seq.get_len()
         step_s = self.config.step_time.step_seconds(
-            output.num_prefill_tokens,
+            num_prefill_tokens,
             num_decodes,
             num_context_tokens,
             len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out),
@@ -206,7 +209,7 @@ class Simulation:
         for request in done:
             request.release_tokens()
         self._report_progress(len(done))
-        self._record(step_s, output)
+        self._record(step_s, num_prefill_tokens + num_decode_tokens)
         if self.on_step is not None:
             self.on_step(self.scheduler)
 
@@ -216,12 +219,12 @@ class Simulation:
             if self.on_progress is not None:
                 self.on_progress(self.num_done)
 
-    def _record(self, step_s: float, output: StepOutput) -> None:
+    def _record(self, step_s: float, num_batched_tokens: int) -> None:
         scheduler = self.scheduler
         self.metrics.stepped(
             self.clock,
             step_s,
-            output,
+            num_batched_tokens,
             self.config.num_gpu_blocks - self.manager.get_num_free_gpu_blocks(),
             (len(scheduler.running), len(scheduler.waiting), len(scheduler.swapped)),
             self._hit_rate(),
