@@ -190,14 +190,16 @@ def trace_source(path: str | Path | None = None) -> str:
     return f"{named} (from {TRACE_ENV})" if named else f"the bundled {BUNDLED_SAMPLE}"
 
 
-def _open_lines(path: str | Path | None) -> Iterator[str]:
+def trace_file(path: str | Path | None = None) -> Path:
+    """The file ``load_trace(path)`` reads (``trace_source`` says it in words):
+    for a tool that hands the trace on to another program."""
     named = path if path is not None else os.environ.get(TRACE_ENV)
-    if named:
-        with open(named, encoding="utf-8") as handle:
-            yield from handle
-    else:
-        with resources.files("blockspace").joinpath("data", BUNDLED_SAMPLE).open("r", encoding="utf-8") as handle:
-            yield from handle
+    return Path(named) if named else Path(str(resources.files("blockspace").joinpath("data", BUNDLED_SAMPLE)))
+
+
+def _open_lines(path: str | Path | None) -> Iterator[str]:
+    with open(trace_file(path), encoding="utf-8") as handle:
+        yield from handle
 
 
 def load_trace(path: str | Path | None = None, max_requests: int | None = None) -> list[TraceRequest]:
@@ -238,5 +240,6 @@ __all__ = [
     "parse_lines",
     "prompt_token_ids",
     "scale_arrivals",
+    "trace_file",
     "trace_source",
 ]

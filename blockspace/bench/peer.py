@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse
-from blockspace.workloads import BUNDLED_SAMPLE, TRACE_ENV, TraceError, parse_lines, trace_source
+from blockspace.workloads import TRACE_ENV, TraceError, load_trace, trace_file, trace_source
 
 INSTALL = "pip install --no-deps ai-dynamo-runtime"  # the mocker; never a dependency of blockspace
 
@@ -145,22 +143,12 @@ def parse_sizes(text: str) -> list[int | None]:
 
 
 def trace_lines(path: Path | None) -> tuple[str, list[str]]:
-    """(the trace file, its non-blank lines), every line checked as ``blockspace
-    simulate`` checks it: the file ``--trace`` names, else ``$BLOCKSPACE_TRACE``,
-    else the bundled sample (the same choice ``trace_source`` says in words)."""
-    named = path if path is not None else os.environ.get(TRACE_ENV)
-    file = Path(named) if named else Path(str(resources.files("blockspace").joinpath("data", BUNDLED_SAMPLE)))
-    source = trace_source(path)
-    try:
-        lines = [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as error:
-        raise TraceError(f"cannot read trace {source}: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"cannot read trace {source}: not UTF-8 text") from None
-    parse_lines(lines, source)
-    if not lines:
-        raise TraceError(f"trace {source} holds no requests")
-    return str(file.absolute()), lines
+    """(the trace file, its non-blank lines, one a request), every line
+    checked by ``load_trace`` as ``blockspace simulate`` checks it."""
+    if not load_trace(path):
+        raise TraceError(f"trace {trace_source(path)} holds no requests")
+    file = trace_file(path)
+    return str(file.absolute()), [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _last_line(text: str) -> str:
