@@ -38,10 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from blockspace.interfaces import load_manager_class
-from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
-from blockspace.simulator.calls import CallPath
+from blockspace.simulator import SchedulerConfig, Simulation, SimulationConfig
 from blockspace.simulator.gpu import StepTimeModel
-from blockspace.simulator.row_step import RowPath
 from blockspace.workloads import load_trace, output_token_id
 
 BENCH = Path(__file__).resolve().parent / "vllm_scheduler_bench.py"
@@ -139,24 +137,17 @@ def simulator_steps(settings: Any, trace: list, caching: bool, n: int = 1) -> li
         step_time=StepTimeModel(settings.step_s * 1000.0, 0.0, 0.0, 0.0, 0.0),
         num_samples=n,
     )
-    tables: list[list] = []
-    touches = {path: path.touch for path in (CallPath, RowPath)}  # the row path does not call the other's
+    simulation = Simulation(trace, load_manager_class("fast"), config)
+    path, tables = simulation.scheduler.path, []
+    touch = path.touch
 
-    def recording(touch: Any) -> Any:
-        def touch_and_keep(self: CallPath, scheduled: list, now: float, record_tables: bool) -> list:
-            result = touch(self, scheduled, now, record_tables)
-            tables.append(result)
-            return result
+    def touch_and_keep(scheduled: list, now: float, record_tables: bool) -> list:
+        result = touch(scheduled, now, record_tables)
+        tables.append(result)  # the tables of each step, as the digest takes them
+        return result
 
-        return touch_and_keep
-
-    for path, touch in touches.items():
-        path.touch = recording(touch)  # type: ignore[method-assign]  # the tables of each step, as the digest takes them
-    try:
-        records = run_simulation(trace, load_manager_class("fast"), config).records
-    finally:
-        for path, touch in touches.items():
-            path.touch = touch  # type: ignore[method-assign]
+    path.touch = touch_and_keep  # type: ignore[method-assign]  # this run's path only
+    records = simulation.run().records
     return [
         (record.scheduled, sorted(record.preempted + record.swapped_out), record.ignored, table)
         for record, table in zip(records, tables)
