@@ -141,8 +141,8 @@ def simulator_steps(settings: Any, trace: list, caching: bool, n: int = 1) -> li
     path, tables = simulation.scheduler.path, []
     touch = path.touch
 
-    def touch_and_keep(scheduled: list, now: float, record_tables: bool) -> list:
-        result = touch(scheduled, now, record_tables)
+    def touch_and_keep(prefills: list, decodes: list, now: float, record_tables: bool) -> list:
+        result = touch(prefills, decodes, now, record_tables)
         tables.append(result)  # the tables of each step, as the digest takes them
         return result
 

@@ -44,14 +44,21 @@ class CallPath:
         budget is spent. One call at a time: always []."""
         return []
 
-    def touch(self, scheduled: list[ScheduledGroup], now: float, record_tables: bool) -> Tables:
-        """The metadata pass over the batch, then the computed marks; the
-        block tables when ``record_tables``."""
+    def touch(
+        self, prefills: list[ScheduledGroup], decodes: list[SimRequest], now: float, record_tables: bool
+    ) -> Tables:
+        """The metadata pass over the batch (prefills, then decodes), then
+        the computed marks; the block tables when ``record_tables``."""
         tables: Tables = []
-        for group in scheduled:
+        for group in prefills:
             self.touch_group(group.request, now, record_tables, tables)
-        for group in scheduled:
-            self.manager.mark_blocks_as_computed(group.request, group.token_chunk_size)
+        for request in decodes:
+            self.touch_group(request, now, record_tables, tables)
+        mark = self.manager.mark_blocks_as_computed
+        for group in prefills:
+            mark(group.request, group.token_chunk_size)
+        for request in decodes:
+            mark(request, 1)
         return tables
 
     def touch_group(self, request: SimRequest, now: float, record_tables: bool, tables: Tables) -> None:

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from blockspace.simulator.request import SimRequest
 
 
-@dataclass(slots=True)  # one per scheduled group per step: slots make it cheaper to make and read
+@dataclass(slots=True)
 class ScheduledGroup:
-    """A group in this step's batch: ``token_chunk_size`` tokens advance
-    (cached ones included), ``num_uncached_tokens`` of them are computed."""
+    """A prefill in this step's batch: ``token_chunk_size`` tokens advance
+    (cached ones included), ``num_uncached_tokens`` of them are computed.
+    A decode needs no such record: it always advances by its one token."""
 
     request: SimRequest
     token_chunk_size: int
     num_uncached_tokens: int
-    is_prefill: bool
 
 
 @dataclass
@@ -45,10 +45,16 @@ class StepRecord:
 @dataclass
 class StepOutput:
     """What the model runs this step, and the block traffic the worker does.
-    The first ``len(record.admitted)`` groups of ``scheduled`` are the new
-    prefills, in the order they were admitted."""
 
-    scheduled: list[ScheduledGroup]
+    The batch is ``prefills`` then ``decodes``, vLLM's order: new, running,
+    then swapped-in prefills; running, then swapped-in decodes. The first
+    ``len(record.admitted)`` prefills are the new ones, in the order they
+    were admitted. Why the decodes are bare requests: a step holds ~40 of
+    them, each advancing by one token, and the model takes them as a batch
+    (``request.decode_step``)."""
+
+    prefills: list[ScheduledGroup]
+    decodes: list[SimRequest]
     record: StepRecord
     blocks_to_swap_in: list[tuple[int, int]]
     blocks_to_swap_out: list[tuple[int, int]]

@@ -12,7 +12,8 @@ The points, in the order of a step:
 * ``arrived``: the requests (samples) of a trace request joined the queue;
 * ``decided``: the policy's ``StepOutput`` (admissions, preemptions, swaps,
   copy-on-writes, ignored and aborted requests are all in it);
-* ``sampled`` and ``finished``: the model's side, at the simulated time;
+* ``sampled`` (a prompt's last chunk gave a token: the first one is kept)
+  and ``finished``: the model's side, at the simulated time;
 * ``stepped``: the state after the step, one timeline entry.
 """
 
@@ -96,7 +97,7 @@ class Metrics:
         counts.blocks_swapped_out += len(output.blocks_to_swap_out)
         counts.blocks_swapped_in += len(output.blocks_to_swap_in)
         counts.copy_on_writes += len(output.blocks_to_copy)
-        for group in output.scheduled[: len(record.admitted)]:  # the new prefills come first
+        for group in output.prefills[: len(record.admitted)]:  # the new prefills come first
             counts.prefill_tokens_admitted += group.request.seqs[0].get_len()
             counts.cached_tokens_admitted += group.token_chunk_size - group.num_uncached_tokens
 

@@ -119,8 +119,10 @@ class RowPath(CallPath):
         self.requests.update(request.request_id for request in run)
         return run
 
-    def touch(self, scheduled: list[ScheduledGroup], now: float, record_tables: bool) -> Tables:
-        """The groups of the step's runs in one call each (access times,
+    def touch(
+        self, prefills: list[ScheduledGroup], decodes: list[SimRequest], now: float, record_tables: bool
+    ) -> Tables:
+        """The decodes of the step's runs in one call each (access times,
         computed blocks; with ``record_tables`` their block tables, as each
         sequence's block ids), every other group per call; then one
         ``mark_blocks_as_computed`` for the step. Without ``record_tables``
@@ -130,18 +132,21 @@ class RowPath(CallPath):
         by deltas)."""
         run_tables = self._touch_runs(now, record_tables)
         tables: Tables = []
-        for group in scheduled:
-            request = group.request
-            if request.request_id not in self.requests:
+        for group in prefills:
+            self.touch_group(group.request, now, record_tables, tables)
+        in_runs = self.requests
+        for request in decodes:
+            if request.request_id not in in_runs:
                 self.touch_group(request, now, record_tables, tables)
-                continue
-            seq_id = request.seqs[0].seq_id
-            if record_tables:
+            elif record_tables:
+                seq_id = request.seq.seq_id
                 tables.append((seq_id, run_tables[seq_id]))
-            if self.caching:  # computed blocks: counted for the whole run
-                self.tracked.add(seq_id)
-        if scheduled:  # the calls would follow one another, and take nothing that matters: one does it all
-            self.manager.mark_blocks_as_computed(scheduled[0].request, scheduled[0].token_chunk_size)
+        if self.caching:  # computed blocks: counted for the whole run
+            self.tracked.update(seq.seq_id for _, seqs, _ in self.runs for seq in seqs)
+        if prefills:  # the calls would follow one another, and take nothing that matters: one does it all
+            self.manager.mark_blocks_as_computed(prefills[0].request, prefills[0].token_chunk_size)
+        elif decodes:
+            self.manager.mark_blocks_as_computed(decodes[0], 1)
         self.runs, self.requests, self.usable = [], set(), True
         return tables
 

@@ -177,15 +177,15 @@ class Scheduler:
             budget, record, copies, swap_out
         )
         swapped_prefills: list[ScheduledGroup] = []
-        swapped_decodes: list[ScheduledGroup] = []
+        swapped_decodes: list[SimRequest] = []
         if not preempted and not swapped_out:
             swapped_prefills, swapped_decodes = self._schedule_swapped(budget, record, copies, swap_in)
         new_prefills = self._schedule_prefills(budget, record)
 
         self.waiting.extendleft(preempted)
-        self.running.extend(g.request for g in swapped_decodes)
+        self.running.extend(swapped_decodes)
         self.running.extend(g.request for g in swapped_prefills)
-        self.running.extend(g.request for g in running_decodes)
+        self.running.extend(running_decodes)
         # prefills that finish this step go first, so they are not the next victims
         finishing = [g.request.get_num_uncomputed_tokens() == g.token_chunk_size for g in running_prefills]
         self.running.extend(g.request for g, done in zip(running_prefills, finishing) if done)
@@ -193,12 +193,14 @@ class Scheduler:
         self.running.extend(g.request for g in new_prefills)
         self.swapped.extend(swapped_out)
 
-        scheduled = new_prefills + running_prefills + swapped_prefills + running_decodes + swapped_decodes
-        record.scheduled = [(g.request.request_id, g.token_chunk_size) for g in scheduled]
-        tables = self.path.touch(scheduled, now, self.config.record_tables)
+        prefills = new_prefills + running_prefills + swapped_prefills
+        decodes = running_decodes + swapped_decodes
+        record.scheduled = [(g.request.request_id, g.token_chunk_size) for g in prefills]
+        record.scheduled += [(request.request_id, 1) for request in decodes]
+        tables = self.path.touch(prefills, decodes, now, self.config.record_tables)
         if self.config.record_tables:
             record.digest = hash((tuple(tables), tuple(copies), tuple(swap_in), tuple(swap_out)))
-        return StepOutput(scheduled, record, swap_in, swap_out, copies)
+        return StepOutput(prefills, decodes, record, swap_in, swap_out, copies)
 
     def _schedule_running(
         self,
@@ -206,9 +208,9 @@ class Scheduler:
         record: StepRecord,
         copies: list[tuple[int, int]],
         swap_out: list[tuple[int, int]],
-    ) -> tuple[list[ScheduledGroup], list[ScheduledGroup], list[SimRequest], list[SimRequest]]:
+    ) -> tuple[list[ScheduledGroup], list[SimRequest], list[SimRequest], list[SimRequest]]:
         prefills: list[ScheduledGroup] = []
-        decodes: list[ScheduledGroup] = []
+        decodes: list[SimRequest] = []
         preempted: list[SimRequest] = []
         swapped_out: list[SimRequest] = []
         queue = self.running
@@ -217,7 +219,7 @@ class Scheduler:
             if run is None:
                 break  # the budget is spent
             if run:
-                decodes += [ScheduledGroup(r, 1, 1, False) for r in run]
+                decodes += run
                 budget.add_decodes([r.request_id for r in run])
                 continue
             request = queue[0]
@@ -243,10 +245,11 @@ class Scheduler:
                 if victim is request:
                     break
             else:
-                is_prefill = request.is_prefill()
                 self._append_slots(request, copies)
-                group = ScheduledGroup(request, num_tokens if is_prefill else 1, num_tokens, is_prefill)
-                (prefills if is_prefill else decodes).append(group)
+                if request.is_prefill():
+                    prefills.append(ScheduledGroup(request, num_tokens, num_tokens))
+                else:  # one token (num_tokens is 1: a decode is never chunked)
+                    decodes.append(request)
                 budget.add_num_batched_tokens(request.request_id, num_tokens)
                 budget.add_num_seqs(request.request_id, request.get_max_num_running_seqs())
         return prefills, decodes, preempted, swapped_out
@@ -257,9 +260,9 @@ class Scheduler:
         record: StepRecord,
         copies: list[tuple[int, int]],
         swap_in: list[tuple[int, int]],
-    ) -> tuple[list[ScheduledGroup], list[ScheduledGroup]]:
+    ) -> tuple[list[ScheduledGroup], list[SimRequest]]:
         prefills: list[ScheduledGroup] = []
-        decodes: list[ScheduledGroup] = []
+        decodes: list[SimRequest] = []
         queue = self.swapped
         while queue:
             request = queue[0]
@@ -295,9 +298,9 @@ class Scheduler:
             record.swapped_in.append(request.request_id)
             self._append_slots(request, copies)
             if is_prefill:
-                prefills.append(ScheduledGroup(request, num_uncached + num_cached, num_uncached, True))
+                prefills.append(ScheduledGroup(request, num_uncached + num_cached, num_uncached))
             else:
-                decodes.append(ScheduledGroup(request, 1, num_uncached, False))
+                decodes.append(request)
             budget.add_num_batched_tokens(request.request_id, num_uncached, num_cached)
             budget.add_num_seqs(request.request_id, num_new_seqs)
         return prefills, decodes
@@ -334,7 +337,7 @@ class Scheduler:
             for seq in request.get_seqs(SequenceStatus.WAITING):
                 seq.status = SequenceStatus.RUNNING
             record.admitted.append(request.request_id)
-            admitted.append(ScheduledGroup(request, num_uncached + num_cached, num_uncached, True))
+            admitted.append(ScheduledGroup(request, num_uncached + num_cached, num_uncached))
             budget.add_num_batched_tokens(request.request_id, num_uncached, num_cached)
             budget.add_num_seqs(request.request_id, num_new_seqs)
         return admitted

@@ -32,7 +32,7 @@ from blockspace.sequence import Sequence, SequenceGroup
 from blockspace.simulator.decisions import StepOutput, StepRecord
 from blockspace.simulator.gpu import StepTimeModel
 from blockspace.simulator.metrics import Metrics
-from blockspace.simulator.request import SimRequest
+from blockspace.simulator.request import SimRequest, decode_step
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import Scheduler, SchedulerConfig
 from blockspace.simulator.timed import TimedManager
@@ -155,7 +155,7 @@ class Simulation:
             for request_id in output.record.ignored + output.record.aborted:
                 self._by_id[request_id].release_tokens()
             self._report_progress(len(output.record.ignored) + len(output.record.aborted))
-            if not output.scheduled:
+            if not output.prefills and not output.decodes:
                 record = output.record
                 if record.ignored or record.aborted or record.preempted or record.swapped_out:
                     continue  # the queues changed: schedule again
@@ -179,37 +179,34 @@ class Simulation:
 
     def _run_model(self, output: StepOutput) -> None:
         """Advance the clock by the batch's cost, then compute and sample."""
-        num_prefill_tokens = num_decode_tokens = num_decodes = num_context_tokens = 0
-        for group in output.scheduled:  # the batch's figures, in one pass
-            if group.is_prefill:
-                num_prefill_tokens += group.num_uncached_tokens
-            else:  # a decode reads its whole context (one sequence per request)
-                num_decode_tokens += group.num_uncached_tokens
-                num_decodes += 1
-                num_context_tokens += group.request.seq.get_len()
+        prefills = output.prefills
+        num_prefill_tokens = sum(group.num_uncached_tokens for group in prefills)
+        decoded, num_context_tokens = decode_step(output.decodes)  # each decode reads its whole context
         step_s = self.config.step_time.step_seconds(
             num_prefill_tokens,
-            num_decodes,
+            len(output.decodes),
             num_context_tokens,
             len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out),
         )
         self.clock += step_s
         finished: list[Sequence] = []
-        for group in output.scheduled:
+        for group in prefills:
             request = group.request
             request.update_num_computed_tokens(group.token_chunk_size)
-            if group.is_prefill and request.is_prefill():
+            if request.is_prefill():
                 continue  # a prefill chunk that does not end the prompt samples nothing
             self.metrics.sampled(request, self.clock)
             if request.sample_next():
-                request.seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
                 finished.append(request.seq)
+        finished += decoded  # vLLM's order: the batch's, prefills first
+        for seq in finished:
+            seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
         done = self.scheduler.free_finished(finished)
         self.metrics.finished(done, self.clock)
         for request in done:
             request.release_tokens()
         self._report_progress(len(done))
-        self._record(step_s, num_prefill_tokens + num_decode_tokens)
+        self._record(step_s, num_prefill_tokens + len(output.decodes))
         if self.on_step is not None:
             self.on_step(self.scheduler)
 
