@@ -17,6 +17,7 @@ manager's kernels is reported as start-up, not as the first steps' work.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 from collections.abc import Callable
@@ -139,6 +140,20 @@ class Simulation:
         return samples
 
     def run(self) -> SimulationResult:
+        """Replay the trace. Python's cyclic garbage collector is paused for
+        the replay: everything a run makes (requests, records, timeline)
+        stays referenced until it ends, so a collection finds nothing to free,
+        yet full ones walk all of it again and again (about 7 % of the replay
+        on the first 1,000 conversation requests)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._replay()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _replay(self) -> SimulationResult:
         startup_s = warm_up(type(self.manager), self.manager_kwargs())
         started = time.perf_counter()
         pending = deque(self.trace)
