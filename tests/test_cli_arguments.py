@@ -56,6 +56,18 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--compare", "reference@rows,fast"],
         ],
         "step": [["--step", "rows", "--manager", "reference"]],
+        "slo": [
+            ["--slo", "ttft=2"],
+            ["--slo", "ttft=2s,ttft=1s"],
+            ["--slo", "latency=2s"],
+            ["--slo", "tpot=0ms"],
+            ["--slo", ","],
+        ],
+        "requests_out": [
+            ["--requests-out", "adir"],
+            ["--requests-out", "afile/r.jsonl"],
+            ["--requests-out", "/proc/nope/r.jsonl"],
+        ],
         "num_gpu_blocks": [["--num-gpu-blocks", "8", "--kv-memory-gib", "1"]],
         "kv_memory_gib": [["--kv-memory-gib", "1e-9"]],
         "out": [

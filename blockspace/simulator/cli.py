@@ -10,6 +10,9 @@ the summary, and writes ``simulation.png`` and ``simulation.json`` into
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -31,8 +34,17 @@ from blockspace.simulator.report import (
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
-from blockspace.validation import Range, check_output_dir, check_ranges, command_parser, load_manager, refuse
-from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace, scale_arrivals, trace_source
+from blockspace.simulator.slo import parse_slo
+from blockspace.validation import (
+    Range,
+    check_output_dir,
+    check_output_file,
+    check_ranges,
+    command_parser,
+    load_manager,
+    refuse,
+)
+from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace, scale_arrivals, trace_file, trace_source
 
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
 DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
@@ -102,6 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     output = parser.add_argument_group("output")
     output.add_argument("--out", type=Path, default=Path("out"), help="folder for the plot and JSON")
+    output.add_argument(
+        "--slo", metavar="BOUNDS",
+        help="latency targets, any of ttft, tpot, e2e with a unit (s, ms, us), e.g. ttft=2s,tpot=100ms: the summary"
+             " says how many requests met them and the goodput (default: none)",
+    )  # fmt: skip
+    output.add_argument(
+        "--requests-out", type=Path, metavar="FILE",
+        help="write one JSON line per request: its admissions, tokens, latencies and outcome (default: not written)",
+    )  # fmt: skip
     output.add_argument("--no-plot", action="store_true", help="skip the PNG")
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -148,8 +169,13 @@ OUTPUTS = ("simulation.json", "simulation.png")  # what a run writes under --out
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Every option in its range (``InvalidArgumentError`` naming the first that is not)."""
+    """Every option in its range (``InvalidArgumentError`` naming the first
+    that is not); ``--slo`` parsed into an ``SLO``; ``--requests-out`` a
+    file that can be written."""
     check_ranges(args, RANGES)
+    args.slo = None if args.slo is None else parse_slo(args.slo)
+    if args.requests_out is not None:
+        check_output_file(args.requests_out, "--requests-out")
 
 
 def check_extras(args: argparse.Namespace) -> None:
@@ -281,9 +307,10 @@ class Plan:
     args: argparse.Namespace
     runs: list[tuple[type, SimulationConfig]]  # the manager class and configuration of each run
     trace: list[TraceRequest]
+    command: list[str]  # the command line, as given
 
 
-def plan(args: argparse.Namespace) -> Plan:
+def plan(args: argparse.Namespace, command: list[str]) -> Plan:
     """Check everything a single or compared run needs, writing nothing
     (``InvalidArgumentError`` naming the option for the first bad value)."""
     if args.compare:
@@ -300,7 +327,7 @@ def plan(args: argparse.Namespace) -> Plan:
     configs = [(cls, replace(config, scheduler=replace(config.scheduler, step=step))) for cls, step in runs]
     trace = load_requests(args)
     check_output_dir(args.out, "--out", OUTPUTS)
-    return Plan(args, configs, trace)
+    return Plan(args, configs, trace, command)
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -318,7 +345,7 @@ def prepare(argv: list[str] | None) -> Plan:
     _, args = parse(argv)
     if args.sweep:
         raise InvalidArgumentError("--sweep: a sweep is many runs, not one plan (blockspace simulate runs it)")
-    return plan(args)
+    return plan(args, command_line(argv))
 
 
 def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
@@ -337,8 +364,8 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
             return refuse(failure, 1), {"trace": trace_source(args.trace), "error": failure}
 
     reporting_started = time.perf_counter()
-    summaries = [summarize(result) for result in results]
-    extra: dict[str, Any] = {"trace": trace_source(args.trace)}
+    summaries = [summarize(result, args.slo) for result in results]
+    extra: dict[str, Any] = {"trace": trace_source(args.trace), **provenance(planned)}
     status = 0
     for summary in summaries:
         for warning in warnings_for(summary):
@@ -361,6 +388,9 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
     json_path = args.out / "simulation.json"
     write_json(json_path, results, summaries, extra)
     print(f"figures: {json_path}")
+    if args.requests_out is not None:
+        write_requests(args.requests_out, results)
+        print(f"requests: {args.requests_out}")
     if not args.no_plot:
         from blockspace.simulator.plot import plot_runs
 
@@ -378,10 +408,47 @@ def main(argv: list[str] | None = None) -> int:
         parser, args = parse(argv)
         if args.sweep:
             return _sweep(parser, args)
-        planned = plan(args)
+        planned = plan(args, command_line(argv))
     except BlockSpaceError as error:
         return refuse(error)
     return execute(planned)[0]
+
+
+def command_line(argv: list[str] | None) -> list[str]:
+    """The command as the user gave it (``blockspace simulate`` and its arguments)."""
+    return ["blockspace", "simulate", *(sys.argv[1:] if argv is None else argv)]
+
+
+def provenance(planned: Plan) -> dict[str, Any]:
+    """What a reader of simulation.json needs to run it again: the command
+    line, every option's value, the package version, and the trace file
+    with its SHA-256 (the bundled sample's too)."""
+    from blockspace import __version__
+
+    args = planned.args
+    path = trace_file(args.trace)
+    options = {name: str(value) if isinstance(value, Path) or name == "slo" and value else value
+               for name, value in vars(args).items()}  # fmt: skip
+    return {
+        "command": shlex.join(planned.command),
+        "version": __version__,
+        "options": options,
+        "trace_file": {
+            "path": str(path),
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "requests_replayed": len(planned.trace),
+        },  # fmt: skip
+    }
+
+
+def write_requests(path: Path, results: list[SimulationResult]) -> None:
+    """``--requests-out``: one JSON line per request of each run (the
+    schema is in docs/simulator.md)."""
+    with open(path, "w", encoding="utf-8") as out:
+        for result in results:
+            manager = result.manager_name.rsplit(".", 1)[-1]
+            for record in result.metrics.request_records():
+                out.write(json.dumps({"manager": manager, **record}) + "\n")
 
 
 def time_split(results: list[SimulationResult], reporting_s: float) -> str:

@@ -12,14 +12,17 @@ The points, in the order of a step:
 * ``arrived``: the requests (samples) of a trace request joined the queue;
 * ``decided``: the policy's ``StepOutput`` (admissions, preemptions, swaps,
   copy-on-writes, ignored and aborted requests are all in it);
-* ``sampled`` (a prompt's last chunk gave a token: the first one is kept)
-  and ``finished``: the model's side, at the simulated time;
+* ``sampled`` (a prompt's last chunk gave a token), ``decoded`` (the
+  step's decodes gave one each) and ``finished``: the model's side, at the
+  simulated time (the gaps between a request's tokens are the ITL);
 * ``stepped``: the state after the step, one timeline entry.
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 from blockspace.enums import SequenceStatus
 from blockspace.simulator.decisions import StepOutput
@@ -59,7 +62,9 @@ class Counts:
 @dataclass(frozen=True)
 class TraceOutcome:
     """One trace request over its n samples, as a benchmark of vLLM sees it:
-    the first token is the earliest sample's, the finish the last sample's."""
+    the first token is the earliest sample's, the finish the last sample's,
+    and the time per output token the slowest sample's (what bounds the
+    whole answer)."""
 
     index: int
     arrival_s: float
@@ -68,6 +73,54 @@ class TraceOutcome:
     first_token_s: float | None
     finish_s: float | None  # None unless every sample finished
     status: str  # "finished", "ignored" (a sample was), "aborted" (a sample was), or "unfinished"
+    tpot_s: float | None = None  # None unless finished
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None or self.status != "finished" else self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.arrival_s
+
+
+def tpot(first_token_s: float, finish_s: float, num_output_tokens: int) -> float:
+    """Time per output token after the first, vLLM's benchmark's TPOT:
+    (end-to-end - TTFT) / (output tokens - 1); 0 for a single token."""
+    return (finish_s - first_token_s) / (num_output_tokens - 1) if num_output_tokens > 1 else 0.0
+
+
+# The fields of a request's record (``--requests-out``, one JSON line each): JSON
+# type(s) and meaning. docs/simulator.md shows this table, and the tests hold every
+# line written to it.
+REQUEST_SCHEMA: dict[str, tuple[str, str]] = {
+    "manager": ("string", "the manager of the run (with --compare, each run writes its lines)"),
+    "request_id": ("string", "vLLM's request id: the trace index, or {index}_parallel_sample_{i} with --n"),
+    "trace_index": ("integer", "the request's line in the trace, from 0"),
+    "sample": ("integer", "which of the trace request's n samples, from 0"),
+    "status": ("string", "finished, ignored, aborted or unfinished"),
+    "reason": ("string|null", "why it did not finish; null when it did"),
+    "arrival_s": ("number", "arrival, simulated seconds (after --time-scale)"),
+    "admitted_s": ("number|null", "its first admission (start of that step); null if never admitted"),
+    "readmissions_s": ("array", "each later admission, after a recompute preemption"),
+    "first_token_s": ("number|null", "end of the step that gave its first token"),
+    "finish_s": ("number|null", "end of the step that gave its last token"),
+    "prompt_tokens": ("integer", "prompt length"),
+    "output_tokens": ("integer", "tokens generated"),
+    "cached_tokens": ("integer", "tokens found in the prefix cache at its admissions, summed"),
+    "preemptions": ("integer", "recompute preemptions"),
+    "swap_outs": ("integer", "times swapped out to the CPU"),
+    "ttft_s": ("number|null", "first_token_s - arrival_s, when it finished"),
+    "tpot_s": ("number|null", "(finish_s - first_token_s) / (output_tokens - 1), 0 for one token, when it finished"),
+    "e2e_s": ("number|null", "finish_s - arrival_s, when it finished"),
+}
+
+# Why a request that did not finish did not (the ``reason`` of its record).
+REASONS = {
+    "ignored": "the block manager answered NEVER: the request needs more GPU blocks than the pool has",
+    "aborted": "its prefill could not go on even alone on the GPU (it would be preempted for ever)",
+    "unfinished": "the replay ended first",
+}
 
 
 class Metrics:
@@ -79,6 +132,14 @@ class Metrics:
         self.requests: list[SimRequest] = []  # every sample, in arrival order
         self.first_token_s: dict[str, float] = {}  # request id -> simulated time of its first token
         self.finish_s: dict[str, float] = {}  # request id -> simulated time it finished
+        self.admitted_s: dict[str, list[float]] = {}  # request id -> each admission (re-admissions after recompute)
+        self.cached_tokens: dict[
+            str, int
+        ] = {}  # request id -> prompt tokens found in the prefix cache, admissions summed
+        self.preemptions: dict[str, int] = {}  # request id -> recompute preemptions
+        self.swap_outs: dict[str, int] = {}  # request id -> times swapped out
+        self.last_token_s: dict[str, float] = {}  # request id -> simulated time of its latest token
+        self.itl_s = array("d")  # every gap between two tokens of a request (inter-token latency)
         self.final_hit_rate = 0.0
         self.manager_calls = 0
         self.manager_by_method: dict[str, tuple[float, int]] = {}  # name -> (seconds, calls) inside the manager
@@ -98,11 +159,33 @@ class Metrics:
         counts.blocks_swapped_in += len(output.blocks_to_swap_in)
         counts.copy_on_writes += len(output.blocks_to_copy)
         for group in output.prefills[: len(record.admitted)]:  # the new prefills come first
+            request_id, cached = group.request.request_id, group.token_chunk_size - group.num_uncached_tokens
             counts.prefill_tokens_admitted += group.request.seqs[0].get_len()
-            counts.cached_tokens_admitted += group.token_chunk_size - group.num_uncached_tokens
+            counts.cached_tokens_admitted += cached
+            self.admitted_s.setdefault(request_id, []).append(record.time_s)
+            self.cached_tokens[request_id] = self.cached_tokens.get(request_id, 0) + cached
+        for request_id in record.preempted:
+            self.preemptions[request_id] = self.preemptions.get(request_id, 0) + 1
+        for request_id in record.swapped_out:
+            self.swap_outs[request_id] = self.swap_outs.get(request_id, 0) + 1
 
     def sampled(self, request: SimRequest, now: float) -> None:
-        self.first_token_s.setdefault(request.request_id, now)
+        """A prompt's last chunk gave a token: the first, or (after a
+        recompute preemption) the next one after a long gap."""
+        request_id = request.request_id
+        self.first_token_s.setdefault(request_id, now)
+        last = self.last_token_s.get(request_id)
+        if last is not None:
+            self.itl_s.append(now - last)
+        self.last_token_s[request_id] = now
+
+    def decoded(self, requests: list[SimRequest], now: float) -> None:
+        """The step's decodes gave a token each (every one has an earlier token)."""
+        last, gaps = self.last_token_s, self.itl_s
+        for request in requests:
+            request_id = request.request_id
+            gaps.append(now - last[request_id])
+            last[request_id] = now
 
     def finished(self, requests: list[SimRequest], now: float) -> None:
         for request in requests:
@@ -140,26 +223,61 @@ class Metrics:
         return [self._outcome(index, samples) for index, samples in by_index.items()]
 
     def _outcome(self, index: int, samples: list[SimRequest]) -> TraceOutcome:
-        statuses = {seq.status for r in samples for seq in r.seqs}
-        finishes = [self.finish_s.get(r.request_id) for r in samples]
-        if SequenceStatus.FINISHED_IGNORED in statuses:
-            status = "ignored"
-        elif SequenceStatus.FINISHED_ABORTED in statuses:
-            status = "aborted"
-        elif all(finish is not None for finish in finishes):
-            status = "finished"
-        else:
-            status = "unfinished"
-        firsts = [self.first_token_s[r.request_id] for r in samples if r.request_id in self.first_token_s]
+        records = [self.request_record(request) for request in samples]
+        statuses = {record["status"] for record in records}
+        status = next((s for s in ("ignored", "aborted", "unfinished") if s in statuses), "finished")
+        firsts = [record["first_token_s"] for record in records if record["first_token_s"] is not None]
+        finished = status == "finished"
         return TraceOutcome(
             index,
             samples[0].arrival_s,
             samples[0].num_prompt_tokens,
-            sum(seq.get_output_len() for r in samples for seq in r.seqs),
+            sum(record["output_tokens"] for record in records),
             min(firsts) if firsts else None,
-            max(f for f in finishes if f is not None) if status == "finished" else None,
+            max(record["finish_s"] for record in records) if finished else None,
             status,
+            max(record["tpot_s"] for record in records) if finished else None,
         )
 
+    def request_record(self, request: SimRequest) -> dict[str, Any]:
+        """Everything that happened to one request (one sample), as plain
+        data: the ``--requests-out`` line (its schema: docs/simulator.md)."""
+        request_id = request.request_id
+        seq = request.seq
+        first, finish = self.first_token_s.get(request_id), self.finish_s.get(request_id)
+        if seq.status == SequenceStatus.FINISHED_IGNORED:
+            status = "ignored"
+        elif seq.status == SequenceStatus.FINISHED_ABORTED:
+            status = "aborted"
+        else:
+            status = "finished" if finish is not None else "unfinished"
+        admitted = self.admitted_s.get(request_id, [])
+        num_output = seq.get_output_len()
+        done = status == "finished" and first is not None and finish is not None
+        return {
+            "request_id": request_id,
+            "trace_index": request.index,
+            "sample": request.sample,
+            "status": status,
+            "reason": REASONS.get(status),
+            "arrival_s": request.arrival_s,
+            "admitted_s": admitted[0] if admitted else None,
+            "readmissions_s": admitted[1:],
+            "first_token_s": first,
+            "finish_s": finish,
+            "prompt_tokens": request.num_prompt_tokens,
+            "output_tokens": num_output,
+            "cached_tokens": self.cached_tokens.get(request_id, 0),
+            "preemptions": self.preemptions.get(request_id, 0),
+            "swap_outs": self.swap_outs.get(request_id, 0),
+            "ttft_s": first - request.arrival_s if done and first is not None else None,
+            "tpot_s": tpot(first, finish, num_output) if done and first is not None and finish is not None else None,
+            "e2e_s": finish - request.arrival_s if done and finish is not None else None,
+        }
 
-__all__ = ["Counts", "Metrics", "TraceOutcome", "Timeline"]
+    def request_records(self) -> list[dict[str, Any]]:
+        """``request_record`` of every request (sample), in arrival order."""
+        return [self.request_record(request) for request in self.requests]
+
+
+__all__ = ["REASONS", "REQUEST_SCHEMA", "Counts", "Metrics", "TraceOutcome", "Timeline", "tpot"]

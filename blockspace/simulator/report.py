@@ -5,9 +5,14 @@ Request figures are per trace request: with ``--n`` > 1 its n samples run
 as n requests (as in vLLM 0.9.2), and the trace request counts as finished
 once all of them have, its TTFT from the earliest sample's first token and
 its end-to-end latency to the last sample's finish (what a client of vLLM
-sees for one request with n outputs). Latency figures count the requests
-that finished; ignored (too large for the GPU) and aborted requests (one of
-its samples was) are counted apart. Throughput is over the
+sees for one request with n outputs), and its TPOT (time per output token
+after the first, (end-to-end - TTFT) / (output tokens - 1), as vLLM's
+benchmark has it) the slowest sample's. ITL (inter-token latency) is every
+gap between two tokens of a request, over all requests. Latency figures
+count the requests that finished, and every place that shows one says how
+many those are; ignored (too large for the GPU) and aborted requests (one
+of its samples was) are counted apart. With an SLO (``slo.py``) the summary
+also says how many trace requests met it and the goodput they make. Throughput is over the
 simulated time from the first arrival to the last finish. KV usage is the
 GPU blocks held by sequences (``num_gpu_blocks - get_num_free_gpu_blocks()``,
 so idle cached blocks count as free, as in vLLM); its mean is weighted by
@@ -27,20 +32,22 @@ import numpy as np
 
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.simulation import SimulationResult
+from blockspace.simulator.slo import SLO, attainment
 
 MAX_TIMELINE_POINTS = 2000  # per-step series are thinned to this many points in the JSON
 
 
-def _percentiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p90": None, "p99": None, "mean": None}
+def _percentiles(values: Any) -> dict[str, float | int | None]:
+    """p50, p90, p99 and mean of ``values``, and ``count``: how many there are."""
     array = np.asarray(values, dtype=float)
+    if not array.size:
+        return {"p50": None, "p90": None, "p99": None, "mean": None, "count": 0}
     p50, p90, p99 = np.percentile(array, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(array.mean())}
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(array.mean()), "count": array.size}
 
 
-def summarize(result: SimulationResult) -> dict[str, Any]:
-    """Every figure of one run, as plain data."""
+def summarize(result: SimulationResult, slo: SLO | None = None) -> dict[str, Any]:
+    """Every figure of one run, as plain data (with ``slo``: who met it)."""
     config = result.config
     metrics = result.metrics
     counts = metrics.counts
@@ -72,8 +79,11 @@ def summarize(result: SimulationResult) -> dict[str, Any]:
             "total_tokens_per_s": (num_output_tokens + num_prompt_tokens) / span,
             "requests_per_s": len(finished) / span,
         },
-        "ttft_s": _percentiles([r.first_token_s - r.arrival_s for r in finished if r.first_token_s is not None]),
-        "e2e_latency_s": _percentiles([r.finish_s - r.arrival_s for r in finished if r.finish_s is not None]),
+        "ttft_s": _percentiles([r.ttft_s for r in finished if r.ttft_s is not None]),
+        "tpot_s": _percentiles([r.tpot_s for r in finished if r.tpot_s is not None]),
+        "itl_s": _percentiles(metrics.itl_s),
+        "e2e_latency_s": _percentiles([r.e2e_s for r in finished if r.e2e_s is not None]),
+        "slo": None if slo is None else attainment(slo, outcomes, span),
         "prefix_cache": {
             "enabled": config.scheduler.enable_prefix_caching,
             "gpu_block_hit_rate": metrics.final_hit_rate,
@@ -133,6 +143,15 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value:,}{unit}"
 
 
+# The latency lines of the summary: label, key, and what the figures are over.
+LATENCIES = (
+    ("TTFT", "ttft_s", lambda p: f"{p['count']:,} finished requests"),
+    ("TPOT", "tpot_s", lambda p: f"{p['count']:,} finished requests"),
+    ("ITL", "itl_s", lambda p: f"{p['count']:,} gaps between tokens"),
+    ("end-to-end latency", "e2e_latency_s", lambda p: f"{p['count']:,} finished requests"),
+)
+
+
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) lines of the text summary."""
     requests = summary["requests"]
@@ -154,9 +173,20 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             f"{summary['throughput']['requests_per_s']:.2f} req/s",
         ),
     ]
-    for name, key in (("TTFT", "ttft_s"), ("end-to-end latency", "e2e_latency_s")):
+    for name, key, over in LATENCIES:
         p = summary[key]
-        rows.append((f"{name} p50/p90/p99", " / ".join(_fmt(p[q], " s") for q in ("p50", "p90", "p99"))))
+        rows.append(
+            (f"{name} p50/p90/p99", " / ".join(_fmt(p[q], " s") for q in ("p50", "p90", "p99")) + f" ({over(p)})")
+        )
+    slo = summary.get("slo")
+    if slo is not None:
+        rows.append(
+            (
+                f"SLO {slo['text']}",
+                f"met by {slo['met']:,} of {slo['of']:,} requests ({slo['attainment']:.1%}; ignored, aborted and "
+                f"unfinished ones miss it), goodput {slo['goodput_requests_per_s']:.2f} req/s",
+            )
+        )
     if cache["enabled"]:
         rows.append(
             (

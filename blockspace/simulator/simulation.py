@@ -204,6 +204,7 @@ class Simulation:
             len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out),
         )
         self.clock += step_s
+        self.metrics.decoded(output.decodes, self.clock)
         finished: list[Sequence] = []
         for group in prefills:
             request = group.request
