@@ -253,12 +253,14 @@ def option_name(dest: str) -> str:
 @dataclass(frozen=True)
 class Range:
     """Where a numeric option's values make sense: ``>= least``, ``> above``,
-    ``< below`` (each optional); a real number must also be finite (an
-    infinite time or size is no configuration, and NaN fails every bound)."""
+    ``< below``, ``<= most`` (each optional); a real number must also be
+    finite (an infinite time or size is no configuration, and NaN fails
+    every bound)."""
 
     least: float | None = None
     above: float | None = None
     below: float | None = None
+    most: float | None = None
 
     def check(self, option: str, value: Any) -> None:
         """``InvalidArgumentError`` naming ``option`` and the first bound ``value`` breaks."""
@@ -266,6 +268,7 @@ class Range:
             (self.least, lambda v, b: v >= b, ">="),
             (self.above, lambda v, b: v > b, ">"),
             (self.below, lambda v, b: v < b, "<"),
+            (self.most, lambda v, b: v <= b, "<="),
         ):
             if bound is not None and not holds(value, bound):
                 raise InvalidArgumentError(f"{option} must be {words} {bound:g}, got {value}")

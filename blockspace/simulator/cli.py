@@ -10,8 +10,10 @@ the summary, and writes ``simulation.png`` and ``simulation.json`` into
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
+import os
 import shlex
 import sys
 import time
@@ -126,6 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--no-plot", action="store_true", help="skip the PNG")
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    finding = parser.add_argument_group("capacity (blockspace/simulator/capacity.py)")
+    finding.add_argument(
+        "--find", choices=("max-rate",),
+        help="max-rate: the highest request rate (the trace's arrivals scaled) at which --target %% of the requests"
+             " meet --slo, found by bisection with the runs in parallel (default: one replay)",
+    )  # fmt: skip
+    finding.add_argument(
+        "--target", type=float, default=90.0, help="with --find: the share of requests that must meet --slo, in %%"
+    )
+
     sweeping = parser.add_argument_group("sweeps (blockspace/simulator/sweep.py)")
     sweeping.add_argument(
         "--sweep", metavar="KEY=V1,V2", action="append", default=[],
@@ -164,6 +176,7 @@ RANGES = {
     "kv_token_read_ns": Range(least=0),
     "swap_block_us": Range(least=0),
     "workers": Range(least=1),
+    "target": Range(above=0, most=100),
 }
 OUTPUTS = ("simulation.json", "simulation.png")  # what a run writes under --out
 
@@ -275,6 +288,48 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return config, traces[key]
 
     return sweep(args, sweeps, prepare, trace_source(args.trace))
+
+
+def _find(args: argparse.Namespace, command: list[str]) -> int:
+    """``--find max-rate``: everything checked, then the search (capacity.py)."""
+    from blockspace import __version__
+    from blockspace.simulator import capacity
+    from blockspace.simulator.executor import ray_pool
+
+    if args.slo is None:
+        raise InvalidArgumentError("--find max-rate needs --slo, the targets the rate must keep (e.g. ttft=2s)")
+    if args.compare or args.sweep:
+        raise InvalidArgumentError(
+            "--find max-rate searches one configuration: use --manager, without --compare or --sweep"
+        )
+    resolve_manager(args.manager)
+    config = simulation_config(args, record_tables=False)
+    trace = load_requests(args)
+    rate = capacity.base_rate(trace)
+    if args.executor == "ray":
+        ray_pool()
+    check_output_dir(args.out, "--out", capacity.OUTPUTS)
+    workers = args.workers or os.cpu_count() or 1
+    print(f"finding the highest rate at which {args.target:g}% of {len(trace):,} requests from "
+          f"{trace_source(args.trace)} meet {args.slo}: {workers} run(s) a round, {args.executor}")  # fmt: skip
+    evaluate = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor)
+    try:
+        found = capacity.find_max_rate(evaluate, rate, args.target / 100, workers)
+    except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
+        return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
+    print(capacity.format_answer(found, args.slo))
+    args.out.mkdir(parents=True, exist_ok=True)
+    document = {"command": shlex.join(command), "version": __version__, "config": dataclasses.asdict(config),
+                "trace": trace_source(args.trace), "slo": str(args.slo), **found}  # fmt: skip
+    (args.out / "capacity.json").write_text(json.dumps(document, indent=1))
+    print(f"figures: {args.out / 'capacity.json'}")
+    if not args.no_plot:
+        title = (
+            f"max rate within {args.slo} for {args.target:g}% of {len(trace):,} requests of {trace_source(args.trace)}"
+        )
+        capacity.plot_curve(args.out / "capacity.png", found, title)
+        print(f"plot:    {args.out / 'capacity.png'}")
+    return 0
 
 
 def _progress_bar(total: int, label: str, enabled: bool) -> tuple[Any, Callable[[int], None] | None]:
@@ -406,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     bad option, said before anything ran or was written."""
     try:
         parser, args = parse(argv)
+        if args.find:
+            return _find(args, command_line(argv))
         if args.sweep:
             return _sweep(parser, args)
         planned = plan(args, command_line(argv))

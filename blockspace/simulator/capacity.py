@@ -1,0 +1,207 @@
+"""``--find max-rate``: the highest request rate at which a configuration
+still meets its SLO.
+
+The capacity question a serving engineer asks is not "how fast is this
+trace served" but "how much of this traffic can one replica take within
+our latency targets". The answer here: replay the trace with its arrivals
+compressed or stretched (rate scale ``r``: every arrival time divided by
+``r``, so ``r = 2`` is twice the trace's request rate), and find the largest
+``r`` at which the share of requests meeting the SLO (``slo.py``: ignored,
+aborted and unfinished requests miss it) is at least the target.
+
+The search assumes attainment falls as the rate rises, which queueing makes
+true in practice, and reports every rate it tried, so a curve that does not
+fall can be seen. It runs in rounds of as many rates as there are workers,
+in parallel on the sweep's executor (``executor.py``):
+
+1. bracket: from the trace's own rate, double (or halve) until one rate
+   passes and a higher one fails;
+2. narrow: split the bracket evenly at each round until its ends are within
+   ``tolerance`` of each other (relative), or the runs run out.
+
+The answer is the highest passing rate found below the lowest failing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from blockspace.errors import InvalidArgumentError
+from blockspace.simulator.slo import SLO
+from blockspace.workloads import TraceRequest, scale_arrivals
+
+MIN_SCALE, MAX_SCALE = 2.0**-12, 2.0**12  # the search gives up beyond these rate scales
+DEFAULT_TOLERANCE = 0.02  # the bracket's ends this close (relative): found
+DEFAULT_MAX_RUNS = 40
+
+
+def base_rate(trace: list[TraceRequest]) -> float:
+    """The trace's mean request rate (requests per second between its first
+    and last arrival); ``InvalidArgumentError`` if it has none."""
+    if len(trace) < 2 or trace[-1].arrival_s <= trace[0].arrival_s:
+        raise InvalidArgumentError(
+            "--find max-rate scales the trace's arrivals: it needs at least two requests arriving at different times"
+        )
+    return (len(trace) - 1) / (trace[-1].arrival_s - trace[0].arrival_s)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One replay at rate scale ``scale``: picklable, for a worker process."""
+
+    scale: float
+    trace: list[TraceRequest]  # at scale 1
+    config: Any  # SimulationConfig
+    manager: str
+    slo: SLO
+
+
+def run_probe(probe: Probe) -> dict[str, Any]:
+    """Replay at ``probe.scale`` and say how the SLO fared."""
+    from blockspace.interfaces import load_manager_class
+    from blockspace.simulator.report import summarize
+    from blockspace.simulator.simulation import run_simulation
+
+    trace = scale_arrivals(probe.trace, 1.0 / probe.scale)
+    summary = summarize(run_simulation(trace, load_manager_class(probe.manager), probe.config), probe.slo)
+    requests, slo = summary["requests"], summary["slo"]
+    return {
+        "scale": probe.scale,
+        "attainment": slo["attainment"],
+        "goodput_requests_per_s": slo["goodput_requests_per_s"],
+        "finished": requests["finished"],
+        "ignored": requests["ignored"],
+        "aborted": requests["aborted"],
+        "ttft_p90_s": summary["ttft_s"]["p90"],
+        "tpot_p90_s": summary["tpot_s"]["p90"],
+    }
+
+
+def next_scales(tried: dict[float, bool], width: int, tolerance: float) -> list[float]:
+    """The rate scales of the next round (``tried``: scale -> passed), or []
+    when the search is over: found, or beyond ``MIN_SCALE``/``MAX_SCALE``."""
+    failing = [scale for scale, passed in tried.items() if not passed]
+    high = min(failing, default=None)
+    passing = [scale for scale, passed in tried.items() if passed and (high is None or scale < high)]
+    low = max(passing, default=None)
+    if low is None:  # nothing passed: lower rates
+        least = min(tried)
+        return [] if least <= MIN_SCALE else [least / 2.0 ** (i + 1) for i in range(width)]
+    if high is None:  # everything passed: higher rates
+        most = max(tried)
+        return [] if most >= MAX_SCALE else [most * 2.0 ** (i + 1) for i in range(width)]
+    if (high - low) / low <= tolerance:
+        return []
+    return [low + (high - low) * (i + 1) / (width + 1) for i in range(width)]
+
+
+def find_max_rate(
+    evaluate: Callable[[list[float]], list[dict[str, Any]]],
+    rate: float,
+    target: float,
+    width: int,
+    tolerance: float = DEFAULT_TOLERANCE,
+    max_runs: int = DEFAULT_MAX_RUNS,
+) -> dict[str, Any]:
+    """Search (see the module doc). ``evaluate(scales)`` runs those rate
+    scales (in parallel) and returns ``run_probe``'s answers; ``rate`` is
+    the trace's own request rate, ``target`` the attainment wanted (0-1),
+    ``width`` the rates per round."""
+    probes: dict[float, dict[str, Any]] = {}
+    scales = [2.0**i for i in range(width)]  # the first round: the trace's rate and up
+    while scales and len(probes) < max_runs:
+        for answer in evaluate(scales[: max_runs - len(probes)]):
+            probes[answer["scale"]] = answer
+        scales = next_scales({s: p["attainment"] >= target for s, p in probes.items()}, width, tolerance)
+    failing = min((s for s, p in probes.items() if p["attainment"] < target), default=None)
+    passing = [s for s, p in probes.items() if p["attainment"] >= target and (failing is None or s < failing)]
+    best = max(passing, default=None)
+    curve = [{**probes[s], "rate_requests_per_s": s * rate} for s in sorted(probes)]
+    return {
+        "max_rate_requests_per_s": None if best is None else best * rate,
+        "rate_scale": best,
+        "lowest_failing_rate_requests_per_s": None if failing is None else failing * rate,
+        "trace_rate_requests_per_s": rate,
+        "target": target,
+        "runs": len(probes),
+        "converged": not scales,
+        "curve": curve,
+    }
+
+
+__all__ = ["Probe", "base_rate", "find_max_rate", "next_scales", "run_probe"]
+
+
+# -- the command ------------------------------------------------------------------------------
+OUTPUTS = ("capacity.json", "capacity.png")  # what --find max-rate writes under --out
+
+
+def evaluator(
+    trace: list[TraceRequest], config: Any, manager: str, slo: SLO, workers: int, executor: str
+) -> Callable[[list[float]], list[dict[str, Any]]]:
+    """``evaluate`` for ``find_max_rate``: each round's rates in parallel."""
+    from blockspace.simulator.executor import map_unordered
+
+    def evaluate(scales: list[float]) -> list[dict[str, Any]]:
+        probes = [Probe(scale, trace, config, manager, slo) for scale in scales]
+        return list(map_unordered(run_probe, probes, workers, executor))
+
+    return evaluate
+
+
+def format_answer(found: dict[str, Any], slo: SLO) -> str:
+    """The curve as a table, then the answer in a sentence."""
+    lines = [f"{'rate (req/s)':>13}  {'scale':>8}  {'attainment':>10}  {'goodput':>8}  finished/ignored/aborted"]
+    for point in found["curve"]:
+        lines.append(
+            f"{point['rate_requests_per_s']:>13.3f}  {point['scale']:>8.4g}  {point['attainment']:>10.1%}  "
+            f"{point['goodput_requests_per_s']:>8.3f}  {point['finished']}/{point['ignored']}/{point['aborted']}"
+        )
+    target = f"{found['target']:.0%} of requests within {slo}"
+    if found["max_rate_requests_per_s"] is None:
+        lines.append(f"max rate: none found: even {found['curve'][0]['rate_requests_per_s']:.4g} req/s misses {target}")
+    else:
+        above = found["lowest_failing_rate_requests_per_s"]
+        bound = "" if above is None else f", {above:.4g} req/s does not"
+        lines.append(
+            f"max rate: {found['max_rate_requests_per_s']:.4g} req/s ({found['rate_scale']:.4g}x the trace's "
+            f"{found['trace_rate_requests_per_s']:.4g} req/s) keeps {target}{bound}; {found['runs']} runs"
+            + ("" if found["converged"] else " (stopped at the run limit before the bracket closed)")
+        )
+    return "\n".join(lines)
+
+
+def plot_curve(path: Any, found: dict[str, Any], title: str) -> None:
+    """Attainment (percent, 0-100) and goodput against the request rate,
+    with the target and the answer marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
+
+    curve = found["curve"]
+    rates = [p["rate_requests_per_s"] for p in curve]
+    figure, (share, good) = plt.subplots(1, 2, figsize=(12, 4.5))
+    share.plot(rates, [100 * p["attainment"] for p in curve], "-o", markersize=4, label="requests within the SLO")
+    share.axhline(100 * found["target"], color="grey", linestyle="--", label=f"target {found['target']:.0%}")
+    good.plot(rates, [p["goodput_requests_per_s"] for p in curve], "-o", markersize=4, label="goodput")
+    good.plot(rates, rates, ":", color="grey", label="offered rate")
+    for axis in (share, good):
+        if found["max_rate_requests_per_s"] is not None:
+            axis.axvline(found["max_rate_requests_per_s"], color="tab:green", linestyle=":", label="max rate found")
+        axis.set_xscale("log")
+        axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.xaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        axis.set_xlabel("request rate (req/s, log scale)")
+        axis.legend(fontsize=8)
+    share.set_ylim(0, 100)
+    share.set_ylabel("requests meeting the SLO (%)")
+    good.set_ylim(bottom=0)
+    good.set_ylabel("goodput (req/s)")
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

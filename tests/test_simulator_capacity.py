@@ -1,0 +1,100 @@
+"""``--find max-rate`` (blockspace/simulator/capacity.py): the search on
+its own against a known threshold, and the command on a synthetic trace
+whose answer follows from queueing by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from blockspace.simulator.capacity import DEFAULT_TOLERANCE, MIN_SCALE, find_max_rate, next_scales
+from blockspace.simulator.cli import main as simulate
+
+
+def threshold(limit: float, calls: list[list[float]]):
+    """An ``evaluate`` whose attainment is 1 up to rate scale ``limit`` and 0 above."""
+
+    def evaluate(scales: list[float]) -> list[dict]:
+        calls.append(list(scales))
+        return [{"scale": s, "attainment": 1.0 if s <= limit else 0.0} for s in scales]
+
+    return evaluate
+
+
+@pytest.mark.parametrize(("limit", "width"), [(3.3, 1), (3.3, 4), (0.07, 2), (1.0, 3)])
+def test_the_search_closes_in_on_the_threshold_from_below(limit, width):
+    calls: list[list[float]] = []
+    found = find_max_rate(threshold(limit, calls), rate=10.0, target=0.9, width=width)
+    best, failing = found["rate_scale"], found["lowest_failing_rate_requests_per_s"] / 10.0
+    assert best <= limit < failing and (failing - best) / best <= DEFAULT_TOLERANCE
+    assert found["max_rate_requests_per_s"] == pytest.approx(10.0 * best) and found["converged"]
+    assert all(len(round_) <= width for round_ in calls)  # each round fills the workers, no more
+    assert found["runs"] == len({s for round_ in calls for s in round_}) == len(found["curve"])
+    assert [p["scale"] for p in found["curve"]] == sorted(p["scale"] for p in found["curve"])
+
+
+def test_a_target_no_rate_meets_says_none():
+    calls: list[list[float]] = []
+    found = find_max_rate(threshold(0.0, calls), rate=1.0, target=0.5, width=2)
+    assert found["max_rate_requests_per_s"] is None and found["rate_scale"] is None
+    assert min(p["scale"] for p in found["curve"]) <= MIN_SCALE  # it went down to the floor first
+
+
+def test_the_next_round_brackets_then_splits():
+    assert next_scales({1.0: True}, 2, 0.02) == [2.0, 4.0]  # all passed: up
+    assert next_scales({1.0: False}, 2, 0.02) == [0.5, 0.25]  # all failed: down
+    assert next_scales({1.0: True, 2.0: False}, 3, 0.02) == [1.25, 1.5, 1.75]  # split the bracket
+    assert next_scales({1.0: True, 1.01: False}, 3, 0.02) == []  # closed
+    # a pass above the lowest failure is not believed: the bracket is below that failure
+    assert next_scales({1.0: True, 2.0: False, 4.0: True}, 1, 0.02) == [1.5]
+
+
+def test_the_command_finds_the_rate_queueing_predicts(tmp_path, capsys):
+    """20 requests 100 ms apart (10 req/s), one at a time (--max-num-seqs 1),
+    each 4 steps of exactly 10 ms (a 16-token prompt, 4 output tokens): 40 ms
+    of service. Arrivals 40 ms apart or more never queue, so every request
+    meets e2e <= 41 ms; closer, the k-th waits k times the shortfall, and
+    fewer than 90 % do once that passes 1 ms for the 18th (k = 17). The max
+    rate lies between 25 req/s and 1 / (40 ms - 1/17 ms) = 25.04 req/s."""
+    trace = tmp_path / "queue.jsonl"
+    lines = [{"timestamp": 100 * i, "input_length": 16, "output_length": 4, "hash_ids": [i]} for i in range(20)]
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out"
+    argv = ["--trace", str(trace), "--max-num-seqs", "1", "--max-num-batched-tokens", "16", "--step-overhead-ms", "10"]
+    argv += ["--prefill-token-us", "0", "--decode-seq-us", "0", "--kv-token-read-ns", "0", "--swap-block-us", "0"]
+    argv += ["--find", "max-rate", "--slo", "e2e=41ms", "--workers", "2", "--quiet", "--out", str(out)]
+    assert simulate(argv) == 0
+    printed = capsys.readouterr().out
+    found = json.loads((out / "capacity.json").read_text())
+    assert found["trace_rate_requests_per_s"] == pytest.approx(10.0)
+    assert 25.0 * (1 - DEFAULT_TOLERANCE) <= found["max_rate_requests_per_s"] <= 25.04
+    assert 25.0 < found["lowest_failing_rate_requests_per_s"] <= 25.0 * (1 + 2 * DEFAULT_TOLERANCE)
+    assert found["converged"] and found["runs"] == len(found["curve"]) <= 40
+    assert all(p["finished"] == 20 and p["ignored"] == p["aborted"] == 0 for p in found["curve"])
+    assert f"max rate: {found['max_rate_requests_per_s']:.4g} req/s" in printed
+    assert (out / "capacity.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ([], "--find max-rate needs --slo"),
+        (["--slo", "ttft=1s", "--compare", "reference,fast"], "without --compare or --sweep"),
+        (["--slo", "ttft=1s", "--target", "0"], "--target must be > 0"),
+        (["--slo", "ttft=1s", "--target", "100.5"], "--target must be <= 100"),
+    ],
+)
+def test_a_search_that_cannot_run_is_refused_first(tmp_path, capsys, extra, said):
+    argv = ["--find", "max-rate", "--max-requests", "5", "--out", str(tmp_path / "out"), *extra]
+    assert simulate(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and said in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_without_a_rate_is_refused(tmp_path, capsys):
+    trace = tmp_path / "burst.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 16, "output_length": 2, "hash_ids": [1]}) + "\n")
+    assert simulate(["--trace", str(trace), "--find", "max-rate", "--slo", "e2e=1s", "--out", str(tmp_path)]) == 2
+    assert "at least two requests arriving at different times" in capsys.readouterr().err
