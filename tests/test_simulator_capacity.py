@@ -50,6 +50,27 @@ def test_the_next_round_brackets_then_splits():
     assert next_scales({1.0: True, 2.0: False, 4.0: True}, 1, 0.02) == [1.5]
 
 
+def queue_argv(tmp_path) -> list[str]:
+    """20 requests 100 ms apart (10 req/s), each a 16-token prompt and 4
+    output tokens, every step exactly 10 ms."""
+    trace = tmp_path / "queue.jsonl"
+    lines = [{"timestamp": 100 * i, "input_length": 16, "output_length": 4, "hash_ids": [i]} for i in range(20)]
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    argv = ["--trace", str(trace), "--max-num-batched-tokens", "16", "--step-overhead-ms", "10"]
+    argv += ["--prefill-token-us", "0", "--decode-seq-us", "0", "--kv-token-read-ns", "0", "--swap-block-us", "0"]
+    return argv + [
+        "--find",
+        "max-rate",
+        "--slo",
+        "e2e=41ms",
+        "--workers",
+        "2",
+        "--quiet",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+
+
 def test_the_command_finds_the_rate_queueing_predicts(tmp_path, capsys):
     """20 requests 100 ms apart (10 req/s), one at a time (--max-num-seqs 1),
     each 4 steps of exactly 10 ms (a 16-token prompt, 4 output tokens): 40 ms
@@ -57,16 +78,10 @@ def test_the_command_finds_the_rate_queueing_predicts(tmp_path, capsys):
     meets e2e <= 41 ms; closer, the k-th waits k times the shortfall, and
     fewer than 90 % do once that passes 1 ms for the 18th (k = 17). The max
     rate lies between 25 req/s and 1 / (40 ms - 1/17 ms) = 25.04 req/s."""
-    trace = tmp_path / "queue.jsonl"
-    lines = [{"timestamp": 100 * i, "input_length": 16, "output_length": 4, "hash_ids": [i]} for i in range(20)]
-    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "out"
-    argv = ["--trace", str(trace), "--max-num-seqs", "1", "--max-num-batched-tokens", "16", "--step-overhead-ms", "10"]
-    argv += ["--prefill-token-us", "0", "--decode-seq-us", "0", "--kv-token-read-ns", "0", "--swap-block-us", "0"]
-    argv += ["--find", "max-rate", "--slo", "e2e=41ms", "--workers", "2", "--quiet", "--out", str(out)]
-    assert simulate(argv) == 0
+    assert simulate([*queue_argv(tmp_path), "--max-num-seqs", "1"]) == 0
     printed = capsys.readouterr().out
-    found = json.loads((out / "capacity.json").read_text())
+    (found,) = json.loads((out / "capacity.json").read_text())["configurations"]
     assert found["trace_rate_requests_per_s"] == pytest.approx(10.0)
     assert 25.0 * (1 - DEFAULT_TOLERANCE) <= found["max_rate_requests_per_s"] <= 25.04
     assert 25.0 < found["lowest_failing_rate_requests_per_s"] <= 25.0 * (1 + 2 * DEFAULT_TOLERANCE)
@@ -80,7 +95,8 @@ def test_the_command_finds_the_rate_queueing_predicts(tmp_path, capsys):
     ("extra", "said"),
     [
         ([], "--find max-rate needs --slo"),
-        (["--slo", "ttft=1s", "--compare", "reference,fast"], "without --compare or --sweep"),
+        (["--slo", "ttft=1s", "--compare", "reference,fast"], "runs one manager"),
+        (["--slo", "ttft=1s", "--sweep", "block_size=16,0"], "--sweep"),
         (["--slo", "ttft=1s", "--target", "0"], "--target must be > 0"),
         (["--slo", "ttft=1s", "--target", "100.5"], "--target must be <= 100"),
     ],
@@ -98,3 +114,21 @@ def test_a_trace_without_a_rate_is_refused(tmp_path, capsys):
     trace.write_text(json.dumps({"timestamp": 0, "input_length": 16, "output_length": 2, "hash_ids": [1]}) + "\n")
     assert simulate(["--trace", str(trace), "--find", "max-rate", "--slo", "e2e=1s", "--out", str(tmp_path)]) == 2
     assert "at least two requests arriving at different times" in capsys.readouterr().err
+
+
+def test_each_configuration_of_a_sweep_gets_its_answer(tmp_path, capsys):
+    """Stretching the trace's arrivals (--time-scale 2: 5 req/s) changes the
+    rate scale the answer is found at, not the answer in requests per
+    second: the queue still takes 25 req/s."""
+    assert simulate([*queue_argv(tmp_path), "--max-num-seqs", "1", "--sweep", "time_scale=1,2"]) == 0
+    printed = capsys.readouterr().out
+    one, two = json.loads((tmp_path / "out" / "capacity.json").read_text())["configurations"]
+    assert one["values"] == {"time_scale": 1.0} and two["values"] == {"time_scale": 2.0}
+    assert one["trace_rate_requests_per_s"] == pytest.approx(10.0) and two[
+        "trace_rate_requests_per_s"
+    ] == pytest.approx(5.0)
+    for search in (one, two):
+        assert 25.0 * (1 - DEFAULT_TOLERANCE) <= search["max_rate_requests_per_s"] <= 25.04
+    assert two["rate_scale"] == pytest.approx(2 * one["rate_scale"], rel=2 * DEFAULT_TOLERANCE)
+    assert "max rate per configuration:" in printed and "time_scale=2.0: " in printed
+    assert (tmp_path / "out" / "capacity.png").stat().st_size > 0

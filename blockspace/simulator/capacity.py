@@ -131,9 +131,6 @@ def find_max_rate(
     }
 
 
-__all__ = ["Probe", "base_rate", "find_max_rate", "next_scales", "run_probe"]
-
-
 # -- the command ------------------------------------------------------------------------------
 OUTPUTS = ("capacity.json", "capacity.png")  # what --find max-rate writes under --out
 
@@ -173,29 +170,50 @@ def format_answer(found: dict[str, Any], slo: SLO) -> str:
     return "\n".join(lines)
 
 
-def plot_curve(path: Any, found: dict[str, Any], title: str) -> None:
-    """Attainment (percent, 0-100) and goodput against the request rate,
-    with the target and the answer marked."""
+def format_answers(searches: list[dict[str, Any]]) -> str:
+    """One line per configuration of a sweep: its values and the max rate."""
+    lines = ["max rate per configuration:"]
+    for search in searches:
+        values = ", ".join(f"{name}={value}" for name, value in search["values"].items())
+        rate = search["max_rate_requests_per_s"]
+        lines.append(f"  {values}: " + ("none found" if rate is None else f"{rate:.4g} req/s"))
+    return "\n".join(lines)
+
+
+def plot_curves(path: Any, searches: list[dict[str, Any]], title: str) -> None:
+    """Attainment (percent, 0-100) and goodput against the request rate, a
+    line per configuration, with the target and each answer marked."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
-    curve = found["curve"]
-    rates = [p["rate_requests_per_s"] for p in curve]
     figure, (share, good) = plt.subplots(1, 2, figsize=(12, 4.5))
-    share.plot(rates, [100 * p["attainment"] for p in curve], "-o", markersize=4, label="requests within the SLO")
-    share.axhline(100 * found["target"], color="grey", linestyle="--", label=f"target {found['target']:.0%}")
-    good.plot(rates, [p["goodput_requests_per_s"] for p in curve], "-o", markersize=4, label="goodput")
-    good.plot(rates, rates, ":", color="grey", label="offered rate")
+    for index, search in enumerate(searches):
+        color = f"C{index % 10}"
+        named = ", ".join(f"{name}={value}" for name, value in search["values"].items())
+        curve = search["curve"]
+        rates = [p["rate_requests_per_s"] for p in curve]
+        share.plot(rates, [100 * p["attainment"] for p in curve], "-o", color=color, markersize=4,
+                   label=named or "requests within the SLO")  # fmt: skip
+        good.plot(rates, [p["goodput_requests_per_s"] for p in curve], "-o", color=color, markersize=4,
+                  label=named or "goodput")  # fmt: skip
+        if search["max_rate_requests_per_s"] is not None:
+            for axis in (share, good):
+                axis.axvline(search["max_rate_requests_per_s"], color=color, linestyle=":")
+    share.axhline(
+        100 * searches[0]["target"], color="grey", linestyle="--", label=f"target {searches[0]['target']:.0%}"
+    )
+    offered = sorted({p["rate_requests_per_s"] for search in searches for p in search["curve"]})
+    good.plot(offered, offered, ":", color="grey", label="offered rate")
     for axis in (share, good):
-        if found["max_rate_requests_per_s"] is not None:
-            axis.axvline(found["max_rate_requests_per_s"], color="tab:green", linestyle=":", label="max rate found")
         axis.set_xscale("log")
-        axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-        axis.xaxis.set_minor_formatter(FormatStrFormatter("%g"))
-        axis.set_xlabel("request rate (req/s, log scale)")
+        low, high = axis.get_xlim()
+        axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))  # plain numbers, not powers of ten
+        # within a decade or so the minor ticks are the only labels; over many they would crowd
+        axis.xaxis.set_minor_formatter(FormatStrFormatter("%g") if high / low < 20 else NullFormatter())
+        axis.set_xlabel("request rate (req/s, log scale); dotted verticals: the max rate found")
         axis.legend(fontsize=8)
     share.set_ylim(0, 100)
     share.set_ylabel("requests meeting the SLO (%)")
@@ -205,3 +223,17 @@ def plot_curve(path: Any, found: dict[str, Any], title: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+__all__ = [
+    "OUTPUTS",
+    "Probe",
+    "base_rate",
+    "evaluator",
+    "find_max_rate",
+    "format_answer",
+    "format_answers",
+    "next_scales",
+    "plot_curves",
+    "run_probe",
+]

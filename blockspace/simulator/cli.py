@@ -265,6 +265,29 @@ def resolve_run(name: str, default_step: str) -> tuple[type, str]:
     return cls, step if at else default_step
 
 
+def preparer(
+    sweeps: list[tuple[str, list[Any]]],
+) -> Callable[[argparse.Namespace], tuple[SimulationConfig, list[TraceRequest]]]:
+    """One swept run's options -> its configuration and its requests,
+    loading the trace once per (max_requests, time_scale); a combination of
+    values that does not go together is an ``InvalidArgumentError`` naming
+    them."""
+    traces: dict[tuple[Any, float], list[TraceRequest]] = {}
+
+    def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
+        try:
+            config = simulation_config(run_args, record_tables=False)
+        except BlockSpaceError as error:
+            swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
+            raise InvalidArgumentError(f"--sweep ({swept}): {error}") from None
+        key = (run_args.max_requests, run_args.time_scale)
+        if key not in traces:
+            traces[key] = load_requests(run_args)
+        return config, traces[key]
+
+    return prepare
+
+
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``--sweep``: every configuration checked, then the runs (sweep.py)."""
     from blockspace.simulator.sweep import parse_sweeps, sweep
@@ -273,61 +296,56 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--sweep runs one manager: use --manager, not --compare")
     sweeps = parse_sweeps(args.sweep, parser, RANGES)
     resolve_manager(args.manager)
-
-    traces: dict[tuple[Any, float], list[TraceRequest]] = {}  # one load per (max_requests, time_scale)
-
-    def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
-        try:
-            config = simulation_config(run_args, record_tables=False)
-        except BlockSpaceError as error:  # a combination of values that does not go together
-            swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
-            raise InvalidArgumentError(f"--sweep ({swept}): {error}") from None
-        key = (run_args.max_requests, run_args.time_scale)
-        if key not in traces:
-            traces[key] = load_requests(run_args)
-        return config, traces[key]
-
-    return sweep(args, sweeps, prepare, trace_source(args.trace))
+    return sweep(args, sweeps, preparer(sweeps), trace_source(args.trace))
 
 
-def _find(args: argparse.Namespace, command: list[str]) -> int:
-    """``--find max-rate``: everything checked, then the search (capacity.py)."""
+def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str]) -> int:
+    """``--find max-rate``, for one configuration or each of a ``--sweep``:
+    everything checked, then one search per configuration (capacity.py)."""
     from blockspace import __version__
     from blockspace.simulator import capacity
     from blockspace.simulator.executor import ray_pool
+    from blockspace.simulator.sweep import configurations, parse_sweeps
 
     if args.slo is None:
         raise InvalidArgumentError("--find max-rate needs --slo, the targets the rate must keep (e.g. ttft=2s)")
-    if args.compare or args.sweep:
-        raise InvalidArgumentError(
-            "--find max-rate searches one configuration: use --manager, without --compare or --sweep"
-        )
+    if args.compare:
+        raise InvalidArgumentError("--find max-rate runs one manager: use --manager, not --compare")
     resolve_manager(args.manager)
-    config = simulation_config(args, record_tables=False)
-    trace = load_requests(args)
-    rate = capacity.base_rate(trace)
+    sweeps = parse_sweeps(args.sweep, parser, RANGES)
+    prepare = preparer(sweeps)
+    points = []  # (swept values, configuration, requests, their rate)
+    for values in configurations(sweeps):
+        config, trace = prepare(argparse.Namespace(**{**vars(args), **values}))
+        points.append((values, config, trace, capacity.base_rate(trace)))
     if args.executor == "ray":
         ray_pool()
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
     workers = args.workers or os.cpu_count() or 1
-    print(f"finding the highest rate at which {args.target:g}% of {len(trace):,} requests from "
-          f"{trace_source(args.trace)} meet {args.slo}: {workers} run(s) a round, {args.executor}")  # fmt: skip
-    evaluate = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor)
-    try:
-        found = capacity.find_max_rate(evaluate, rate, args.target / 100, workers)
-    except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
-        return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
-    print(capacity.format_answer(found, args.slo))
+    source = trace_source(args.trace)
+    searches = []
+    for values, config, trace, rate in points:
+        named = "".join(f", {name}={value}" for name, value in values.items())
+        print(f"finding the highest rate at which {args.target:g}% of {len(trace):,} requests from {source} meet "
+              f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
+        evaluate = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor)
+        try:
+            found = capacity.find_max_rate(evaluate, rate, args.target / 100, workers)
+        except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
+            return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
+        print(capacity.format_answer(found, args.slo))
+        searches.append({"values": values, "config": dataclasses.asdict(config), "requests": len(trace), **found})
+    if len(searches) > 1:
+        print(capacity.format_answers(searches))
     args.out.mkdir(parents=True, exist_ok=True)
-    document = {"command": shlex.join(command), "version": __version__, "config": dataclasses.asdict(config),
-                "trace": trace_source(args.trace), "slo": str(args.slo), **found}  # fmt: skip
+    document = {"command": shlex.join(command), "version": __version__, "trace": source, "slo": str(args.slo),
+                "target": args.target / 100, "configurations": searches}  # fmt: skip
     (args.out / "capacity.json").write_text(json.dumps(document, indent=1))
     print(f"figures: {args.out / 'capacity.json'}")
     if not args.no_plot:
-        title = (
-            f"max rate within {args.slo} for {args.target:g}% of {len(trace):,} requests of {trace_source(args.trace)}"
-        )
-        capacity.plot_curve(args.out / "capacity.png", found, title)
+        sizes = sorted({search["requests"] for search in searches})
+        title = f"max rate within {args.slo} for {args.target:g}% of {sizes[-1]:,} requests of {source}"
+        capacity.plot_curves(args.out / "capacity.png", searches, title)
         print(f"plot:    {args.out / 'capacity.png'}")
     return 0
 
@@ -462,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser, args = parse(argv)
         if args.find:
-            return _find(args, command_line(argv))
+            return _find(parser, args, command_line(argv))
         if args.sweep:
             return _sweep(parser, args)
         planned = plan(args, command_line(argv))
