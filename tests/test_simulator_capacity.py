@@ -8,8 +8,22 @@ import json
 
 import pytest
 
-from blockspace.simulator.capacity import DEFAULT_TOLERANCE, MIN_SCALE, find_max_rate, next_scales
+from blockspace.simulator.capacity import (
+    DEFAULT_TOLERANCE,
+    MAX_SCALE,
+    MIN_SCALE,
+    find_max_rate,
+    format_answer,
+    next_scales,
+)
 from blockspace.simulator.cli import main as simulate
+from blockspace.simulator.slo import SLO
+
+
+def probe(scale: float, attainment: float) -> dict:
+    """What ``run_probe`` answers, made up."""
+    counts = dict.fromkeys(("finished", "ignored", "aborted"), 0)
+    return {"scale": scale, "attainment": attainment, "goodput_requests_per_s": attainment * scale, **counts}
 
 
 def threshold(limit: float, calls: list[list[float]]):
@@ -17,7 +31,7 @@ def threshold(limit: float, calls: list[list[float]]):
 
     def evaluate(scales: list[float]) -> list[dict]:
         calls.append(list(scales))
-        return [{"scale": s, "attainment": 1.0 if s <= limit else 0.0} for s in scales]
+        return [probe(s, 1.0 if s <= limit else 0.0) for s in scales]
 
     return evaluate
 
@@ -32,6 +46,12 @@ def test_the_search_closes_in_on_the_threshold_from_below(limit, width):
     assert all(len(round_) <= width for round_ in calls)  # each round fills the workers, no more
     assert found["runs"] == len({s for round_ in calls for s in round_}) == len(found["curve"])
     assert [p["scale"] for p in found["curve"]] == sorted(p["scale"] for p in found["curve"])
+
+
+def test_a_target_every_rate_meets_is_a_lower_bound():
+    found = find_max_rate(threshold(1e9, []), rate=1.0, target=0.5, width=3)
+    assert found["lowest_failing_rate_requests_per_s"] is None and found["rate_scale"] >= MAX_SCALE
+    assert "every rate tried does, the max is higher" in format_answer(found, SLO(ttft_s=1.0))
 
 
 def test_a_target_no_rate_meets_says_none():

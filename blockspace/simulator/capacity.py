@@ -161,7 +161,7 @@ def format_answer(found: dict[str, Any], slo: SLO) -> str:
         lines.append(f"max rate: none found: even {found['curve'][0]['rate_requests_per_s']:.4g} req/s misses {target}")
     else:
         above = found["lowest_failing_rate_requests_per_s"]
-        bound = "" if above is None else f", {above:.4g} req/s does not"
+        bound = ": every rate tried does, the max is higher" if above is None else f", {above:.4g} req/s does not"
         lines.append(
             f"max rate: {found['max_rate_requests_per_s']:.4g} req/s ({found['rate_scale']:.4g}x the trace's "
             f"{found['trace_rate_requests_per_s']:.4g} req/s) keeps {target}{bound}; {found['runs']} runs"
