@@ -5,6 +5,7 @@ blockspace bench        micro and macro benchmarks, reference against fast
 blockspace conformance  check one implementation against another
 blockspace soak         long random run looking for leaks
 blockspace gpu-bench    benchmark the CUDA kernels against vLLM v0's way
+blockspace gpu-profile  measure a GPU's step times for simulate --step-model
 
 A subcommand's module is imported only once its extra is known to be
 there; ``--help`` of a subcommand whose options are described outside its
@@ -60,6 +61,9 @@ SUBCOMMANDS = {
         "benchmark the CUDA kernels (table sync, slot mapping, KV copies)",
         "blockspace.bench.gpu_options:build_parser",
     ),
+    "gpu-profile": Subcommand(
+        "blockspace.profile.cli", None, "measure this GPU's step times into a file for simulate --step-model"
+    ),  # checks its own extra (torch only: no numba-cuda), after its options
 }
 HELP = ("-h", "--help")
 

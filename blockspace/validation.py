@@ -4,6 +4,7 @@ same error with the same message for the same bad input."""
 from __future__ import annotations
 
 import functools
+import json
 import math
 import numbers
 import os
@@ -354,3 +355,75 @@ def load_manager(spec: str, option: str) -> type:
             f"{option}: {spec!r} does not construct as a block manager ({config}): {type(error).__name__}: {error}"
         ) from None
     return cls
+
+
+# -- JSON files a command reads -----------------------------------------------------------
+# A file given to a command (a step-time model, say) is checked whole before any work, and
+# each message starts with the file's name, so that it reads well after the option that
+# named the file: "--step-model: profile.json: missing key 'decode_seq_us'".
+
+
+def read_json_object(path: str | Path, holds: str) -> dict[str, Any]:
+    """The JSON object the file at ``path`` holds (``holds`` says what it should
+    hold, for the message); ``InvalidArgumentError`` naming the file when it is
+    missing, unreadable, not UTF-8 text, not JSON, or JSON but not an object."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidArgumentError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidArgumentError(f"{path}: is a folder, not a file") from None
+    except OSError as error:
+        raise InvalidArgumentError(f"{path}: cannot read it ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"{path}: is not UTF-8 text") from None
+    try:
+        found = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidArgumentError(
+            f"{path}: is not JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        ) from None
+    if not isinstance(found, dict):
+        raise InvalidArgumentError(f"{path}: holds a JSON {_json_kind(found)}, not an object of {holds}")
+    return found
+
+
+def _json_kind(value: Any) -> str:
+    """What JSON calls the type of a parsed value."""
+    kinds = ((bool, "boolean"), (str, "string"), (list, "array"), (dict, "object"), (type(None), "null"))
+    return next((name for cls, name in kinds if isinstance(value, cls)), "number")
+
+
+def check_keys(found: Mapping[str, Any], required: Sequence[str], optional: Sequence[str], where: str) -> None:
+    """``found`` has every key of ``required`` and no key outside ``required``
+    and ``optional``; one ``InvalidArgumentError`` names every unknown and every
+    missing key (a misspelt key is usually both), ``where`` first."""
+    unknown = [key for key in found if key not in required and key not in optional]
+    missing = [key for key in required if key not in found]
+    said = []
+    if unknown:
+        known = ", ".join([*required, *optional])
+        said.append(f"unknown {_keys(unknown)} (known: {known})")
+    if missing:
+        said.append(f"missing {_keys(missing)}")
+    if said:
+        raise InvalidArgumentError(f"{where}: " + "; ".join(said))
+
+
+def _keys(names: Sequence[str]) -> str:
+    return ("key " if len(names) == 1 else "keys ") + ", ".join(repr(name) for name in names)
+
+
+def check_number(value: Any, name: str, allowed: Range) -> float:
+    """``value`` as a float, when it is a real number (neither a bool nor text),
+    finite and in ``allowed``; else ``InvalidArgumentError`` naming ``name``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be a number, got {json.dumps(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidArgumentError(f"{name} must be a finite number, got {value}")
+    allowed.check(name, value)
+    return number

@@ -1,6 +1,6 @@
 """Commands that never lie (issue #24): every option of ``blockspace
-simulate``, ``soak``, ``bench``, ``gpu-bench`` and ``conformance``, given a bad value, is one
-``error:`` line naming it, exit status 2, no traceback, before any work and
+simulate``, ``soak``, ``bench``, ``gpu-bench``, ``gpu-profile`` and ``conformance``, given a bad
+value, is one ``error:`` line naming it, exit status 2, no traceback, before any work and
 with nothing written. The options are read off the parsers: a numeric option
 must have a range in its module's ``RANGES`` (its bad values are derived from
 it), a switch or a choice gets derived bad values, and any other option needs
@@ -22,13 +22,21 @@ import pytest
 import blockspace.bench.cli as bench
 import blockspace.bench.gpu as gpu_bench
 import blockspace.conformance.cli as conformance
+import blockspace.profile.cli as gpu_profile
 import blockspace.simulator.cli as simulate
 import blockspace.simulator.sweep as sweep
 import blockspace.soak.cli as soak
 from blockspace.reference import ReferenceBlockSpaceManager
 from blockspace.validation import Range, option_name
 
-COMMANDS = {"simulate": simulate, "soak": soak, "bench": bench, "gpu-bench": gpu_bench, "conformance": conformance}
+COMMANDS = {
+    "simulate": simulate,
+    "soak": soak,
+    "bench": bench,
+    "gpu-bench": gpu_bench,
+    "gpu-profile": gpu_profile,
+    "conformance": conformance,
+}
 BASE = {"conformance": ["--impl", "fast"]}  # a command's required options, before each case (a case may override them)
 
 # The options that are neither numbers, switches nor choices: (option, argv) cases, run in a folder
@@ -109,6 +117,9 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
     },
     "gpu-bench": {
         "json": [["--json", "/proc/nope/g.json"], ["--json", "adir"]],
+    },
+    "gpu-profile": {
+        "out": [["--out", "/proc/nope/p.json"], ["--out", "adir"], ["--out", "afile/p.json"]],
     },
     "conformance": {
         "impl": [
@@ -200,6 +211,7 @@ def no_work(monkeypatch):
     monkeypatch.setattr(soak, "soak_ops", work)
     monkeypatch.setattr(bench, "machine", work)
     monkeypatch.setattr(gpu_bench, "gpu_available", work)
+    monkeypatch.setattr(gpu_profile, "profile", work)
     monkeypatch.setattr(conformance, "run_with_progress", work)
 
 
@@ -248,6 +260,7 @@ def test_help_shows_every_default_and_no_markup(command, capsys):
         ["soak", "--ops", "-5"],
         ["bench", "--json", "/proc/nope/b.json"],
         ["gpu-bench", "--seqs", "0"],
+        ["gpu-profile", "--layers-to-time", "0"],
     ],
 )
 def test_the_installed_command_says_one_line(tmp_path, argv):

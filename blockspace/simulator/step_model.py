@@ -1,0 +1,98 @@
+"""A step-time model kept in a file: what ``blockspace gpu-profile`` writes
+and ``blockspace simulate --step-model FILE`` reads, so that the simulated
+clock can run on coefficients measured on a real GPU instead of the
+estimates built into ``StepTimeModel``.
+
+The file is one JSON object (docs/simulator.md describes every key)::
+
+    {
+      "version": 1,
+      "step_overhead_ms": 3.9,
+      "prefill_token_us": 41.0,
+      "decode_seq_us": 12.0,
+      "kv_token_read_ns": 29.0,
+      "swap_block_us": 44.0,
+      "source": "blockspace gpu-profile 0.1.0, torch 2.5.1",
+      "measured_on": "NVIDIA H200",
+      "created": "2025-06-01T12:00:00+00:00",
+      "model": {"num_layers": 32, "hidden_size": 4096, ...},
+      "fit": {"points": [...], "max_relative_error": 0.04}
+    }
+
+The version and all five coefficients are required: a file that left one
+out would have the simulator fill it with a built-in estimate, and a user
+would believe the run measured. The other keys say where the figures come
+from; the simulator does not use them. Anything else is refused, so that a
+misspelt coefficient is not silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from blockspace.errors import InvalidArgumentError, InvalidConfigError
+from blockspace.simulator.gpu import StepTimeModel
+from blockspace.validation import Range, check_keys, check_number, read_json_object
+
+VERSION = 1  # raised when a key changes meaning; a reader refuses any version it does not know
+COEFFICIENTS = tuple(field.name for field in dataclasses.fields(StepTimeModel))
+REQUIRED = ("version", *COEFFICIENTS)
+PROVENANCE: dict[str, type] = {  # optional key -> the JSON type it must have (str: a string, dict: an object)
+    "source": str,  # what made the file: a program and its version, or words
+    "measured_on": str,  # the device the coefficients were measured on
+    "created": str,  # when, as ISO 8601
+    "model": dict,  # the model measured: its dimensions and dtype
+    "fit": dict,  # the measured points and how well the coefficients fit them
+}
+
+
+def step_model_json(model: StepTimeModel, provenance: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The file's object for ``model``, with the ``provenance`` keys (see ``PROVENANCE``)."""
+    found = {"version": VERSION, **dataclasses.asdict(model), **(provenance or {})}
+    _check_provenance(found, "the step model's provenance")
+    check_keys(found, REQUIRED, tuple(PROVENANCE), "the step model")
+    return found
+
+
+def save_step_model(model: StepTimeModel, path: str | Path, provenance: dict[str, Any] | None = None) -> None:
+    """Write ``model`` and its ``provenance`` to ``path`` as ``load_step_model`` reads it."""
+    text = json.dumps(step_model_json(model, provenance), indent=2, allow_nan=False)
+    Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+def load_step_model(path: str | Path) -> StepTimeModel:
+    """The step-time model the file at ``path`` holds, every key checked.
+
+    Anything wrong is one ``InvalidArgumentError`` whose message starts with
+    the file's name (``--step-model: `` reads well in front of it): the file
+    missing or unreadable, not JSON, not an object, an unknown or a missing
+    key, a version other than ``VERSION``, a coefficient that is not a finite
+    number >= 0, or five that would make a step take no time at all.
+    """
+    found = read_json_object(path, "step-time coefficients")
+    check_keys(found, REQUIRED, tuple(PROVENANCE), str(path))
+    version = found["version"]
+    if type(version) is not int or version != VERSION:
+        raise InvalidArgumentError(
+            f"{path}: version {json.dumps(version)} is not one this blockspace reads (it reads version {VERSION})"
+        )
+    values = {name: check_number(found[name], f"{path}: {name}", Range(least=0)) for name in COEFFICIENTS}
+    _check_provenance(found, str(path))
+    try:
+        return StepTimeModel(**values)
+    except InvalidConfigError as error:
+        raise InvalidArgumentError(f"{path}: {error}") from None
+
+
+def _check_provenance(found: dict[str, Any], where: str) -> None:
+    """Each provenance key present has its JSON type."""
+    for key, kind in PROVENANCE.items():
+        if key in found and not isinstance(found[key], kind):
+            wanted = "a string" if kind is str else "an object"
+            raise InvalidArgumentError(f"{where}: {key} must be {wanted}, got {json.dumps(found[key])}")
+
+
+__all__ = ["COEFFICIENTS", "PROVENANCE", "VERSION", "load_step_model", "save_step_model", "step_model_json"]

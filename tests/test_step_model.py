@@ -1,0 +1,130 @@
+"""A step-time model in a file (``blockspace.simulator.step_model``): what is
+written loads back as it was, and every bad file is one
+``InvalidArgumentError`` that starts with the file's name and says what is
+wrong, so that ``--step-model: <message>`` tells a user what to fix."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from blockspace.errors import InvalidArgumentError
+from blockspace.simulator.gpu import StepTimeModel
+from blockspace.simulator.step_model import COEFFICIENTS, load_step_model, save_step_model, step_model_json
+
+GOOD = {
+    "version": 1,
+    "step_overhead_ms": 3.5,
+    "prefill_token_us": 41.0,
+    "decode_seq_us": 12,
+    "kv_token_read_ns": 29.5,
+    "swap_block_us": 44.0,
+}
+
+
+def test_a_saved_model_loads_back_equal_with_its_provenance_kept(tmp_path):
+    model = StepTimeModel(step_overhead_ms=3.5, prefill_token_us=41.0, decode_seq_us=0.0, kv_token_read_ns=29.5)
+    provenance = {"source": "by hand", "measured_on": "NVIDIA H200", "model": {"num_layers": 32}, "fit": {}}
+    path = tmp_path / "model.json"
+    save_step_model(model, path, provenance)
+    assert load_step_model(path) == model
+    written = json.loads(path.read_text())
+    assert written == {"version": 1, **{name: getattr(model, name) for name in COEFFICIENTS}, **provenance}
+    assert path.read_text().endswith("}\n")
+
+
+def test_the_built_in_defaults_and_a_file_with_only_the_required_keys_load(tmp_path):
+    path = tmp_path / "defaults.json"
+    save_step_model(StepTimeModel(), path)
+    assert load_step_model(str(path)) == StepTimeModel()
+    path.write_text(json.dumps(GOOD))
+    assert load_step_model(path) == StepTimeModel(3.5, 41.0, 12.0, 29.5, 44.0)
+
+
+def with_changes(**changes) -> str:
+    """GOOD's text with ``changes`` (a value of None removes the key)."""
+    found = {**GOOD, **changes}
+    return json.dumps({key: value for key, value in found.items() if value is not None})
+
+
+BAD = {
+    "not JSON": ("{", "is not JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
+    "a list": ("[1, 2]", "holds a JSON array, not an object of step-time coefficients"),
+    "a number": ("4.0", "holds a JSON number, not an object"),
+    "unknown key": (with_changes(speed=1), "unknown key 'speed' (known: version, step_overhead_ms,"),
+    "misspelt key": (
+        with_changes(prefill_token_us=None, prefil_token_us=4),
+        "unknown key 'prefil_token_us' (known: ",
+    ),
+    "misspelt key, and missing": (
+        with_changes(prefill_token_us=None, prefil_token_us=4),
+        "; missing key 'prefill_token_us'",
+    ),
+    "missing keys": (
+        with_changes(decode_seq_us=None, swap_block_us=None),
+        "missing keys 'decode_seq_us', 'swap_block_us'",
+    ),
+    "no version": (with_changes(version=None), "missing key 'version'"),
+    "a later version": (with_changes(version=2), "version 2 is not one this blockspace reads (it reads version 1)"),
+    "a version as text": (with_changes(version="1"), 'version "1" is not one'),
+    "a version as a bool": (with_changes(version=True), "version true is not one"),
+    "text": (with_changes(decode_seq_us="12"), 'decode_seq_us must be a number, got "12"'),
+    "a bool": (with_changes(decode_seq_us=True), "decode_seq_us must be a number, got true"),
+    "explicit null": (json.dumps({**GOOD, "decode_seq_us": None}), "decode_seq_us must be a number, got null"),
+    "a list value": (with_changes(decode_seq_us=[1]), "decode_seq_us must be a number, got [1]"),
+    "negative": (with_changes(kv_token_read_ns=-1), "kv_token_read_ns must be >= 0, got -1"),
+    "NaN": (with_changes(kv_token_read_ns=float("nan")), "kv_token_read_ns must be a finite number, got nan"),
+    "infinite": (with_changes(swap_block_us=float("inf")), "swap_block_us must be a finite number, got inf"),
+    "too large for a float": (with_changes(swap_block_us=10**400), "swap_block_us must be a finite number"),
+    "no time at all": (
+        with_changes(step_overhead_ms=0, prefill_token_us=0, decode_seq_us=0),
+        "a step must take some time",
+    ),
+    "source not text": (with_changes(source=5), "source must be a string, got 5"),
+    "model not an object": (with_changes(model=[32]), "model must be an object, got [32]"),
+}
+
+
+@pytest.mark.parametrize(("text", "said"), list(BAD.values()), ids=list(BAD))
+def test_a_bad_file_names_itself_and_the_problem(tmp_path, text, said):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(InvalidArgumentError) as raised:
+        load_step_model(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: ") and said in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda path: None, "no such file"),
+        (lambda path: path.mkdir(), "is a folder, not a file"),
+        (lambda path: path.write_bytes(b'{"version": 1, "\xff": 2}'), "is not UTF-8 text"),
+    ],
+    ids=["missing", "a folder", "not UTF-8"],
+)
+def test_a_file_that_cannot_be_read_names_itself(tmp_path, make, said):
+    path = tmp_path / "model.json"
+    make(path)
+    with pytest.raises(InvalidArgumentError, match=f"^{path}: {said}$"):
+        load_step_model(path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_an_unreadable_file_says_so(tmp_path):
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(GOOD))
+    path.chmod(0)
+    with pytest.raises(InvalidArgumentError, match=r": cannot read it \(Permission denied\)$"):
+        load_step_model(path)
+
+
+def test_saving_refuses_provenance_the_file_could_not_hold(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="unknown key 'device'"):
+        step_model_json(StepTimeModel(), {"device": "cuda"})
+    with pytest.raises(InvalidArgumentError, match="measured_on must be a string"):
+        save_step_model(StepTimeModel(), tmp_path / "m.json", {"measured_on": 1})
+    assert list(tmp_path.iterdir()) == []
