@@ -23,6 +23,7 @@ import blockspace.bench.cli as bench
 import blockspace.bench.gpu as gpu_bench
 import blockspace.conformance.cli as conformance
 import blockspace.profile.cli as gpu_profile
+import blockspace.simulator.capacity as capacity
 import blockspace.simulator.cli as simulate
 import blockspace.simulator.sweep as sweep
 import blockspace.soak.cli as soak
@@ -64,6 +65,13 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--compare", "reference@rows,fast"],
         ],
         "step": [["--step", "rows", "--manager", "reference"]],
+        "step_model": [
+            ["--step-model", "missing.json"],
+            ["--step-model", "adir"],
+            ["--step-model", "garbage.jsonl"],
+            ["--step-model", "small.jsonl", "--prefill-token-us", "1"],
+            ["--sweep", "step_model=missing.json"],
+        ],
         "slo": [
             ["--slo", "ttft=2"],
             ["--slo", "ttft=2s,ttft=1s"],
@@ -207,7 +215,8 @@ def no_work(monkeypatch):
         raise AssertionError("the work started before every option was checked")
 
     monkeypatch.setattr(simulate, "execute", work)
-    monkeypatch.setattr(sweep, "run_jobs", work)
+    monkeypatch.setattr(sweep, "map_unordered", work)  # a sweep's runs
+    monkeypatch.setattr(capacity, "find_max_rate", work)  # --find max-rate's search
     monkeypatch.setattr(soak, "soak_ops", work)
     monkeypatch.setattr(bench, "machine", work)
     monkeypatch.setattr(gpu_bench, "gpu_available", work)

@@ -128,7 +128,7 @@ def test_nothing_shipped_names_a_path_of_our_machines():
 
 
 # -- folders that show the architecture ------------------------------------------------------
-TOOLS = ("blockspace.simulator", "blockspace.bench", "blockspace.soak")
+TOOLS = ("blockspace.simulator", "blockspace.bench", "blockspace.soak", "blockspace.profile")
 CORE = [p for p in (ROOT / "blockspace").glob("*.py")]
 MANAGERS_AND_KIT = [
     *CORE,

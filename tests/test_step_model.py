@@ -128,3 +128,30 @@ def test_saving_refuses_provenance_the_file_could_not_hold(tmp_path):
     with pytest.raises(InvalidArgumentError, match="measured_on must be a string"):
         save_step_model(StepTimeModel(), tmp_path / "m.json", {"measured_on": 1})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_simulate_runs_on_the_file_s_model(tmp_path, capsys):
+    """``blockspace simulate --step-model FILE``: every step then costs what
+    the file says (here 10 ms flat), as the summary's busy time shows."""
+    from blockspace.simulator.cli import main as simulate
+
+    flat = StepTimeModel(10.0, 0.0, 0.0, 0.0, 0.0)
+    save_step_model(flat, tmp_path / "flat.json", {"source": "a test"})
+    out = tmp_path / "out"
+    argv = [
+        "--max-requests",
+        "10",
+        "--no-plot",
+        "--quiet",
+        "--out",
+        str(out),
+        "--step-model",
+        str(tmp_path / "flat.json"),
+    ]
+    assert simulate(argv) == 0
+    run = json.loads((out / "simulation.json").read_text())["runs"][0]
+    assert run["busy_s"] == pytest.approx(0.010 * run["steps"])
+    assert json.loads((out / "simulation.json").read_text())["config"]["step_time"]["step_overhead_ms"] == 10.0
+    capsys.readouterr()
+    assert simulate([*argv, "--decode-seq-us", "5"]) == 2  # the file and an option: which one would count?
+    assert "drop --decode-seq-us" in capsys.readouterr().err

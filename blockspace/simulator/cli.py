@@ -37,6 +37,7 @@ from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
 from blockspace.simulator.slo import parse_slo
+from blockspace.simulator.step_model import COEFFICIENTS, load_step_model
 from blockspace.validation import (
     Range,
     check_output_dir,
@@ -44,6 +45,7 @@ from blockspace.validation import (
     check_ranges,
     command_parser,
     load_manager,
+    option_name,
     refuse,
 )
 from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace, scale_arrivals, trace_file, trace_source
@@ -102,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     sched.add_argument("--max-output-len", type=int, help="cap every request's output length (default: no cap)")
 
     timing = parser.add_argument_group("step-time model")
+    timing.add_argument(
+        "--step-model", type=Path, metavar="FILE",
+        help="the step-time model's coefficients from a JSON file (blockspace gpu-profile writes one), instead of"
+             " the five options below (default: those options)",
+    )  # fmt: skip
     timing.add_argument(
         "--step-overhead-ms", type=float, default=StepTimeModel.step_overhead_ms, help="fixed cost of a step"
     )
@@ -227,12 +234,28 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
             record_tables=record_tables,
             step=args.step,
         ),
-        step_time=StepTimeModel(
-            args.step_overhead_ms, args.prefill_token_us, args.decode_seq_us, args.kv_token_read_ns, args.swap_block_us
-        ),
+        step_time=step_time_model(args),
         num_samples=args.n,
         max_output_len=args.max_output_len,
     )
+
+
+def step_time_model(args: argparse.Namespace) -> StepTimeModel:
+    """``--step-model FILE``, or the five coefficient options. Both at once
+    is refused: a coefficient given on the command line and then replaced
+    by the file's would be silently ignored."""
+    given = StepTimeModel(
+        args.step_overhead_ms, args.prefill_token_us, args.decode_seq_us, args.kv_token_read_ns, args.swap_block_us
+    )
+    if args.step_model is None:
+        return given
+    changed = [name for name in COEFFICIENTS if getattr(given, name) != getattr(StepTimeModel(), name)]
+    if changed:
+        raise InvalidArgumentError(f"--step-model replaces the step-time options: drop {option_name(changed[0])}")
+    try:
+        return load_step_model(args.step_model)
+    except InvalidArgumentError as error:
+        raise InvalidArgumentError(f"--step-model: {error}") from None
 
 
 def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
