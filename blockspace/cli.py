@@ -101,9 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         from blockspace.compile_notice import watch
 
         watch()  # every command may build the fast manager, whose first run compiles its kernels
-        return int(importlib.import_module(command.module).main(args[1:]) or 0)
+        status = int(importlib.import_module(command.module).main(args[1:]) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at exit
+        return status
     except MissingExtraError as error:
         return refuse(error)
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as a Unix tool does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's final flush of stdout must not fail again
+        return 1
 
 
 if __name__ == "__main__":

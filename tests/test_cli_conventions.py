@@ -170,3 +170,16 @@ def test_an_unknown_blockspace_profile_stops_the_whole_pytest_run(tmp_path):
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
     assert "--blockspace-profile: unknown conformance profile 'bogus' (known: quick, full" in done.stderr
     assert "passed" not in done.stdout  # nothing ran with the default profile
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+    """``blockspace simulate | head -1``: when the pipe closes, the command
+    stops quietly (exit 1), as a Unix tool does, with nothing on stderr."""
+    command = [sys.executable, "-m", "blockspace", "simulate", "--max-requests", "5", "--no-plot", "--quiet"]
+    command += ["--out", str(tmp_path)]
+    done = subprocess.run(
+        f"{' '.join(command)} | head -c 1 > /dev/null; echo $? ${{PIPESTATUS[0]}}",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},  # every line written at once: the pipe closes mid-output
+    )  # fmt: skip
+    assert done.stderr == "" and done.stdout.split() == ["0", "1"], (done.stdout, done.stderr)
