@@ -18,6 +18,7 @@ from blockspace.interfaces import load_manager_class
 from blockspace.simulator.cli import build_parser, simulation_config
 from blockspace.simulator.report import summarize
 from blockspace.simulator.simulation import run_simulation
+from blockspace.simulator.slo import parse_slo
 from blockspace.simulator.sweep import configurations, parse_sweeps
 from blockspace.workloads import load_trace
 
@@ -74,12 +75,13 @@ def test_a_bad_configuration_stops_the_sweep_before_any_run(argv, tmp_path, caps
     assert not (tmp_path / "sweep").exists()
 
 
-def single_run(num_gpu_blocks: int, caching: bool) -> dict:
+def single_run(num_gpu_blocks: int, caching: bool, slo: str | None = None) -> dict:
     args = build_parser().parse_args(
         [*SMALL, "--num-gpu-blocks", str(num_gpu_blocks)] + ([] if caching else ["--no-enable-prefix-caching"])
     )
     config = simulation_config(args, record_tables=False)
-    return summarize(run_simulation(load_trace(None, 12), load_manager_class("fast"), config))
+    result = run_simulation(load_trace(None, 12), load_manager_class("fast"), config)
+    return summarize(result, None if slo is None else parse_slo(slo))
 
 
 def test_a_sweep_in_worker_processes_gives_the_figures_of_single_runs(tmp_path, capsys):
@@ -100,7 +102,9 @@ def test_a_sweep_in_worker_processes_gives_the_figures_of_single_runs(tmp_path, 
             k: v for k, v in alone.items() if k not in volatile
         }
     rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
-    assert len(rows) == 4 and {"ttft_p99_s", "e2e_p50_s", "hit_rate", "preemptions", "peak_kv_usage"} <= set(rows[0])
+    headlines = {"finished", "ignored", "ttft_p99_s", "e2e_p50_s", "hit_rate_pct", "preemptions", "peak_kv_use_pct"}
+    assert len(rows) == 4 and headlines <= set(rows[0])
+    assert "slo_attainment_pct" not in rows[0]  # no --slo, no SLO columns
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == [f"run-{k}.json" for k in range(4)]
     assert (tmp_path / "sweep.png").stat().st_size > 10_000
     printed = capsys.readouterr().out
@@ -140,3 +144,32 @@ def test_the_trace_options_can_be_swept_too(tmp_path, capsys):
     ttft = [r["summary"]["ttft_s"]["mean"] for r in runs if r["values"]["max_requests"] == 40]
     assert ttft[1] < ttft[0]  # arrivals three times as far apart: less time queueing
     assert "runs of 4-40 requests" in capsys.readouterr().out
+
+
+def test_the_table_and_csv_count_the_requests_each_run_did_not_serve(tmp_path, capsys):
+    """Latencies are over finished requests, so a pool too small for some
+    prompts (600 blocks: 6 of the 12 are ignored) looks faster than a large
+    one; the counts, the attainment and the goodput (over every request)
+    sit beside them, with the figures of single runs."""
+    slo = "ttft=1.5s,tpot=200ms"
+    argv = ["simulate", *SMALL, "--quiet", "--no-plot", "--out", str(tmp_path), "--workers", "1", "--slo", slo]
+    assert blockspace([*argv, "--sweep", "num_gpu_blocks=600,4000"]) == 0
+    rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
+    first = ["num_gpu_blocks", "finished", "ignored", "aborted", "slo_attainment_pct", "goodput_req_per_s"]
+    assert list(rows[0])[:6] == first
+    for row in rows:
+        alone = single_run(int(row["num_gpu_blocks"]), caching=True, slo=slo)
+        assert [int(row[k]) for k in ("finished", "ignored", "aborted")] == [
+            alone["requests"][k] for k in ("finished", "ignored", "aborted")
+        ]
+        assert float(row["slo_attainment_pct"]) == pytest.approx(100 * alone["slo"]["attainment"])
+        assert float(row["goodput_req_per_s"]) == pytest.approx(alone["slo"]["goodput_requests_per_s"])
+    small, large = rows
+    assert (small["finished"], small["ignored"], large["finished"], large["ignored"]) == ("6", "6", "11", "1")
+    assert float(small["ttft_p50_s"]) < float(large["ttft_p50_s"])  # the bias the counts expose
+    assert 0 < float(small["slo_attainment_pct"]) < float(large["slo_attainment_pct"]) < 100
+    printed = capsys.readouterr().out.splitlines()
+    header = next(line for line in printed if line.startswith("num_gpu_blocks"))
+    assert header.split()[:6] == first
+    assert any("over each run's finished requests" in line for line in printed)
+    assert any(line.startswith(f"SLO {slo}: attainment over all") for line in printed)

@@ -1,15 +1,20 @@
-"""A run over simulated time, as one PNG (matplotlib, Agg backend).
+"""A run as one PNG (matplotlib, Agg backend).
 
-Five panels share the time axis:
+Four panels share the simulated time axis:
 
-* KV-cache usage (share of GPU blocks held by sequences);
+* KV-cache usage (% of the GPU blocks held by sequences);
 * the running, waiting and swapped queue lengths;
-* latency: TTFT and end-to-end p50 and p99 of the requests that finished in
-  each time bin (a latency that climbs means the queue is building up);
 * the prefix-cache hit rate since the start (vLLM's GPU block metric, which
-  is cumulative);
+  is cumulative), in %;
 * the wall time spent inside the manager per step (one line per manager
   when comparing), after the warm-up.
+
+Below them, the latency of the requests as cumulative distributions: TTFT
+and end-to-end latency in seconds, TPOT and ITL in milliseconds (their
+scales differ a thousandfold). A distribution reads well with a few dozen
+requests, where percentiles per time bin were mostly empty bins; the
+legend says how many requests (or gaps) each curve is over, and the panel
+title how many requests finished, were ignored or aborted.
 
 The title says what ran: manager, block size, GPU blocks, caching, trace.
 Long runs are thinned to ``MAX_POINTS`` evenly spaced steps so plotting
@@ -18,14 +23,15 @@ stays quick.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from blockspace.simulator.simulation import SimulationResult
 
 MAX_POINTS = 20_000
-LATENCY_BINS = 60  # time bins of the latency panel
 
 
 def _picks(num_steps: int) -> np.ndarray:
@@ -34,28 +40,30 @@ def _picks(num_steps: int) -> np.ndarray:
     return np.linspace(0, num_steps - 1, MAX_POINTS).astype(int)
 
 
-def latency_over_time(result: SimulationResult, num_bins: int = LATENCY_BINS) -> dict[str, np.ndarray]:
-    """Per time bin (by finish time): its middle, and the TTFT and end-to-end
-    p50/p99 of the requests that finished in it (NaN where none did)."""
-    done = [
-        (r.arrival_s, r.first_token_s, r.finish_s)
-        for r in result.metrics.outcomes()  # per trace request, over its samples
-        if r.finish_s is not None and r.first_token_s is not None
-    ]
-    if not done:
-        return {}
-    finish = np.array([finish_s for _, _, finish_s in done])
-    ttft = np.array([first_s - arrival_s for arrival_s, first_s, _ in done])
-    e2e = np.array([finish_s - arrival_s for arrival_s, _, finish_s in done])
-    edges = np.linspace(finish.min(), finish.max() + 1e-9, num_bins + 1)
-    which = np.clip(np.searchsorted(edges, finish, side="right") - 1, 0, num_bins - 1)
-    curves = {"time_s": (edges[:-1] + edges[1:]) / 2}
-    for name, values in (("ttft", ttft), ("e2e", e2e)):
-        for q in (50, 99):
-            curves[f"{name}_p{q}"] = np.array(
-                [np.percentile(values[which == b], q) if (which == b).any() else np.nan for b in range(num_bins)]
-            )
-    return curves
+def latency_samples(result: SimulationResult) -> dict[str, np.ndarray]:
+    """Per finished trace request its TTFT, TPOT and end-to-end latency
+    (seconds), and every inter-token gap (``itl``, over all requests, as in
+    the summary)."""
+    finished = [r for r in result.metrics.outcomes() if r.status == "finished"]
+    return {
+        "ttft": np.array([r.ttft_s for r in finished if r.ttft_s is not None]),
+        "tpot": np.array([r.tpot_s for r in finished if r.tpot_s is not None]),
+        "e2e": np.array([r.e2e_s for r in finished if r.e2e_s is not None]),
+        "itl": np.asarray(result.metrics.itl_s, dtype=float),
+    }
+
+
+def cdf(values: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF as a step curve: sorted values and the % of values
+    at or below each (from 0 % at the smallest). Over ``MAX_POINTS`` values
+    (a long run's ITL has millions) it keeps evenly spaced ranks, the
+    largest among them, so plotting stays quick and the shape is the same."""
+    xs = np.sort(np.asarray(values, dtype=float))
+    shares = np.arange(1, xs.size + 1) / xs.size * 100
+    if xs.size > MAX_POINTS:
+        keep = np.linspace(0, xs.size - 1, MAX_POINTS).astype(int)
+        xs, shares = xs[keep], shares[keep]
+    return np.concatenate([xs[:1], xs]), np.concatenate([[0.0], shares])
 
 
 def title_of(result: SimulationResult, trace_label: str) -> str:
@@ -68,8 +76,75 @@ def title_of(result: SimulationResult, trace_label: str) -> str:
     )
 
 
-def plot_runs(path: Path, results: list[SimulationResult], trace_label: str = "the trace") -> None:
-    """Write the plot of ``results[0]`` (and the manager time of every run)."""
+def _counts_line(result: SimulationResult) -> str:
+    """What the latency panels are over: the finished requests, with those
+    that did not finish counted."""
+    outcomes = result.metrics.outcomes()
+    count = {status: sum(r.status == status for r in outcomes) for status in ("finished", "ignored", "aborted")}
+    return (
+        f"latency CDFs: {count['finished']:,} of {len(outcomes):,} requests finished ({count['ignored']:,} ignored, "
+        f"{count['aborted']:,} aborted); TTFT, TPOT and end-to-end are over the finished ones"
+    )
+
+
+class CDFPanel(NamedTuple):
+    """One of the latency panels: its x label, its unit in seconds, whether
+    its x axis is symlog, and its curves: (sample, label, colour, what the
+    sample counts)."""
+
+    xlabel: str
+    unit_s: float
+    symlog: bool
+    curves: tuple[tuple[str, str, str, str], ...]
+
+
+# TPOT and ITL have long tails (a preempted request waits seconds between two tokens, most
+# gaps are milliseconds), so their axis is symlog: linear up to 1 ms, so that zeros (a
+# one-token output's TPOT) still show, logarithmic above.
+CDF_PANELS = (
+    CDFPanel(
+        "latency (s)",
+        1.0,
+        False,
+        (("ttft", "TTFT", "tab:cyan", "requests"), ("e2e", "end-to-end", "tab:brown", "requests")),
+    ),
+    CDFPanel(
+        "latency (ms; log scale above 1 ms)",
+        1e-3,
+        True,
+        (("tpot", "TPOT", "tab:olive", "requests"), ("itl", "ITL", "tab:gray", "gaps")),
+    ),
+)
+
+
+def _plot_cdfs(axis: Any, samples: dict[str, np.ndarray], panel: CDFPanel) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    drawn = False
+    for name, label, color, over in panel.curves:
+        values = samples[name]
+        if values.size:
+            xs, ys = cdf(values / panel.unit_s)
+            axis.step(xs, ys, where="post", color=color, linewidth=1.2, label=f"{label} ({values.size:,} {over})")
+            drawn = True
+    if drawn:
+        axis.legend(loc="best", fontsize=8)
+    else:
+        axis.text(0.5, 0.5, "no request finished", ha="center", va="center", transform=axis.transAxes)
+    if panel.symlog:
+        axis.set_xscale("symlog", linthresh=1)
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 1000, not 10^3
+    axis.set_xlim(left=0)
+    axis.set_ylim(0, 100)
+    axis.set_yticks([0, 25, 50, 75, 90, 100])
+    axis.grid(alpha=0.3)
+    axis.set_xlabel(panel.xlabel)
+    axis.set_ylabel("% at or below")
+
+
+def run_figure(results: list[SimulationResult], trace_label: str = "the trace") -> Any:
+    """The figure of ``plot_runs``: ``results[0]`` over time and its latency
+    CDFs, with the manager time of every run."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,53 +154,56 @@ def plot_runs(path: Path, results: list[SimulationResult], trace_label: str = "t
     timeline = first.metrics.timeline
     picks = _picks(len(timeline.time_s))
     time_s = np.asarray(timeline.time_s)[picks]
-    figure, axes = plt.subplots(5, 1, figsize=(11, 12.5), sharex=True)
+    figure = plt.figure(figsize=(11, 15.5), layout="constrained")
+    over_time, latency = figure.subfigures(2, 1, squeeze=False, height_ratios=(4, 1.5))[:, 0]
+    kv, queues, hits, manager = over_time.subplots(4, 1, sharex=True)
 
     used = np.asarray(timeline.kv_used_blocks, dtype=float)[picks] / first.config.num_gpu_blocks * 100
-    axes[0].plot(time_s, used, color="tab:blue", linewidth=0.8)
-    axes[0].set_ylabel("KV usage\n(% of GPU blocks)")
-    axes[0].set_ylim(0, 105)
+    kv.plot(time_s, used, color="tab:blue", linewidth=0.8)
+    kv.set_ylabel("KV usage\n(% of GPU blocks)")
+    kv.set_ylim(0, 100)
 
     for name, color in (("num_running", "tab:green"), ("num_waiting", "tab:orange"), ("num_swapped", "tab:red")):
         values = np.asarray(getattr(timeline, name))[picks]
-        axes[1].plot(time_s, values, label=name.removeprefix("num_"), color=color, linewidth=0.8)
-    axes[1].set_ylabel("requests")
-    axes[1].legend(loc="upper left")
-
-    curves = latency_over_time(first)
-    if curves:
-        styles = {
-            "ttft_p50": ("TTFT p50", "tab:cyan", "-"),
-            "ttft_p99": ("TTFT p99", "tab:cyan", "--"),
-            "e2e_p50": ("end-to-end p50", "tab:brown", "-"),
-            "e2e_p99": ("end-to-end p99", "tab:brown", "--"),
-        }
-        for key, (label, color, line) in styles.items():
-            axes[2].plot(curves["time_s"], curves[key], label=label, color=color, linestyle=line, linewidth=0.9)
-        axes[2].legend(loc="upper left", ncol=2)
-    else:
-        axes[2].text(0.5, 0.5, "no request finished", ha="center", va="center", transform=axes[2].transAxes)
-    axes[2].set_ylabel("latency (s)\nby finish time")
+        queues.plot(time_s, values, label=name.removeprefix("num_"), color=color, linewidth=0.8)
+    queues.set_ylabel("requests")
+    queues.set_ylim(bottom=0)
+    queues.legend(loc="upper left")
 
     if first.config.scheduler.enable_prefix_caching:
-        axes[3].plot(time_s, np.asarray(timeline.hit_rate)[picks] * 100, color="tab:purple", linewidth=0.8)
+        label = f"final {first.metrics.final_hit_rate:.1%}"
+        hits.plot(time_s, np.asarray(timeline.hit_rate)[picks] * 100, color="tab:purple", linewidth=0.8, label=label)
+        hits.legend(loc="upper right")
     else:
-        axes[3].text(0.5, 0.5, "prefix caching off", ha="center", va="center", transform=axes[3].transAxes)
-    axes[3].set_ylabel("prefix-cache hit rate\n(%, cumulative)")
+        hits.text(0.5, 0.5, "prefix caching off", ha="center", va="center", transform=hits.transAxes)
+    hits.set_ylabel("prefix-cache hit rate\n(%, cumulative)")
+    hits.set_ylim(0, 100)
 
     for result in results:
         manager_ms = np.asarray(result.metrics.timeline.manager_s)[picks] * 1e3
         name = result.manager_name.rsplit(".", 1)[-1]
-        axes[4].plot(time_s, manager_ms, label=name, linewidth=0.6)
-    axes[4].set_ylabel("wall time inside the\nmanager per step (ms)")
-    axes[4].set_yscale("log")
-    axes[4].legend(loc="upper left")
-    axes[4].set_xlabel("simulated time (s)")
+        manager.plot(time_s, manager_ms, label=name, linewidth=0.6)
+    manager.set_ylabel("wall time inside the\nmanager per step (ms)")
+    manager.set_yscale("log")
+    manager.legend(loc="upper left")
+    manager.set_xlabel("simulated time (s)")
+
+    samples = latency_samples(first)
+    for axis, panel in zip(latency.subplots(1, 2), CDF_PANELS):
+        _plot_cdfs(axis, samples, panel)
+    latency.suptitle(_counts_line(first), fontsize=11)
 
     figure.suptitle(title_of(first, trace_label))
-    figure.tight_layout()
+    return figure
+
+
+def plot_runs(path: Path, results: list[SimulationResult], trace_label: str = "the trace") -> None:
+    """Write ``run_figure`` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    figure = run_figure(results, trace_label)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
 
-__all__ = ["latency_over_time", "plot_runs", "title_of"]
+__all__ = ["cdf", "latency_samples", "plot_runs", "run_figure", "title_of"]

@@ -12,13 +12,20 @@ configuration is checked before the first run starts.
 The runs go to a pool of worker processes (``--workers``, one per core by
 default; spawned, so each starts clean) or, with ``--executor ray``, to
 Ray's ``Pool``, which has the same interface and spreads the runs over a
-cluster. Runs are independent, so their figures do not depend on the
-executor or on the order in which they finish. Written under ``--out``:
+cluster (``executor.py``). Runs are independent, so their figures do not
+depend on the executor or on the order in which they finish. Written
+under ``--out``:
 
     sweep/run-<k>.json   each run's full figures (as ``simulation.json``)
     sweep.json           every configuration and its summary
-    sweep.csv            the headline figures, one row per run
-    sweep.png            one panel per headline figure against the swept value
+    sweep.csv            one row per run: the request counts, the SLO's
+                         attainment and goodput (with ``--slo``), and the
+                         headline figures
+    sweep.png            the same figures in panels, against the first swept key
+
+Latencies are over the finished requests only, so the counts of ignored
+and aborted requests stand beside them in every output: without them a
+configuration that turns requests away would look faster.
 """
 
 from __future__ import annotations
@@ -27,45 +34,72 @@ import argparse
 import csv
 import itertools
 import json
+import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from blockspace.errors import InvalidArgumentError, MissingExtraError
+from blockspace.errors import InvalidArgumentError
+from blockspace.simulator.executor import map_unordered, ray_pool
+from blockspace.simulator.slo import SLO
 from blockspace.validation import Range, check_output_dir, option_name
 from blockspace.workloads import TraceRequest
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType
 
 TRUE, FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
 OUTPUTS = ("sweep.json", "sweep.csv", "sweep.png")  # what a sweep writes under --out, beside sweep/
 NOT_SWEPT = ("trace", "manager", "compare", "sweep", "workers", "executor", "out", "no_plot", "quiet")
 
-# The headline figures: (column, label, how to read it off a run's summary).
-HEADLINES: tuple[tuple[str, str, Callable[[dict[str, Any]], Any]], ...] = (
-    ("ttft_p50_s", "TTFT p50 (s)", lambda s: s["ttft_s"]["p50"]),
-    ("ttft_p99_s", "TTFT p99 (s)", lambda s: s["ttft_s"]["p99"]),
-    ("e2e_p50_s", "end-to-end p50 (s)", lambda s: s["e2e_latency_s"]["p50"]),
-    ("e2e_p99_s", "end-to-end p99 (s)", lambda s: s["e2e_latency_s"]["p99"]),
-    ("output_tokens_per_s", "throughput (output tok/s)", lambda s: s["throughput"]["output_tokens_per_s"]),
-    ("hit_rate", "prefix-cache hit rate (final)", lambda s: s["prefix_cache"]["gpu_block_hit_rate"]),
-    (
-        "preemptions",
-        "preemptions (recompute + swap out)",
-        lambda s: s["preemption"]["recompute"] + s["preemption"]["swap_out"],
-    ),  # fmt: skip
-    ("peak_kv_usage", "peak KV use (share of GPU blocks)", lambda s: s["kv_cache"]["peak_usage"]),
+# The headline figures: (column, how to read it off a run's summary). The request counts
+# come first: latencies are over the finished requests only, so a configuration that
+# ignores (or aborts) the requests it cannot serve would look faster without them. With
+# --slo, the attainment and goodput follow: they count every request that arrived (ignored,
+# aborted and unfinished ones miss the SLO), so they are the fair comparison. Shares are in
+# percent, as in simulation.png and the text summary.
+COUNTS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    ("finished", lambda s: s["requests"]["finished"]),
+    ("ignored", lambda s: s["requests"]["ignored"]),
+    ("aborted", lambda s: s["requests"]["aborted"]),
 )
-PANELS = (  # the plot's panels: the columns drawn in each
-    ("latency: TTFT (s)", ("ttft_p50_s", "ttft_p99_s")),
-    ("latency: end-to-end (s)", ("e2e_p50_s", "e2e_p99_s")),
-    ("throughput (output tok/s)", ("output_tokens_per_s",)),
-    ("prefix-cache hit rate", ("hit_rate",)),
-    ("preemptions", ("preemptions",)),
-    ("peak KV use (share of GPU blocks)", ("peak_kv_usage",)),
+SLO_HEADLINES: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    ("slo_attainment_pct", lambda s: 100 * s["slo"]["attainment"]),
+    ("goodput_req_per_s", lambda s: s["slo"]["goodput_requests_per_s"]),
 )
+FIGURES: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    ("ttft_p50_s", lambda s: s["ttft_s"]["p50"]),
+    ("ttft_p99_s", lambda s: s["ttft_s"]["p99"]),
+    ("e2e_p50_s", lambda s: s["e2e_latency_s"]["p50"]),
+    ("e2e_p99_s", lambda s: s["e2e_latency_s"]["p99"]),
+    ("output_tokens_per_s", lambda s: s["throughput"]["output_tokens_per_s"]),
+    ("hit_rate_pct", lambda s: 100 * s["prefix_cache"]["gpu_block_hit_rate"]),
+    ("preemptions", lambda s: s["preemption"]["recompute"] + s["preemption"]["swap_out"]),
+    ("peak_kv_use_pct", lambda s: 100 * s["kv_cache"]["peak_usage"]),
+)
+
+# The plot's panels: title, the columns drawn, and the kind of Y axis: "count" (whole
+# numbers from 0), "percent" (0 to 100, so a change of a point looks like one) or "zero"
+# (from 0, so a change looks as large as it is).
+PANELS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("requests: finished, ignored, aborted", ("finished", "ignored", "aborted"), "count"),
+    ("TTFT (s), over finished requests", ("ttft_p50_s", "ttft_p99_s"), "zero"),
+    ("end-to-end latency (s), over finished requests", ("e2e_p50_s", "e2e_p99_s"), "zero"),
+    ("throughput (output tokens/s)", ("output_tokens_per_s",), "zero"),
+    ("prefix-cache hit rate (% of full-block lookups)", ("hit_rate_pct",), "percent"),
+    ("preemptions (recompute + swap out)", ("preemptions",), "count"),
+    ("peak KV use (% of GPU blocks)", ("peak_kv_use_pct",), "percent"),
+)
+SLO_PANELS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("SLO attainment (% of all requests)", ("slo_attainment_pct",), "percent"),
+    ("goodput (requests/s meeting the SLO)", ("goodput_req_per_s",), "zero"),
+)
+LEGEND = {"ttft_p50_s": "p50", "ttft_p99_s": "p99", "e2e_p50_s": "p50", "e2e_p99_s": "p99"}  # else the column
+STYLES: tuple[tuple[LineStyleType, str], ...] = (("-", "o"), ("--", "s"), (":", "^"))  # a panel's columns, in order
 
 
 # -- parsing ----------------------------------------------------------------------------------
@@ -144,6 +178,7 @@ class Job:
     trace: list[TraceRequest]
     trace_label: str
     path: Path
+    slo: SLO | None  # --slo: the summary then says who met it
 
 
 def run_job(job: Job) -> tuple[int, dict[str, Any]]:
@@ -153,46 +188,16 @@ def run_job(job: Job) -> tuple[int, dict[str, Any]]:
     from blockspace.simulator.simulation import run_simulation
 
     result = run_simulation(job.trace, load_manager_class(job.manager), job.config)
-    summary = summarize(result)
+    summary = summarize(result, job.slo)
     write_json(job.path, [result], [summary], {"trace": job.trace_label, "sweep": job.values})
     return job.index, summary
 
 
-def ray_pool() -> type:
-    """Ray's ``Pool`` class (``MissingExtraError`` without Ray)."""
-    try:
-        from ray.util.multiprocessing import Pool
-    except ImportError:
-        raise MissingExtraError("--executor ray needs Ray installed: pip install ray") from None
-    return Pool
-
-
-def _pool(executor: str, workers: int) -> Any:
-    """A pool with ``imap_unordered``: worker processes, or Ray's."""
-    if executor == "ray":
-        return ray_pool()(processes=workers)
-    import multiprocessing
-
-    return multiprocessing.get_context("spawn").Pool(processes=workers)
-
-
-def run_jobs(jobs: list[Job], workers: int, executor: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(index, summary)`` of every job as it finishes; one worker runs them
-    in this process, more use a pool."""
-    if executor == "process" and workers == 1:
-        yield from map(run_job, jobs)
-        return
-    pool = _pool(executor, min(workers, len(jobs)))
-    try:
-        yield from pool.imap_unordered(run_job, jobs)
-    finally:
-        pool.close()
-        pool.join()
-
-
 # -- the outputs -----------------------------------------------------------------------------
 def headline_row(values: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    return {**values, **{column: read(summary) for column, _, read in HEADLINES}}
+    """The swept values and the run's headline figures (the SLO's only when it has one)."""
+    read = COUNTS + (SLO_HEADLINES if summary["slo"] is not None else ()) + FIGURES
+    return {**values, **{column: figure(summary) for column, figure in read}}
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -202,6 +207,15 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines = ["  ".join(f"{c:>{w}}" for c, w in zip(columns, widths))]
     lines += ["  ".join(f"{v:>{w}}" for v, w in zip(line, widths)) for line in cells]
     return "\n".join(lines)
+
+
+def table_note(slo: SLO | None) -> str:
+    """What the table's figures are over, printed under it: the latencies
+    leave out the requests a configuration did not serve."""
+    note = "latencies (ttft_*, e2e_*) are over each run's finished requests; ignored and aborted ones are counted apart"
+    if slo is None:
+        return note
+    return f"{note}\nSLO {slo}: attainment over all of a run's requests (ignored, aborted and unfinished ones miss it)"
 
 
 def _cell(value: Any) -> str:
@@ -230,13 +244,56 @@ def write_outputs(
         writer.writerows(rows)
 
 
-def plot_sweep(path: Path, sweeps: list[tuple[str, list[Any]]], rows: list[dict[str, Any]], title: str) -> None:
-    """One panel per headline figure against the first swept key; one line
-    per combination of the other keys."""
+def sweep_title(sweeps: list[tuple[str, list[Any]]], requests: str, trace_label: str, slo: SLO | None) -> str:
+    """What was swept, over how many values, on which requests; what the
+    lines are when more than one key was swept; the SLO if any."""
+    swept = " x ".join(f"{key} ({len(values)} values)" for key, values in sweeps)
+    runs = len(configurations(sweeps))
+    detail = [f"one colour per value of {key} (legend at the bottom)" for key, _ in sweeps[1:]]
+    if slo is not None:
+        detail.append(f"SLO {slo}")
+    title = f"sweep of {swept}: {runs} runs of {requests} requests of {trace_label}"
+    return f"{title}\n{'; '.join(detail)}" if detail else title
+
+
+def _tick(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _scale(axis: Any, kind: str, highest: float) -> None:
+    """The Y axis of a panel: shares 0 to 100, counts and the rest from 0
+    (to 1 when every value is 0, so an all-zero series sits on the floor
+    rather than in the middle of a range around 0)."""
+    from matplotlib.ticker import MaxNLocator
+
+    if kind == "percent":
+        axis.set_ylim(0, 100)
+        return
+    axis.set_ylim(0, highest * 1.08 if highest > 0 else 1)
+    if kind == "count":
+        axis.yaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+
+
+def _label_points(axis: Any, xs: list[Any], ys: list[Any]) -> None:
+    """Each point's value, on a 0-100 axis where a change of a few points
+    would not show: below the point near the top, else above it."""
+    for x, y in zip(xs, ys):
+        if not math.isnan(y):
+            offset = (0, -12) if y > 80 else (0, 6)
+            axis.annotate(f"{y:.1f}", (x, y), xytext=offset, textcoords="offset points", ha="center", fontsize=7)
+
+
+def sweep_figure(sweeps: list[tuple[str, list[Any]]], rows: list[dict[str, Any]], title: str) -> Any:
+    """The figure of ``plot_sweep``: one panel per headline figure (and the
+    SLO's, when the rows have it) against the first swept key. With more
+    keys, one colour per combination of the others, named in one legend at
+    the bottom, and a panel's columns told apart by line style; with one key,
+    one colour per column."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     key, values = sweeps[0]
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
@@ -245,24 +302,48 @@ def plot_sweep(path: Path, sweeps: list[tuple[str, list[Any]]], rows: list[dict[
     series: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         series.setdefault(tuple(row[name] for name in others), []).append(row)
-    labels = {column: label for column, label, _ in HEADLINES}
-    figure, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    for axis, (panel, columns) in zip(axes.flat, PANELS):
-        for group, members in series.items():
+    grouped = len(series) > 1
+    panels = PANELS + (SLO_PANELS if SLO_HEADLINES[0][0] in rows[0] else ())
+    num_rows = -(-len(panels) // 3)
+    figure, axes = plt.subplots(num_rows, 3, figsize=(15, 4.2 * num_rows + 1), squeeze=False, layout="constrained")
+    for axis in axes.flat[len(panels) :]:
+        axis.remove()
+    for axis, (panel, columns, kind) in zip(axes.flat, panels):
+        for number, members in enumerate(series.values()):
             at = [positions[values.index(m[key])] for m in members]
-            for column, style in zip(columns, ("-o", "--s")):
-                name = ", ".join(f"{n}={v}" for n, v in zip(others, group))
-                label = (labels[column].split(" (")[0] if len(columns) > 1 else "") + (f" [{name}]" if name else "")
+            for place, column in enumerate(columns):
                 ys = [float("nan") if m[column] is None else m[column] for m in members]
-                axis.plot(at, ys, style, label=label.strip() or None, linewidth=1.2, markersize=4)
+                line, marker = STYLES[place]
+                color = f"C{number}" if grouped else f"C{place}"
+                axis.plot(at, ys, linestyle=line, marker=marker, color=color, markersize=5, clip_on=False)
+                if kind == "percent" and not grouped:
+                    _label_points(axis, at, ys)
+        highest = max((row[c] for row in rows for c in columns if row[c] is not None), default=0)
+        _scale(axis, kind, highest)
         axis.set_title(panel, fontsize=10)
         axis.set_xlabel(key)
-        if not numeric:
-            axis.set_xticks(positions, [str(v) for v in values])
-        if len(columns) > 1 or others:
-            axis.legend(fontsize=7)
+        axis.set_xticks(positions, [_tick(v) for v in values])
+        axis.grid(alpha=0.3)
+        if len(columns) > 1:
+            styles = [
+                Line2D([], [], linestyle=line, marker=marker, color="grey" if grouped else f"C{place}")
+                for place, (line, marker) in enumerate(STYLES[: len(columns)])
+            ]
+            labels = [LEGEND.get(column, column) for column in columns]
+            axis.legend(styles, labels, fontsize=7, loc="center right" if kind == "count" else "best")
     figure.suptitle(title)
-    figure.tight_layout()
+    if grouped:
+        colours = [Line2D([], [], marker="o", color=f"C{number}") for number in range(len(series))]
+        names = [", ".join(f"{name}={value}" for name, value in zip(others, group)) for group in series]
+        figure.legend(colours, names, loc="outside lower center", ncol=min(len(names), 4), fontsize=9)
+    return figure
+
+
+def plot_sweep(path: Path, sweeps: list[tuple[str, list[Any]]], rows: list[dict[str, Any]], title: str) -> None:
+    """Write ``sweep_figure`` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    figure = sweep_figure(sweeps, rows, title)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -297,7 +378,8 @@ def sweep(
     ``prepare`` turns one run's options into its configuration and its
     requests (``max_requests`` and ``time_scale`` may be swept too); it
     raises for a bad one before anything runs. The executor and the output
-    paths are checked then too."""
+    paths are checked then too. ``args.slo`` is an ``SLO`` or None, as
+    ``check_arguments`` leaves it."""
     chosen = configurations(sweeps)
     prepared = [prepare(argparse.Namespace(**{**vars(args), **values})) for values in chosen]
     if args.executor == "ray":
@@ -307,7 +389,7 @@ def sweep(
     check_output_dir(runs_dir, "--out", (f"run-{k}.json" for k in range(len(chosen))))
     runs_dir.mkdir(parents=True, exist_ok=True)
     jobs = [
-        Job(k, values, config, args.manager, trace, trace_label, runs_dir / f"run-{k}.json")
+        Job(k, values, config, args.manager, trace, trace_label, runs_dir / f"run-{k}.json", args.slo)
         for k, (values, (config, trace)) in enumerate(zip(chosen, prepared))
     ]
     sizes = sorted({len(job.trace) for job in jobs})
@@ -318,7 +400,7 @@ def sweep(
     summaries: list[Any] = [None] * len(jobs)
     started = time.perf_counter()
     try:
-        for index, summary in run_jobs(jobs, workers, args.executor):
+        for index, summary in map_unordered(run_job, jobs, workers, args.executor):
             summaries[index] = summary
             advance(", ".join(f"{k}={v}" for k, v in chosen[index].items()) + f": {summary['wall_s']:.1f} s")
     finally:
@@ -326,13 +408,26 @@ def sweep(
     rows = [headline_row(values, summary) for values, summary in zip(chosen, summaries)]
     write_outputs(args.out, sweeps, rows, summaries)
     print(format_table(rows))
+    print(table_note(args.slo))
     print(f"{len(jobs)} runs in {time.perf_counter() - started:.1f} s wall; per-run figures: {runs_dir}/")
     print(f"summary: {args.out / 'sweep.json'}, {args.out / 'sweep.csv'}")
     if not args.no_plot:
-        swept = " x ".join(f"{k} ({len(v)})" for k, v in sweeps)
-        plot_sweep(args.out / "sweep.png", sweeps, rows, f"sweep of {swept}: {requests} requests of {trace_label}")
+        plot_sweep(args.out / "sweep.png", sweeps, rows, sweep_title(sweeps, requests, trace_label, args.slo))
         print(f"plot:    {args.out / 'sweep.png'}")
     return 0
 
 
-__all__ = ["HEADLINES", "Job", "configurations", "parse_sweeps", "plot_sweep", "run_job", "run_jobs", "sweep"]
+__all__ = [
+    "COUNTS",
+    "FIGURES",
+    "SLO_HEADLINES",
+    "Job",
+    "configurations",
+    "headline_row",
+    "parse_sweeps",
+    "plot_sweep",
+    "run_job",
+    "sweep",
+    "sweep_figure",
+    "sweep_title",
+]
