@@ -80,6 +80,8 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--slo", ","],
         ],
         "requests_out": [
+            ["--requests-out", "r.jsonl", "--sweep", "block_size=16,32"],
+            ["--requests-out", "r.jsonl", "--find", "max-rate", "--slo", "ttft=1s"],
             ["--requests-out", "adir"],
             ["--requests-out", "afile/r.jsonl"],
             ["--requests-out", "/proc/nope/r.jsonl"],

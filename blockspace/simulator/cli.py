@@ -317,6 +317,8 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     if args.compare:
         raise InvalidArgumentError("--sweep runs one manager: use --manager, not --compare")
+    if args.requests_out is not None:
+        raise InvalidArgumentError("--requests-out writes the requests of one run; a sweep makes many")
     sweeps = parse_sweeps(args.sweep, parser, RANGES)
     resolve_manager(args.manager)
     return sweep(args, sweeps, preparer(sweeps), trace_source(args.trace))
@@ -334,6 +336,8 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, command: li
         raise InvalidArgumentError("--find max-rate needs --slo, the targets the rate must keep (e.g. ttft=2s)")
     if args.compare:
         raise InvalidArgumentError("--find max-rate runs one manager: use --manager, not --compare")
+    if args.requests_out is not None:
+        raise InvalidArgumentError("--requests-out writes the requests of one run; --find max-rate makes many")
     resolve_manager(args.manager)
     sweeps = parse_sweeps(args.sweep, parser, RANGES)
     prepare = preparer(sweeps)

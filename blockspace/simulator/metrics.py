@@ -133,9 +133,8 @@ class Metrics:
         self.first_token_s: dict[str, float] = {}  # request id -> simulated time of its first token
         self.finish_s: dict[str, float] = {}  # request id -> simulated time it finished
         self.admitted_s: dict[str, list[float]] = {}  # request id -> each admission (re-admissions after recompute)
-        self.cached_tokens: dict[
-            str, int
-        ] = {}  # request id -> prompt tokens found in the prefix cache, admissions summed
+        # request id -> tokens found in the prefix cache, over its admissions
+        self.cached_tokens: dict[str, int] = {}
         self.preemptions: dict[str, int] = {}  # request id -> recompute preemptions
         self.swap_outs: dict[str, int] = {}  # request id -> times swapped out
         self.last_token_s: dict[str, float] = {}  # request id -> simulated time of its latest token
