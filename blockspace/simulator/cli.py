@@ -36,7 +36,7 @@ from blockspace.simulator.report import (
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
-from blockspace.simulator.slo import parse_slo
+from blockspace.simulator.slo import SLO, parse_slo
 from blockspace.simulator.step_model import COEFFICIENTS, load_step_model
 from blockspace.validation import (
     Range,
@@ -529,8 +529,7 @@ def provenance(planned: Plan) -> dict[str, Any]:
 
     args = planned.args
     path = trace_file(args.trace)
-    options = {name: str(value) if isinstance(value, Path) or name == "slo" and value else value
-               for name, value in vars(args).items()}  # fmt: skip
+    options = {name: str(value) if isinstance(value, Path | SLO) else value for name, value in vars(args).items()}
     return {
         "command": shlex.join(planned.command),
         "version": __version__,

@@ -252,7 +252,13 @@ class Metrics:
             status = "finished" if finish is not None else "unfinished"
         admitted = self.admitted_s.get(request_id, [])
         num_output = seq.get_output_len()
-        done = status == "finished" and first is not None and finish is not None
+        ttft_s = tpot_s = e2e_s = None  # latencies count for finished requests only
+        if status == "finished" and first is not None and finish is not None:
+            ttft_s, tpot_s, e2e_s = (
+                first - request.arrival_s,
+                tpot(first, finish, num_output),
+                finish - request.arrival_s,
+            )
         return {
             "request_id": request_id,
             "trace_index": request.index,
@@ -269,9 +275,9 @@ class Metrics:
             "cached_tokens": self.cached_tokens.get(request_id, 0),
             "preemptions": self.preemptions.get(request_id, 0),
             "swap_outs": self.swap_outs.get(request_id, 0),
-            "ttft_s": first - request.arrival_s if done and first is not None else None,
-            "tpot_s": tpot(first, finish, num_output) if done and first is not None and finish is not None else None,
-            "e2e_s": finish - request.arrival_s if done and finish is not None else None,
+            "ttft_s": ttft_s,
+            "tpot_s": tpot_s,
+            "e2e_s": e2e_s,
         }
 
     def request_records(self) -> list[dict[str, Any]]:
