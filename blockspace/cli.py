@@ -19,7 +19,7 @@ import importlib
 import os
 import sys
 from importlib.metadata import version
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from blockspace.errors import InvalidArgumentError, MissingExtraError
 from blockspace.extras import require
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(
             0, os.getcwd()
         )  # --impl / --manager mypackage.module:Class from the current folder, as python -m
+    stdout = sys.stdout
+    guard = sys.stdout = ClosedPipeGuard(stdout)
     try:
         if command.extra is not None:
             require(command.extra, f"blockspace {args[0]}")
@@ -102,14 +104,55 @@ def main(argv: list[str] | None = None) -> int:
 
         watch()  # every command may build the fast manager, whose first run compiles its kernels
         status = int(importlib.import_module(command.module).main(args[1:]) or 0)
-        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at exit
-        return status
+        guard.flush()
     except MissingExtraError as error:
         return refuse(error)
-    except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as a Unix tool does
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # Python's final flush of stdout must not fail again
-        return 1
+    finally:
+        sys.stdout = stdout
+    return CLOSED_PIPE if status == 0 and guard.reader_gone else status
+
+
+# The exit status of a command whose every file was written but whose reader stopped reading
+# its standard output early (``blockspace simulate | head -3``): 128 + SIGPIPE, the status a
+# shell reports for a Unix tool the closed pipe ended, so that ``set -o pipefail`` scripts see
+# it the same way. A failure of the command itself (1, 2) wins over it.
+CLOSED_PIPE = 141
+
+
+class ClosedPipeGuard:
+    """Standard output that outlives its reader.
+
+    When the reader goes away (``| head``), a write raises ``BrokenPipeError``.
+    Stopping there would lose the files the command had yet to write
+    (the plot after the summary), though they do not depend on what was
+    printed. So the guard sends the rest of the output to the null device
+    and lets the command finish; ``reader_gone`` tells the exit status.
+    Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        return self._guarded(self.stream.write, text) or len(text)
+
+    def flush(self) -> None:
+        self._guarded(self.stream.flush)
+
+    def _guarded(self, call: Any, *args: Any) -> Any:
+        if self.reader_gone:
+            return None
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            self.reader_gone = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())  # what is still buffered, and Python's last flush, go nowhere
+            os.close(devnull)
+            return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 if __name__ == "__main__":

@@ -246,6 +246,37 @@ def command_parser(prog: str, doc: str) -> Any:
     return parser(prog=prog, description=plain(doc.strip().split("\n\n")[0]), formatter_class=formatter)
 
 
+def given_options(parser: Any, argv: Sequence[str]) -> frozenset[str]:
+    """The destinations of the options ``argv`` names, whatever their values.
+
+    A default is no choice of the user's: an option that a mode ignores is
+    refused only when it was written on the command line, even if its value
+    equals the default. ``argv`` is parsed again with every default taken
+    away, so only what was written lands in the namespace."""
+    import argparse
+    import copy
+
+    bare = copy.deepcopy(parser)
+    for action in bare._actions:
+        action.default = argparse.SUPPRESS
+    return frozenset(vars(bare.parse_args(list(argv))))
+
+
+def check_distinct_outputs(files: Mapping[str, Path], folders: Mapping[str, Path] = {}) -> None:
+    """The files one command writes (``{what: path}``) are distinct, and none
+    stands where another output needs a folder (one of ``folders``, or the
+    folder above another file): a second write would replace the first, and
+    a file cannot also be a folder. Checked before the work, like every
+    other path."""
+    resolved = {what: Path(path).absolute().resolve() for what, path in {**folders, **files}.items()}
+    for what in files:
+        for other, other_path in resolved.items():
+            if other != what and resolved[what] == other_path:
+                raise InvalidArgumentError(f"{what} {files[what]} is also where {other} goes")
+            if resolved[what] in other_path.parents:
+                raise InvalidArgumentError(f"{what} {files[what]} must be a folder for {other}")
+
+
 def option_name(dest: str) -> str:
     """The option an argparse destination comes from: ``block_size`` -> ``--block-size``."""
     return "--" + dest.replace("_", "-")

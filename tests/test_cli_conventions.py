@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import subprocess
 import sys
 from importlib.metadata import version
@@ -17,6 +18,7 @@ from numba import njit
 from numba.core import event as numba_event
 
 from blockspace import compile_notice, extras
+from blockspace.cli import CLOSED_PIPE
 from blockspace.cli import main as blockspace
 from blockspace.kit_options import PROFILES, build_parser
 
@@ -172,14 +174,36 @@ def test_an_unknown_blockspace_profile_stops_the_whole_pytest_run(tmp_path):
     assert "passed" not in done.stdout  # nothing ran with the default profile
 
 
-def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+def test_a_reader_that_stops_early_gets_no_traceback_and_every_file(tmp_path):
     """``blockspace simulate | head -1``: when the pipe closes, the command
-    stops quietly (exit 1), as a Unix tool does, with nothing on stderr."""
-    command = [sys.executable, "-m", "blockspace", "simulate", "--max-requests", "5", "--no-plot", "--quiet"]
+    says nothing on stderr, still writes every file (the plot comes after
+    the summary it could no longer print), and exits with the closed pipe's
+    own status, 141 (issue #40: it used to stop at once with 1, a failure's
+    status, and leave no plot)."""
+    command = [sys.executable, "-m", "blockspace", "simulate", "--max-requests", "5", "--quiet"]
     command += ["--out", str(tmp_path)]
     done = subprocess.run(
         f"{' '.join(command)} | head -c 1 > /dev/null; echo $? ${{PIPESTATUS[0]}}",
         shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},  # every line written at once: the pipe closes mid-output
     )  # fmt: skip
-    assert done.stderr == "" and done.stdout.split() == ["0", "1"], (done.stdout, done.stderr)
+    assert done.stderr == "" and done.stdout.split() == ["0", str(CLOSED_PIPE)], (done.stdout, done.stderr)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["simulation.json", "simulation.png"]
+
+
+def test_a_failure_outranks_the_closed_pipe():
+    """A command that fails (1) after its reader has gone keeps its own
+    status, not the closed pipe's: here a stand-in command prints more than
+    the pipe takes, then fails."""
+    script = (
+        "import sys, types; import blockspace.cli as cli\n"
+        "def main(argv):\n    for i in range(10000): print('line', i)\n    return 1\n"
+        "sys.modules['failing'] = types.SimpleNamespace(main=main)\n"
+        "cli.SUBCOMMANDS['simulate'] = cli.Subcommand('failing', None, 'prints, then fails')\n"
+        "sys.exit(cli.main(['simulate']))\n"
+    )
+    done = subprocess.run(
+        f"{shlex.quote(sys.executable)} -c {shlex.quote(script)} | head -c 1 > /dev/null; echo ${{PIPESTATUS[0]}}",
+        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.stdout.split() == ["1"] and done.stderr == "", done

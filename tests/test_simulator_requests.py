@@ -19,15 +19,19 @@ from blockspace.simulator.metrics import REASONS, REQUEST_SCHEMA, TraceOutcome
 from blockspace.simulator.report import summarize
 from blockspace.simulator.slo import SLO, attainment, parse_slo
 
-JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "null": type(None), "array": list}
+JSON_TYPES = {
+    "string": str, "integer": int, "number": (int, float), "null": type(None), "array": list, "boolean": bool,
+}  # fmt: skip
 
 
 def check_line(line: dict) -> None:
-    """``line`` holds exactly the schema's fields, each of its type(s)."""
+    """``line`` holds exactly the schema's fields, each of its type(s) (a
+    bool is no integer or number here, though Python's is an int)."""
     assert set(line) == set(REQUEST_SCHEMA), set(line) ^ set(REQUEST_SCHEMA)
     for name, (types, _) in REQUEST_SCHEMA.items():
         allowed = tuple(JSON_TYPES[t] for t in types.split("|"))
-        assert isinstance(line[name], allowed) and not isinstance(line[name], bool), (name, line[name])
+        assert isinstance(line[name], allowed), (name, line[name])
+        assert "boolean" in types or not isinstance(line[name], bool), (name, line[name])
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +139,7 @@ def test_simulate_writes_the_request_lines_and_the_slo(tmp_path, capsys):
     assert [line["request_id"] for line in lines] == [str(i) for i in range(20)]
     for line in lines:
         check_line(line)
+        assert line["met_slo"] is True
     document = json.loads((out / "simulation.json").read_text())
     assert document["runs"][0]["slo"]["met"] == 20
     assert document["command"].startswith("blockspace simulate --max-requests 20")
@@ -149,3 +154,45 @@ def test_the_schema_is_the_documented_one():
     table = docs[docs.index("| field | JSON type | meaning |") :].split("\n\n")[0]
     documented = re.findall(r"^\| `([a-z_0-9]+)` \| ([a-z|]+) \|", table, re.M)
     assert documented == [(name, types) for name, (types, _) in REQUEST_SCHEMA.items()]
+
+
+def test_each_line_says_whether_its_request_met_the_slo(tight):
+    """``met_slo`` is the SLO's verdict on the line's trace request, the
+    verdict attainment counts; null without an SLO."""
+    slo = SLO(ttft_s=float(np.median([o.ttft_s for o in tight.metrics.outcomes() if o.ttft_s is not None])))
+    records = tight.metrics.request_records(slo)
+    verdicts = {o.index: slo.met_by(o) for o in tight.metrics.outcomes()}
+    assert [r["met_slo"] for r in records] == [verdicts[r["trace_index"]] for r in records]
+    assert sum(r["met_slo"] for r in records) == summarize(tight, slo)["slo"]["met"]
+    assert {r["met_slo"] for r in records} == {True, False}
+    assert {r["met_slo"] for r in tight.metrics.request_records()} == {None}
+
+
+def test_times_are_written_to_the_nanosecond_in_a_folder_made_for_them(tmp_path, capsys):
+    """The request lines go where --requests-out says, folders made first
+    (they were checked as creatable before the run, issue #40), and no
+    float carries noise below the step model's nanosecond."""
+    lines_file = tmp_path / "nodir" / "sub" / "r.jsonl"
+    argv = ["--max-requests", "20", "--no-plot", "--quiet", "--out", str(tmp_path / "out")]
+    assert simulate([*argv, "--requests-out", str(lines_file), "--time-scale", "0.37"]) == 0
+    capsys.readouterr()
+    for line in lines_file.read_text().splitlines():
+        for name, value in json.loads(line).items():
+            for number in value if isinstance(value, list) else [value]:
+                if isinstance(number, float):
+                    assert number == round(number, 9) and len(repr(number).split(".")[-1]) <= 9, (name, number)
+
+
+@pytest.mark.parametrize(
+    ("requests_out", "out", "said"),
+    [
+        ("x", "x", "--requests-out x is also where --out goes"),
+        ("out/simulation.json", "out", "is also where --out's simulation.json goes"),
+        ("x", "x/out", "--requests-out x must be a folder for --out"),
+    ],
+)
+def test_requests_out_and_out_cannot_take_each_others_place(tmp_path, monkeypatch, capsys, requests_out, out, said):
+    monkeypatch.chdir(tmp_path)
+    assert simulate(["--max-requests", "5", "--no-plot", "--quiet", "--requests-out", requests_out, "--out", out]) == 2
+    assert said in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # refused before any work: nothing written

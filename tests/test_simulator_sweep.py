@@ -50,12 +50,38 @@ def test_values_are_parsed_as_the_option_parses_them():
         ("preemption_mode=swap,later", "'later' is not a valid value"),
         ("enable_prefix_caching=maybe", "'maybe' is not a valid value"),
         ("block_size=16,16", "appears twice"),
-        ("trace=a.jsonl,b.jsonl", "no option 'trace'"),
+        ("trace=a.jsonl,b.jsonl", "trace cannot be swept: a sweep replays one trace"),
+        # issue #40: options a run does not read were sweepable, and silently changed nothing
+        ("slo=ttft=2s,ttft=5s", "slo cannot be swept: it judges the runs"),
+        ("find=max-rate", "find cannot be swept"),
+        ("target=50,90", "target cannot be swept"),
+        ("requests_out=a.jsonl,b.jsonl", "requests_out cannot be swept"),
     ],
 )
 def test_a_bad_sweep_is_refused_naming_it(spec, message):
     with pytest.raises(InvalidArgumentError, match=message):
         parse_sweeps([spec], build_parser())
+
+
+def test_the_error_lists_only_what_can_be_swept():
+    with pytest.raises(InvalidArgumentError) as refused:
+        parse_sweeps(["foo=1,2"], build_parser())
+    listed = set(str(refused.value).partition("(options: ")[2].rstrip(")").split(", "))
+    assert {"num_gpu_blocks", "step_model", "max_requests"} <= listed
+    assert not listed & {"find", "requests_out", "slo", "target", "trace", "out", "workers"}
+
+
+@pytest.mark.parametrize(
+    ("specs", "given", "message"),
+    [
+        (["block_size=16,32"], {"block_size"}, "block_size is swept and given as --block-size"),
+        (["kv_memory_gib=1,2"], {"num_gpu_blocks"}, "kv_memory_gib and --num-gpu-blocks cannot go together"),
+        (["num_cpu_blocks=1,2", "swap_space_gib=1,2"], set(), "swap_space_gib and --num-cpu-blocks"),
+    ],
+)
+def test_a_swept_key_that_another_option_overrides_is_refused(specs, given, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        parse_sweeps(specs, build_parser(), given=frozenset(given))
 
 
 @pytest.mark.parametrize(

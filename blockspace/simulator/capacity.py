@@ -136,29 +136,51 @@ OUTPUTS = ("capacity.json", "capacity.png")  # what --find max-rate writes under
 
 
 def evaluator(
-    trace: list[TraceRequest], config: Any, manager: str, slo: SLO, workers: int, executor: str
+    trace: list[TraceRequest],
+    config: Any,
+    manager: str,
+    slo: SLO,
+    workers: int,
+    executor: str,
+    rate: float,
+    say: Callable[[str], None] | None = None,
 ) -> Callable[[list[float]], list[dict[str, Any]]]:
-    """``evaluate`` for ``find_max_rate``: each round's rates in parallel."""
+    """``evaluate`` for ``find_max_rate``: each round's rates in parallel,
+    and with ``say`` a line per round (its rates and attainments: a search
+    over a long trace takes minutes, and a silent one looks hung)."""
     from blockspace.simulator.executor import map_unordered
 
     def evaluate(scales: list[float]) -> list[dict[str, Any]]:
         probes = [Probe(scale, trace, config, manager, slo) for scale in scales]
-        return list(map_unordered(run_probe, probes, workers, executor))
+        answers = sorted(map_unordered(run_probe, probes, workers, executor), key=lambda answer: answer["scale"])
+        if say is not None:
+            tried = ", ".join(f"{a['scale'] * rate:.4g} req/s {a['attainment']:.1%}" for a in answers)
+            say(f"  tried {tried}")
+        return answers
 
     return evaluate
 
 
 def format_answer(found: dict[str, Any], slo: SLO) -> str:
-    """The curve as a table, then the answer in a sentence."""
-    lines = [f"{'rate (req/s)':>13}  {'scale':>8}  {'attainment':>10}  {'goodput':>8}  finished/ignored/aborted"]
+    """The curve as a table, then the answer in a sentence. Rates have four
+    significant digits: a search that halves the rate down to 1/4096 of the
+    trace's goes far below a thousandth of a request a second."""
+    lines = [f"{'rate (req/s)':>13}  {'scale':>8}  {'attainment':>10}  {'goodput':>9}  finished/ignored/aborted"]
     for point in found["curve"]:
         lines.append(
-            f"{point['rate_requests_per_s']:>13.3f}  {point['scale']:>8.4g}  {point['attainment']:>10.1%}  "
-            f"{point['goodput_requests_per_s']:>8.3f}  {point['finished']}/{point['ignored']}/{point['aborted']}"
+            f"{point['rate_requests_per_s']:>13.4g}  {point['scale']:>8.4g}  {point['attainment']:>10.1%}  "
+            f"{point['goodput_requests_per_s']:>9.4g}  {point['finished']}/{point['ignored']}/{point['aborted']}"
         )
     target = f"{found['target']:.0%} of requests within {slo}"
     if found["max_rate_requests_per_s"] is None:
-        lines.append(f"max rate: none found: even {found['curve'][0]['rate_requests_per_s']:.4g} req/s misses {target}")
+        lowest = found["curve"][0]
+        lines.append(
+            f"max rate: none found: even {lowest['rate_requests_per_s']:.4g} req/s ({lowest['scale']:.4g}x the "
+            f"trace's {found['trace_rate_requests_per_s']:.4g} req/s) misses {target}; {found['runs']} runs"
+        )
+        flat = flat_floor(found["curve"])
+        if flat is not None:
+            lines.append(why_flat(flat, found))
     else:
         above = found["lowest_failing_rate_requests_per_s"]
         bound = ": every rate tried does, the max is higher" if above is None else f", {above:.4g} req/s does not"
@@ -168,6 +190,37 @@ def format_answer(found: dict[str, Any], slo: SLO) -> str:
             + ("" if found["converged"] else " (stopped at the run limit before the bracket closed)")
         )
     return "\n".join(lines)
+
+
+FLAT_POINTS = 3  # this many of the lowest rates with one attainment: lowering the rate no longer helps
+
+
+def flat_floor(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The highest of the lowest rates that all have the lowest rate's
+    attainment, when there are ``FLAT_POINTS`` of them or more; else None."""
+    floor = curve[0]["attainment"]
+    same = 0
+    while same < len(curve) and curve[same]["attainment"] == floor:
+        same += 1
+    return curve[same - 1] if same >= FLAT_POINTS else None
+
+
+def why_flat(point: dict[str, Any], found: dict[str, Any]) -> str:
+    """Why the attainment stopped rising as the rate fell: scaling the
+    arrivals spreads the bursts apart but keeps each burst together, and a
+    request that misses when it has the GPU to itself misses at any rate."""
+    said = (
+        f"why: attainment stays at {point['attainment']:.1%} from {point['rate_requests_per_s']:.4g} req/s down, so"
+        " lowering the rate no longer helps. Scaling the arrivals keeps requests that arrive together together"
+    )
+    if "arrival_times" in found:
+        said += f" ({found['requests']:,} requests arrive at {found['arrival_times']:,} distinct times)"
+    return said + ", and a request that misses the SLO on an idle GPU misses it at any rate."
+
+
+def arrival_times(trace: list[TraceRequest]) -> int:
+    """How many distinct arrival times the trace has: its bursts, which no rate scale splits."""
+    return len({request.arrival_s for request in trace})
 
 
 def format_answers(searches: list[dict[str, Any]]) -> str:
@@ -190,13 +243,15 @@ def plot_curves(path: Any, searches: list[dict[str, Any]], title: str) -> None:
     from matplotlib.ticker import FormatStrFormatter, NullFormatter
 
     figure, (share, good) = plt.subplots(1, 2, figsize=(12, 4.5))
+    found = [search for search in searches if search["max_rate_requests_per_s"] is not None]
     for index, search in enumerate(searches):
         color = f"C{index % 10}"
         named = ", ".join(f"{name}={value}" for name, value in search["values"].items())
         curve = search["curve"]
         rates = [p["rate_requests_per_s"] for p in curve]
+        none = " (none found)" if search["max_rate_requests_per_s"] is None else ""
         share.plot(rates, [100 * p["attainment"] for p in curve], "-o", color=color, markersize=4,
-                   label=named or "requests within the SLO")  # fmt: skip
+                   label=(named or "requests within the SLO") + none)  # fmt: skip
         good.plot(rates, [p["goodput_requests_per_s"] for p in curve], "-o", color=color, markersize=4,
                   label=named or "goodput")  # fmt: skip
         if search["max_rate_requests_per_s"] is not None:
@@ -213,8 +268,10 @@ def plot_curves(path: Any, searches: list[dict[str, Any]], title: str) -> None:
         axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))  # plain numbers, not powers of ten
         # within a decade or so the minor ticks are the only labels; over many they would crowd
         axis.xaxis.set_minor_formatter(FormatStrFormatter("%g") if high / low < 20 else NullFormatter())
-        axis.set_xlabel("request rate (req/s, log scale); dotted verticals: the max rate found")
+        axis.set_xlabel("request rate (req/s, log scale)" + ("; dotted verticals: the max rate found" if found else ""))
         axis.legend(fontsize=8)
+    if not found:
+        share.text(0.5, 0.5, "no rate tried meets the target", transform=share.transAxes, ha="center", color="grey")
     share.set_ylim(0, 100)
     share.set_ylabel("requests meeting the SLO (%)")
     good.set_ylim(bottom=0)
@@ -227,6 +284,7 @@ def plot_curves(path: Any, searches: list[dict[str, Any]], title: str) -> None:
 
 __all__ = [
     "OUTPUTS",
+    "arrival_times",
     "Probe",
     "base_rate",
     "evaluator",

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,12 @@ from blockspace.simulator.slo import SLO, parse_slo
 from blockspace.simulator.step_model import COEFFICIENTS, load_step_model
 from blockspace.validation import (
     Range,
+    check_distinct_outputs,
     check_output_dir,
     check_output_file,
     check_ranges,
     command_parser,
+    given_options,
     load_manager,
     option_name,
     refuse,
@@ -188,14 +191,46 @@ RANGES = {
 OUTPUTS = ("simulation.json", "simulation.png")  # what a run writes under --out
 
 
-def check_arguments(args: argparse.Namespace) -> None:
+# The options that only some modes read. A mode is one of --find, --sweep and --compare, or a
+# single run when none is given. Written where no mode reads it, an option would change nothing,
+# so it is refused by name: NEEDS, read only beside one of these options; APART, never beside them.
+NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "target": (("find",), "it is the share of requests the search must keep within --slo"),
+    "workers": (("sweep", "find"), "it sets how many of their runs go at once"),
+    "executor": (("sweep", "find"), "it sets where their runs go"),
+}
+APART: dict[str, tuple[tuple[str, ...], str]] = {
+    "requests_out": (("sweep", "find"), "it writes the requests of one run, and these make many"),
+    "compare": (("sweep", "find"), "it runs one manager: use --manager"),
+    "manager": (("compare",), "--compare names both managers"),
+}
+
+
+def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
+    """No option is written where its mode does not read it (``NEEDS``, ``APART``)."""
+    modes = {mode for mode in ("find", "sweep", "compare") if getattr(args, mode)}
+    for dest in sorted(given):
+        needs, why = NEEDS.get(dest, ((), ""))
+        if needs and not modes & set(needs):
+            raise InvalidArgumentError(f"{option_name(dest)} goes with {' or '.join(map(option_name, needs))}: {why}")
+        apart, why = APART.get(dest, ((), ""))
+        for mode in apart:
+            if mode in modes:
+                raise InvalidArgumentError(f"{option_name(dest)} cannot go with {option_name(mode)}: {why}")
+
+
+def check_arguments(args: argparse.Namespace, given: frozenset[str] = frozenset()) -> None:
     """Every option in its range (``InvalidArgumentError`` naming the first
-    that is not); ``--slo`` parsed into an ``SLO``; ``--requests-out`` a
-    file that can be written."""
+    that is not) and read by the mode it is given in; ``--slo`` parsed into
+    an ``SLO``; ``--requests-out`` a file that can be written, apart from
+    the files ``--out`` will hold."""
     check_ranges(args, RANGES)
+    check_modes(args, given)
     args.slo = None if args.slo is None else parse_slo(args.slo)
     if args.requests_out is not None:
         check_output_file(args.requests_out, "--requests-out")
+        files = {"--requests-out": args.requests_out, **{f"--out's {name}": args.out / name for name in OUTPUTS}}
+        check_distinct_outputs(files, {"--out": args.out})
 
 
 def check_extras(args: argparse.Namespace) -> None:
@@ -243,7 +278,10 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
 def step_time_model(args: argparse.Namespace) -> StepTimeModel:
     """``--step-model FILE``, or the five coefficient options. Both at once
     is refused: a coefficient given on the command line and then replaced
-    by the file's would be silently ignored."""
+    by the file's would be silently ignored. So is a file measured on a
+    model whose KV cache is not this run's (--num-layers, --num-kv-heads,
+    --head-dim, --dtype-bytes): its step times are another model's. A sweep
+    calls this for each of its configurations before any runs."""
     given = StepTimeModel(
         args.step_overhead_ms, args.prefill_token_us, args.decode_seq_us, args.kv_token_read_ns, args.swap_block_us
     )
@@ -253,7 +291,8 @@ def step_time_model(args: argparse.Namespace) -> StepTimeModel:
     if changed:
         raise InvalidArgumentError(f"--step-model replaces the step-time options: drop {option_name(changed[0])}")
     try:
-        return load_step_model(args.step_model)
+        kv = KVCacheModel(args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes)
+        return load_step_model(args.step_model, kv)
     except InvalidArgumentError as error:
         raise InvalidArgumentError(f"--step-model: {error}") from None
 
@@ -283,22 +322,29 @@ def resolve_run(name: str, default_step: str) -> tuple[type, str]:
     if at and step not in STEP_PATHS:
         raise InvalidArgumentError(f"--compare: {name!r}: the step path after @ must be one of {', '.join(STEP_PATHS)}")
     cls = resolve_manager(manager, "--compare")
-    if at and step == "rows" and not offers_rows(cls):
-        raise InvalidArgumentError(f"--compare: {name!r}: {cls.__name__} offers no row API (fast/row_api.py)")
+    if at:
+        check_step(cls, step, f"--compare: {name!r}")
     return cls, step if at else default_step
 
 
+def check_step(cls: type, step: str, where: str) -> None:
+    """The step path ``rows`` needs a manager with the row API."""
+    if step == "rows" and not offers_rows(cls):
+        raise InvalidArgumentError(f"{where}: {cls.__name__} offers no row API (fast/row_api.py)")
+
+
 def preparer(
-    sweeps: list[tuple[str, list[Any]]],
+    sweeps: list[tuple[str, list[Any]]], manager_class: type
 ) -> Callable[[argparse.Namespace], tuple[SimulationConfig, list[TraceRequest]]]:
     """One swept run's options -> its configuration and its requests,
     loading the trace once per (max_requests, time_scale); a combination of
-    values that does not go together is an ``InvalidArgumentError`` naming
-    them."""
+    values that does not go together (among them the step path ``rows``
+    for a manager without rows) is an ``InvalidArgumentError`` naming them."""
     traces: dict[tuple[Any, float], list[TraceRequest]] = {}
 
     def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
         try:
+            check_step(manager_class, run_args.step, "--step rows")
             config = simulation_config(run_args, record_tables=False)
         except BlockSpaceError as error:
             swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
@@ -311,20 +357,15 @@ def preparer(
     return prepare
 
 
-def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace, given: frozenset[str]) -> int:
     """``--sweep``: every configuration checked, then the runs (sweep.py)."""
     from blockspace.simulator.sweep import parse_sweeps, sweep
 
-    if args.compare:
-        raise InvalidArgumentError("--sweep runs one manager: use --manager, not --compare")
-    if args.requests_out is not None:
-        raise InvalidArgumentError("--requests-out writes the requests of one run; a sweep makes many")
-    sweeps = parse_sweeps(args.sweep, parser, RANGES)
-    resolve_manager(args.manager)
-    return sweep(args, sweeps, preparer(sweeps), trace_source(args.trace))
+    sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
+    return sweep(args, sweeps, preparer(sweeps, resolve_manager(args.manager)), trace_source(args.trace))
 
 
-def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str]) -> int:
+def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: frozenset[str], command: list[str]) -> int:
     """``--find max-rate``, for one configuration or each of a ``--sweep``:
     everything checked, then one search per configuration (capacity.py)."""
     from blockspace import __version__
@@ -334,13 +375,8 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, command: li
 
     if args.slo is None:
         raise InvalidArgumentError("--find max-rate needs --slo, the targets the rate must keep (e.g. ttft=2s)")
-    if args.compare:
-        raise InvalidArgumentError("--find max-rate runs one manager: use --manager, not --compare")
-    if args.requests_out is not None:
-        raise InvalidArgumentError("--requests-out writes the requests of one run; --find max-rate makes many")
-    resolve_manager(args.manager)
-    sweeps = parse_sweeps(args.sweep, parser, RANGES)
-    prepare = preparer(sweeps)
+    sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
+    prepare = preparer(sweeps, resolve_manager(args.manager))
     points = []  # (swept values, configuration, requests, their rate)
     for values in configurations(sweeps):
         config, trace = prepare(argparse.Namespace(**{**vars(args), **values}))
@@ -355,18 +391,21 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, command: li
         named = "".join(f", {name}={value}" for name, value in values.items())
         print(f"finding the highest rate at which {args.target:g}% of {len(trace):,} requests from {source} meet "
               f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
-        evaluate = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor)
+        say = None if args.quiet else partial(print, flush=True)
+        evaluate = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor, rate, say)
         try:
             found = capacity.find_max_rate(evaluate, rate, args.target / 100, workers)
         except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
             return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
-        print(capacity.format_answer(found, args.slo))
-        searches.append({"values": values, "config": dataclasses.asdict(config), "requests": len(trace), **found})
+        search = {"values": values, "config": dataclasses.asdict(config), "requests": len(trace),
+                  "arrival_times": capacity.arrival_times(trace), **found}  # fmt: skip
+        print(capacity.format_answer(search, args.slo))
+        searches.append(search)
     if len(searches) > 1:
         print(capacity.format_answers(searches))
     args.out.mkdir(parents=True, exist_ok=True)
-    document = {"command": shlex.join(command), "version": __version__, "trace": source, "slo": str(args.slo),
-                "target": args.target / 100, "configurations": searches}  # fmt: skip
+    document = {"command": shlex.join(command), "version": __version__, "trace": source, "manager": args.manager,
+                "slo": str(args.slo), "target": args.target / 100, "configurations": searches}  # fmt: skip
     (args.out / "capacity.json").write_text(json.dumps(document, indent=1))
     print(f"figures: {args.out / 'capacity.json'}")
     if not args.no_plot:
@@ -410,19 +449,20 @@ class Plan:
     command: list[str]  # the command line, as given
 
 
-def plan(args: argparse.Namespace, command: list[str]) -> Plan:
+def plan(args: argparse.Namespace, command: list[str], given: frozenset[str] = frozenset()) -> Plan:
     """Check everything a single or compared run needs, writing nothing
     (``InvalidArgumentError`` naming the option for the first bad value)."""
     if args.compare:
         names = [name.strip() for name in args.compare.split(",") if name.strip()]
         if len(names) != 2:
             raise InvalidArgumentError(f"--compare takes two managers, A,B; got {args.compare!r}")
+        if "step" in given and all("@" in name for name in names):
+            raise InvalidArgumentError("--step: both managers of --compare name their step path (NAME@STEP)")
         runs = [resolve_run(name, args.step) for name in names]
     else:
         runs = [(resolve_manager(args.manager), args.step)]
     for cls, step in runs:
-        if step == "rows" and not offers_rows(cls):
-            raise InvalidArgumentError(f"--step rows: {cls.__name__} offers no row API (fast/row_api.py)")
+        check_step(cls, step, "--step rows")
     config = simulation_config(args, record_tables=len(runs) > 1)
     configs = [(cls, replace(config, scheduler=replace(config.scheduler, step=step))) for cls, step in runs]
     trace = load_requests(args)
@@ -430,22 +470,24 @@ def plan(args: argparse.Namespace, command: list[str]) -> Plan:
     return Plan(args, configs, trace, command)
 
 
-def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    """The command line parsed, every option in its range, the extras it needs there."""
+def parse(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace, frozenset[str]]:
+    """The command line parsed, every option in its range and read by its
+    mode, the extras it needs there; and the options written on it."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_arguments(args)
+    given = given_options(parser, sys.argv[1:] if argv is None else argv)
+    check_arguments(args, given)
     check_extras(args)
-    return parser, args
+    return parser, args, given
 
 
 def prepare(argv: list[str] | None) -> Plan:
     """The checked plan of a single or compared run's command line (the soak
     replays one); ``BlockSpaceError`` for the first bad value."""
-    _, args = parse(argv)
+    _, args, given = parse(argv)
     if args.sweep:
         raise InvalidArgumentError("--sweep: a sweep is many runs, not one plan (blockspace simulate runs it)")
-    return plan(args, command_line(argv))
+    return plan(args, command_line(argv), given)
 
 
 def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
@@ -489,13 +531,13 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
     write_json(json_path, results, summaries, extra)
     print(f"figures: {json_path}")
     if args.requests_out is not None:
-        write_requests(args.requests_out, results)
+        write_requests(args.requests_out, results, args.slo)
         print(f"requests: {args.requests_out}")
     if not args.no_plot:
         from blockspace.simulator.plot import plot_runs
 
         png_path = args.out / "simulation.png"
-        plot_runs(png_path, results, trace_source(args.trace))
+        plot_runs(png_path, results, trace_source(args.trace), args.slo)
         print(f"plot:    {png_path}")
     print(time_split(results, time.perf_counter() - reporting_started))
     return status, {**extra, "runs": summaries}
@@ -505,12 +547,12 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status 0, or 1 when compared runs differ or a run fails; 2 for a
     bad option, said before anything ran or was written."""
     try:
-        parser, args = parse(argv)
+        parser, args, given = parse(argv)
         if args.find:
-            return _find(parser, args, command_line(argv))
+            return _find(parser, args, given, command_line(argv))
         if args.sweep:
-            return _sweep(parser, args)
-        planned = plan(args, command_line(argv))
+            return _sweep(parser, args, given)
+        planned = plan(args, command_line(argv), given)
     except BlockSpaceError as error:
         return refuse(error)
     return execute(planned)[0]
@@ -542,14 +584,29 @@ def provenance(planned: Plan) -> dict[str, Any]:
     }
 
 
-def write_requests(path: Path, results: list[SimulationResult]) -> None:
+def write_requests(path: Path, results: list[SimulationResult], slo: SLO | None) -> None:
     """``--requests-out``: one JSON line per request of each run (the
-    schema is in docs/simulator.md)."""
+    schema is in docs/simulator.md), its folders made as needed. Times are
+    rounded to the nanosecond, the finest unit of the step-time model
+    (``kv_token_read_ns``): a sum of steps carries float noise below it
+    (0.3841899999999999 is 0.38419)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as out:
         for result in results:
             manager = result.manager_name.rsplit(".", 1)[-1]
-            for record in result.metrics.request_records():
-                out.write(json.dumps({"manager": manager, **record}) + "\n")
+            for record in result.metrics.request_records(slo):
+                out.write(json.dumps({"manager": manager, **_nanoseconds(record)}) + "\n")
+
+
+def _nanoseconds(value: Any) -> Any:
+    """``value`` with every float in it rounded to 9 decimals."""
+    if isinstance(value, float):
+        return round(value, 9)
+    if isinstance(value, list):
+        return [_nanoseconds(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _nanoseconds(item) for key, item in value.items()}
+    return value
 
 
 def time_split(results: list[SimulationResult], reporting_s: float) -> str:

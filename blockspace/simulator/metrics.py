@@ -22,11 +22,14 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blockspace.enums import SequenceStatus
 from blockspace.simulator.decisions import StepOutput
 from blockspace.simulator.request import SimRequest
+
+if TYPE_CHECKING:
+    from blockspace.simulator.slo import SLO
 
 
 @dataclass
@@ -113,6 +116,7 @@ REQUEST_SCHEMA: dict[str, tuple[str, str]] = {
     "ttft_s": ("number|null", "first_token_s - arrival_s, when it finished"),
     "tpot_s": ("number|null", "(finish_s - first_token_s) / (output_tokens - 1), 0 for one token, when it finished"),
     "e2e_s": ("number|null", "finish_s - arrival_s, when it finished"),
+    "met_slo": ("boolean|null", "whether its trace request (all n samples) met --slo; null without --slo"),
 }
 
 # Why a request that did not finish did not (the ``reason`` of its record).
@@ -280,9 +284,12 @@ class Metrics:
             "e2e_s": e2e_s,
         }
 
-    def request_records(self) -> list[dict[str, Any]]:
-        """``request_record`` of every request (sample), in arrival order."""
-        return [self.request_record(request) for request in self.requests]
+    def request_records(self, slo: SLO | None = None) -> list[dict[str, Any]]:
+        """``request_record`` of every request (sample), in arrival order,
+        each with whether its trace request met ``slo`` (None without one):
+        the SLO holds for a whole answer, over its n samples."""
+        met = {outcome.index: slo.met_by(outcome) for outcome in self.outcomes()} if slo is not None else {}
+        return [{**self.request_record(request), "met_slo": met.get(request.index)} for request in self.requests]
 
 
 __all__ = ["REASONS", "REQUEST_SCHEMA", "Counts", "Metrics", "TraceOutcome", "Timeline", "tpot"]

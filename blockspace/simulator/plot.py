@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from blockspace.simulator.simulation import SimulationResult
+from blockspace.simulator.slo import SLO
 
 MAX_POINTS = 20_000
 
@@ -117,7 +118,10 @@ CDF_PANELS = (
 )
 
 
-def _plot_cdfs(axis: Any, samples: dict[str, np.ndarray], panel: CDFPanel) -> None:
+def _plot_cdfs(axis: Any, samples: dict[str, np.ndarray], panel: CDFPanel, bounds: dict[str, float]) -> None:
+    """The panel's curves, and each of ``bounds`` (``--slo``'s, in seconds
+    by sample name) as a dashed vertical in its curve's colour: where the
+    curve crosses it is the share of requests within that bound."""
     from matplotlib.ticker import FuncFormatter
 
     drawn = False
@@ -127,9 +131,12 @@ def _plot_cdfs(axis: Any, samples: dict[str, np.ndarray], panel: CDFPanel) -> No
             xs, ys = cdf(values / panel.unit_s)
             axis.step(xs, ys, where="post", color=color, linewidth=1.2, label=f"{label} ({values.size:,} {over})")
             drawn = True
-    if drawn:
+        if name in bounds:
+            bound = bounds[name] / panel.unit_s
+            axis.axvline(bound, color=color, linestyle="--", linewidth=1, label=f"SLO {label} <= {bound:g}")
+    if axis.get_legend_handles_labels()[0]:
         axis.legend(loc="best", fontsize=8)
-    else:
+    if not drawn:
         axis.text(0.5, 0.5, "no request finished", ha="center", va="center", transform=axis.transAxes)
     if panel.symlog:
         axis.set_xscale("symlog", linthresh=1)
@@ -142,9 +149,10 @@ def _plot_cdfs(axis: Any, samples: dict[str, np.ndarray], panel: CDFPanel) -> No
     axis.set_ylabel("% at or below")
 
 
-def run_figure(results: list[SimulationResult], trace_label: str = "the trace") -> Any:
+def run_figure(results: list[SimulationResult], trace_label: str = "the trace", slo: SLO | None = None) -> Any:
     """The figure of ``plot_runs``: ``results[0]`` over time and its latency
-    CDFs, with the manager time of every run."""
+    CDFs (with ``slo``'s bounds marked on them), with the manager time of
+    every run."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,19 +197,22 @@ def run_figure(results: list[SimulationResult], trace_label: str = "the trace") 
     manager.set_xlabel("simulated time (s)")
 
     samples = latency_samples(first)
+    bounds = {} if slo is None else slo.bounds()
     for axis, panel in zip(latency.subplots(1, 2), CDF_PANELS):
-        _plot_cdfs(axis, samples, panel)
+        _plot_cdfs(axis, samples, panel, bounds)
     latency.suptitle(_counts_line(first), fontsize=11)
 
     figure.suptitle(title_of(first, trace_label))
     return figure
 
 
-def plot_runs(path: Path, results: list[SimulationResult], trace_label: str = "the trace") -> None:
+def plot_runs(
+    path: Path, results: list[SimulationResult], trace_label: str = "the trace", slo: SLO | None = None
+) -> None:
     """Write ``run_figure`` as a PNG."""
     import matplotlib.pyplot as plt
 
-    figure = run_figure(results, trace_label)
+    figure = run_figure(results, trace_label, slo)
     figure.savefig(path, dpi=110)
     plt.close(figure)
 

@@ -20,7 +20,9 @@ from blockspace.errors import InvalidArgumentError
 from blockspace.simulator.metrics import TraceOutcome
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
-_BOUND = re.compile(r"^\s*([a-z_0-9]+)\s*=\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|ms|us)\s*$", re.IGNORECASE)
+# A sign is read, so that a negative bound is refused as one ("must be a time above 0"), not as text
+# that is no bound at all.
+_BOUND = re.compile(r"^\s*([a-z_0-9]+)\s*=\s*([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|ms|us)\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

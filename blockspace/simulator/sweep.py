@@ -54,7 +54,25 @@ if TYPE_CHECKING:
 
 TRUE, FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
 OUTPUTS = ("sweep.json", "sweep.csv", "sweep.png")  # what a sweep writes under --out, beside sweep/
-NOT_SWEPT = ("trace", "manager", "compare", "sweep", "workers", "executor", "out", "no_plot", "quiet")
+# The options that cannot be swept, and why: each run of a sweep is one configuration of the
+# scheduler, the cache, the model and the trace's requests; these choose what runs, how, or
+# what is written, once for the whole sweep. Every other option of simulate's parser is
+# sweepable, and each run reads its own value (tests/test_cli_modes.py holds both to that).
+NOT_SWEPT = {
+    "trace": "a sweep replays one trace (sweep max_requests or time_scale to vary its requests)",
+    "manager": "a sweep runs one manager, --manager",
+    "compare": "a sweep runs one manager, --manager",
+    "sweep": "it names what is swept",
+    "workers": "it is how many runs go at once, not part of a run",
+    "executor": "it is where the runs go, not part of a run",
+    "out": "the sweep writes its runs under one --out",
+    "no_plot": "it is about the sweep's outputs, not a run",
+    "quiet": "it is about the sweep's outputs, not a run",
+    "slo": "it judges the runs rather than configuring them: give --slo once, every run is judged by it",
+    "requests_out": "it writes the requests of one run, and a sweep makes many",
+    "find": "it turns each configuration into a search: give --find once beside --sweep",
+    "target": "it belongs to --find, given once for every configuration",
+}
 
 # The headline figures: (column, how to read it off a run's summary). The request counts
 # come first: latencies are over the finished requests only, so a configuration that
@@ -127,25 +145,51 @@ def _converter(action: argparse.Action) -> Callable[[str], Any]:
     return checked
 
 
+def sweepable(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The options a sweep can vary, by destination: every option of the
+    parser but those of ``NOT_SWEPT``."""
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in NOT_SWEPT and a.dest != "help"}
+
+
 def parse_sweeps(
-    specs: list[str], parser: argparse.ArgumentParser, ranges: Mapping[str, Range] | None = None
+    specs: list[str],
+    parser: argparse.ArgumentParser,
+    ranges: Mapping[str, Range] | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> list[tuple[str, list[Any]]]:
     """``KEY=V1,V2`` specs as ``(option dest, values)``, each value parsed as
     the option parses it and in the option's range of ``ranges``
-    (``InvalidArgumentError`` naming ``--sweep`` and the first bad value)."""
-    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in NOT_SWEPT and a.dest != "help"}
+    (``InvalidArgumentError`` naming ``--sweep`` and the first bad value).
+
+    A key must be sweepable (``NOT_SWEPT`` says why not), not also written
+    as an option (``given``: the runs would replace its value), and not
+    beside another member of its mutually exclusive group, given or swept
+    (``--num-gpu-blocks`` beside a swept ``kv_memory_gib`` would win in
+    every run): each would leave an option that changes nothing."""
+    actions = sweepable(parser)
     sweeps: list[tuple[str, list[Any]]] = []
     for spec in specs:
         key, equals, text = spec.partition("=")
         dest = key.strip().lstrip("-").replace("-", "_")
         if not equals or not text.strip():
             raise InvalidArgumentError(f"--sweep {spec!r}: expected KEY=V1,V2,...")
+        if dest in NOT_SWEPT:
+            raise InvalidArgumentError(f"--sweep: {dest} cannot be swept: {NOT_SWEPT[dest]}")
         if dest not in actions:
             raise InvalidArgumentError(
                 f"--sweep: no option {key.strip()!r} to sweep (options: {', '.join(sorted(actions))})"
             )
         if dest in (name for name, _ in sweeps):
             raise InvalidArgumentError(f"--sweep: {dest} is swept twice")
+        if dest in given:
+            raise InvalidArgumentError(f"--sweep: {dest} is swept and given as {option_name(dest)}: keep one")
+        for group in parser._mutually_exclusive_groups:
+            members = {action.dest for action in group._group_actions}
+            rivals = (members - {dest}) & (given | {name for name, _ in sweeps}) if dest in members else set()
+            if rivals:
+                raise InvalidArgumentError(
+                    f"--sweep: {dest} and {option_name(min(rivals))} cannot go together (they set one thing two ways)"
+                )
         convert, allowed, values = _converter(actions[dest]), (ranges or {}).get(dest), []
         for item in text.split(","):
             try:
@@ -274,13 +318,15 @@ def _scale(axis: Any, kind: str, highest: float) -> None:
         axis.yaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
 
 
-def _label_points(axis: Any, xs: list[Any], ys: list[Any]) -> None:
-    """Each point's value, on a 0-100 axis where a change of a few points
-    would not show: below the point near the top, else above it."""
+def _label_points(axis: Any, xs: list[Any], ys: list[Any], color: str) -> None:
+    """Each point's value, in its line's colour, on a 0-100 axis where a
+    change of a few points would not show: below the point near the top,
+    else above it."""
     for x, y in zip(xs, ys):
         if not math.isnan(y):
             offset = (0, -12) if y > 80 else (0, 6)
-            axis.annotate(f"{y:.1f}", (x, y), xytext=offset, textcoords="offset points", ha="center", fontsize=7)
+            axis.annotate(f"{y:.1f}", (x, y), xytext=offset, textcoords="offset points", ha="center", fontsize=7,
+                          color=color)  # fmt: skip
 
 
 def sweep_figure(sweeps: list[tuple[str, list[Any]]], rows: list[dict[str, Any]], title: str) -> Any:
@@ -316,8 +362,8 @@ def sweep_figure(sweeps: list[tuple[str, list[Any]]], rows: list[dict[str, Any]]
                 line, marker = STYLES[place]
                 color = f"C{number}" if grouped else f"C{place}"
                 axis.plot(at, ys, linestyle=line, marker=marker, color=color, markersize=5, clip_on=False)
-                if kind == "percent" and not grouped:
-                    _label_points(axis, at, ys)
+                if kind == "percent":
+                    _label_points(axis, at, ys, color)
         highest = max((row[c] for row in rows for c in columns if row[c] is not None), default=0)
         _scale(axis, kind, highest)
         axis.set_title(panel, fontsize=10)
@@ -425,6 +471,7 @@ __all__ = [
     "configurations",
     "headline_row",
     "parse_sweeps",
+    "sweepable",
     "plot_sweep",
     "run_job",
     "sweep",
