@@ -5,14 +5,22 @@ wrong, so that ``--step-model: <message>`` tells a user what to fix."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import pytest
 
 from blockspace.errors import InvalidArgumentError
-from blockspace.simulator.gpu import StepTimeModel
-from blockspace.simulator.step_model import COEFFICIENTS, load_step_model, save_step_model, step_model_json
+from blockspace.profile.plan import ModelShape
+from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
+from blockspace.simulator.step_model import (
+    COEFFICIENTS,
+    check_kv_cache,
+    load_step_model,
+    save_step_model,
+    step_model_json,
+)
 
 GOOD = {
     "version": 1,
@@ -155,3 +163,108 @@ def test_simulate_runs_on_the_file_s_model(tmp_path, capsys):
     capsys.readouterr()
     assert simulate([*argv, "--decode-seq-us", "5"]) == 2  # the file and an option: which one would count?
     assert "drop --decode-seq-us" in capsys.readouterr().err
+
+
+# -- the file's model against the run's KV cache ----------------------------------------------------------------
+TINY_MODEL = {  # what blockspace gpu-profile writes for the tiny model of docs/simulator.md
+    **dataclasses.asdict(ModelShape(2, 64, 4, 2, 128, "float32")),
+    "head_dim": 16,
+    "block_size": 16,
+    "block_bytes": 16 * 512,
+    "layers_timed": 2,
+}
+TINY_KV = ["--num-layers", "2", "--num-kv-heads", "2", "--head-dim", "16", "--dtype-bytes", "4"]
+
+
+def simulate_argv(tmp_path, model_file, *more: str) -> list[str]:
+    return ["--max-requests", "10", "--no-plot", "--quiet", "--out", str(tmp_path / "out"),
+            "--step-model", str(model_file), *more]  # fmt: skip
+
+
+def files_under(folder) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_a_file_measured_on_another_model_is_refused_naming_both_and_the_options(tmp_path, capsys):
+    from blockspace.simulator.cli import main as simulate
+
+    path = tmp_path / "tiny.json"
+    save_step_model(StepTimeModel(0.1, 7.0, 0.0, 50.0, 2.0), path, {"model": TINY_MODEL})
+    assert simulate(simulate_argv(tmp_path, path)) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"error: --step-model: {path}: measured on a model whose KV cache is 2 layers x 2 KV heads x head dim 16"
+        " x 4 bytes a value (512 bytes per token), but this run's is 32 layers x 8 KV heads x head dim 128 x 2"
+        " bytes a value (131,072 bytes per token); --num-layers 2 --num-kv-heads 2 --head-dim 16 --dtype-bytes 4"
+        " simulates the file's model (or measure this one with blockspace gpu-profile)\n"
+    )
+    assert captured.out == "" and files_under(tmp_path) == ["tiny.json"]
+    assert simulate(simulate_argv(tmp_path, path, *TINY_KV)) == 0  # the options it names: the file's model
+    assert (tmp_path / "out" / "simulation.json").is_file()
+
+
+def test_only_the_options_that_differ_are_named(tmp_path, capsys):
+    from blockspace.simulator.cli import main as simulate
+
+    path = tmp_path / "bf16.json"
+    save_step_model(StepTimeModel(), path, {"model": {**TINY_MODEL, "dtype": "bfloat16"}})
+    assert simulate(simulate_argv(tmp_path, path, *TINY_KV)) == 2
+    err = capsys.readouterr().err
+    assert "x 2 bytes a value (256 bytes per token), but this run's is" in err
+    assert "; --dtype-bytes 2 simulates the file's model" in err and "--num-layers" not in err
+
+
+@pytest.mark.parametrize(
+    "model",
+    [None, {}, {"name": "Llama-3-8B, by hand"}, {"num_layers": 32}, dataclasses.asdict(ModelShape())],
+    ids=["no model key", "an empty model", "nothing to compare", "one field, the same", "Llama-3-8B's shape"],
+)
+def test_a_file_whose_model_agrees_or_says_nothing_comparable_is_accepted(tmp_path, model):
+    from blockspace.simulator.cli import main as simulate
+
+    path = tmp_path / "model.json"
+    save_step_model(StepTimeModel(), path, None if model is None else {"model": model})
+    assert simulate(simulate_argv(tmp_path, path)) == 0
+
+
+def test_every_configuration_of_a_sweep_is_compared_before_any_run(tmp_path, capsys):
+    """num_layers=2 suits the file and 32 does not: the sweep stops before its first run."""
+    from blockspace.simulator.cli import main as simulate
+
+    path = tmp_path / "tiny.json"
+    save_step_model(StepTimeModel(), path, {"model": TINY_MODEL})
+    argv = simulate_argv(tmp_path, path, *TINY_KV[2:], "--sweep", "num_layers=2,32")
+    assert simulate(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --sweep (num_layers=32): --step-model: {path}: measured on a model whose KV")
+    assert "but this run's is 32 layers x 2 KV heads" in err and "; --num-layers 2 simulates" in err
+    assert files_under(tmp_path) == ["tiny.json"]
+    llama = tmp_path / "llama.json"
+    save_step_model(StepTimeModel(), llama, {"model": dataclasses.asdict(ModelShape())})
+    argv = ["--max-requests", "10", "--no-plot", "--quiet", "--out", str(tmp_path / "out"), *TINY_KV]
+    assert simulate([*argv, "--sweep", f"step_model={path},{llama}"]) == 2
+    assert f": --step-model: {llama}: measured on a model whose KV cache is 32 layers" in capsys.readouterr().err
+    assert files_under(tmp_path) == ["llama.json", "tiny.json"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("num_layers", "2", 'model.num_layers must be a whole number >= 1, got "2"'),
+        ("head_dim", 0, "model.head_dim must be a whole number >= 1, got 0"),
+        ("num_kv_heads", True, "model.num_kv_heads must be a whole number >= 1, got true"),
+        ("dtype", "fp8", 'model.dtype must be one of bfloat16, float16, float32, got "fp8"'),
+    ],
+)
+def test_a_model_field_that_cannot_be_compared_is_refused(tmp_path, field, value, said):
+    path = tmp_path / "model.json"
+    save_step_model(StepTimeModel(), path, {"model": {**TINY_MODEL, field: value}})
+    assert load_step_model(path) == StepTimeModel()  # read alone, the model is only provenance
+    with pytest.raises(InvalidArgumentError, match=f"^{path}: {said}$"):
+        load_step_model(path, KVCacheModel(2, 2, 16, 4))
+
+
+def test_the_comparison_is_of_the_fields_given(tmp_path):
+    with pytest.raises(InvalidArgumentError, match=r"^here: measured on .*; --head-dim 64 simulates"):
+        check_kv_cache({"head_dim": 64, "num_kv_heads": 8}, KVCacheModel(), "here")
+    check_kv_cache({"head_dim": 128, "dtype": "float16"}, KVCacheModel(), "here")  # no error: they agree

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+from blockspace.simulator.step_model import DTYPE_BYTES  # the dtypes a step-model file's model may name
 
 
 @dataclass(frozen=True)

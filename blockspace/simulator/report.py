@@ -283,7 +283,7 @@ def write_json(
         "timeline": {name: _thin(values) for name, values in dataclasses.asdict(timeline).items()},
         "manager_s_per_step": {s["manager"]: _thin(r.metrics.timeline.manager_s) for s, r in zip(summaries, results)},
     }
-    path.write_text(json.dumps(document, indent=1))
+    path.write_text(json.dumps(document, indent=1, default=str))  # a swept path (--step-model) as text
 
 
 __all__ = [

@@ -24,6 +24,11 @@ out would have the simulator fill it with a built-in estimate, and a user
 would believe the run measured. The other keys say where the figures come
 from; the simulator does not use them. Anything else is refused, so that a
 misspelt coefficient is not silently ignored.
+
+One of them is checked against the run: the ``model`` the coefficients
+were measured on. Its KV cache (layers, KV heads, head dimension, bytes per
+value) must be the one the simulator sizes its blocks by, or the run would
+time a small model's steps on a large model's cache (``check_kv_cache``).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from blockspace.errors import InvalidArgumentError, InvalidConfigError
-from blockspace.simulator.gpu import StepTimeModel
+from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.validation import Range, check_keys, check_number, read_json_object
 
 VERSION = 1  # raised when a key changes meaning; a reader refuses any version it does not know
@@ -46,6 +51,13 @@ PROVENANCE: dict[str, type] = {  # optional key -> the JSON type it must have (s
     "created": str,  # when, as ISO 8601
     "model": dict,  # the model measured: its dimensions and dtype
     "fit": dict,  # the measured points and how well the coefficients fit them
+}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}  # the dtypes a ``model`` may name, and their sizes
+KV_OPTIONS = {  # a KVCacheModel field -> the simulate option that sets it
+    "num_layers": "--num-layers",
+    "num_kv_heads": "--num-kv-heads",
+    "head_dim": "--head-dim",
+    "dtype_bytes": "--dtype-bytes",
 }
 
 
@@ -63,8 +75,10 @@ def save_step_model(model: StepTimeModel, path: str | Path, provenance: dict[str
     Path(path).write_text(text + "\n", encoding="utf-8")
 
 
-def load_step_model(path: str | Path) -> StepTimeModel:
-    """The step-time model the file at ``path`` holds, every key checked.
+def load_step_model(path: str | Path, kv: KVCacheModel | None = None) -> StepTimeModel:
+    """The step-time model the file at ``path`` holds, every key checked,
+    and, when ``kv`` is given, the model it was measured on checked to have
+    that KV cache (``check_kv_cache``).
 
     Anything wrong is one ``InvalidArgumentError`` whose message starts with
     the file's name (``--step-model: `` reads well in front of it): the file
@@ -81,10 +95,57 @@ def load_step_model(path: str | Path) -> StepTimeModel:
         )
     values = {name: check_number(found[name], f"{path}: {name}", Range(least=0)) for name in COEFFICIENTS}
     _check_provenance(found, str(path))
+    if kv is not None and "model" in found:
+        check_kv_cache(found["model"], kv, str(path))
     try:
         return StepTimeModel(**values)
     except InvalidConfigError as error:
         raise InvalidArgumentError(f"{path}: {error}") from None
+
+
+def check_kv_cache(profiled: dict[str, Any], kv: KVCacheModel, where: str) -> None:
+    """``InvalidArgumentError`` when the file's ``model`` has another KV cache
+    than ``kv``: both shapes, and the simulate options that give the file's.
+
+    The coefficients are a measurement of one model: a step of a 2-layer
+    model costs a fraction of a step of Llama-3-8B, and the simulator sizes
+    its blocks (so how many fit, and how much a swap moves) by ``kv``. A run
+    of the one on the other answers for neither. Only what the file says is
+    compared: a ``model`` without a field, or a file without ``model``, has
+    nothing to compare on it. A field it has must be one the comparison can
+    read (a whole number >= 1; a dtype of ``DTYPE_BYTES``).
+    """
+    found: dict[str, int] = {}
+    for field in ("num_layers", "num_kv_heads", "head_dim"):
+        if field in profiled:
+            value = profiled[field]
+            if type(value) is not int or value < 1:
+                raise InvalidArgumentError(
+                    f"{where}: model.{field} must be a whole number >= 1, got {json.dumps(value)}"
+                )
+            found[field] = value
+    if "dtype" in profiled:
+        if profiled["dtype"] not in DTYPE_BYTES:
+            raise InvalidArgumentError(
+                f"{where}: model.dtype must be one of {', '.join(DTYPE_BYTES)}, got {json.dumps(profiled['dtype'])}"
+            )
+        found["dtype_bytes"] = DTYPE_BYTES[profiled["dtype"]]
+    differ = [field for field, value in found.items() if value != getattr(kv, field)]
+    if differ:
+        theirs = KVCacheModel(**{**dataclasses.asdict(kv), **found})
+        raise InvalidArgumentError(
+            f"{where}: measured on a model whose KV cache is {kv_shape(theirs)}, but this run's is {kv_shape(kv)};"
+            f" {' '.join(f'{KV_OPTIONS[field]} {found[field]}' for field in differ)} simulates the file's model"
+            " (or measure this one with blockspace gpu-profile)"
+        )
+
+
+def kv_shape(kv: KVCacheModel) -> str:
+    """A KV cache's shape in words."""
+    return (
+        f"{kv.num_layers} layers x {kv.num_kv_heads} KV heads x head dim {kv.head_dim} x {kv.dtype_bytes} bytes a value"
+        f" ({kv.bytes_per_token:,} bytes per token)"
+    )
 
 
 def _check_provenance(found: dict[str, Any], where: str) -> None:
@@ -95,4 +156,13 @@ def _check_provenance(found: dict[str, Any], where: str) -> None:
             raise InvalidArgumentError(f"{where}: {key} must be {wanted}, got {json.dumps(found[key])}")
 
 
-__all__ = ["COEFFICIENTS", "PROVENANCE", "VERSION", "load_step_model", "save_step_model", "step_model_json"]
+__all__ = [
+    "COEFFICIENTS",
+    "DTYPE_BYTES",
+    "PROVENANCE",
+    "VERSION",
+    "check_kv_cache",
+    "load_step_model",
+    "save_step_model",
+    "step_model_json",
+]

@@ -280,6 +280,7 @@ def write_outputs(
                 "runs": [{"values": {k: r[k] for k, _ in sweeps}, "summary": s} for r, s in zip(rows, summaries)],
             },
             indent=1,
+            default=str,  # a swept path (step_model) as text
         )  # fmt: skip
     )
     with open(out / "sweep.csv", "w", newline="", encoding="utf-8") as handle:
