@@ -8,8 +8,9 @@ DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 
 def test_the_row_embedding_example_of_the_simulator_doc_runs(capsys):
     text = (DOCS / "simulator.md").read_text()
-    section = text.split("## Embedding the fast manager through rows", 1)[1]
-    (code,) = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    section = text.split("## Embedding the fast manager through rows\n", 1)[1]
+    section = re.split(r"\n#+ ", section, maxsplit=1)[0]  # up to the next heading, whatever its level
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
     namespace: dict = {}
     exec(compile(code, "docs/simulator.md", "exec"), namespace)
     running, manager = namespace["running"], namespace["manager"]
