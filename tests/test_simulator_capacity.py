@@ -13,8 +13,10 @@ from blockspace.simulator.capacity import (
     MAX_SCALE,
     MIN_SCALE,
     find_max_rate,
+    flat_floor,
     format_answer,
     next_scales,
+    plot_curves,
 )
 from blockspace.simulator.cli import main as simulate
 from blockspace.simulator.slo import SLO
@@ -59,6 +61,40 @@ def test_a_target_no_rate_meets_says_none():
     found = find_max_rate(threshold(0.0, calls), rate=1.0, target=0.5, width=2)
     assert found["max_rate_requests_per_s"] is None and found["rate_scale"] is None
     assert min(p["scale"] for p in found["curve"]) <= MIN_SCALE  # it went down to the floor first
+
+
+def test_a_flat_floor_says_why_lower_rates_do_not_help():
+    """Attainment stuck at 40 % however low the rate: the answer says none,
+    at four significant digits (rates far below 0.001 req/s stay apart),
+    then why (issue #40: two rows both read 0.001, and no hint)."""
+
+    def evaluate(scales: list[float]) -> list[dict]:
+        return [probe(s, 0.4 if s < 1 else 0.1) for s in scales]
+
+    found = find_max_rate(evaluate, rate=3.0, target=0.9, width=1)
+    said = format_answer({**found, "requests": 2000, "arrival_times": 224}, SLO(ttft_s=2.0)).splitlines()
+    rates = [line.split()[0] for line in said[1:-2]]
+    assert len(rates) == len(set(rates)) == found["runs"] and "0.0007324" in rates  # 3 / 4096
+    assert said[-2].startswith("max rate: none found: even 0.0007324 req/s (0.0002441x the trace's 3 req/s)")
+    assert said[-1].startswith("why: attainment stays at 40.0% from 1.5 req/s down, so lowering the rate no longer")
+    assert "(2,000 requests arrive at 224 distinct times)" in said[-1]
+    assert flat_floor([probe(1, 0.4), probe(2, 0.3), probe(4, 0.2)]) is None  # still rising as the rate falls
+
+
+def test_the_capacity_plot_says_none_found(tmp_path, monkeypatch):
+    """No dotted answer line, no legend promising one, and the curve
+    labelled as having found none."""
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(plt.Figure, "savefig", lambda self, *args, **kwargs: figures.append(self))
+    found = find_max_rate(threshold(0.0, []), rate=1.0, target=0.5, width=2)
+    plot_curves(tmp_path / "capacity.png", [{"values": {}, **found}], "title")
+    share, good = figures[0].axes
+    assert "dotted verticals" not in share.get_xlabel()
+    assert [t.get_text() for t in share.get_legend().get_texts()][0] == "requests within the SLO (none found)"
+    assert "no rate tried meets the target" in [t.get_text() for t in share.texts]
+    assert not [line for line in share.lines if line.get_linestyle() == ":"]
 
 
 def test_the_next_round_brackets_then_splits():

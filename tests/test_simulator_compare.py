@@ -6,6 +6,7 @@ vLLM 0.9.2), and the command line writes its summary, JSON and plot."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -172,6 +173,19 @@ def test_cli_compare_agrees_with_samples(tmp_path, capsys):
     assert status == 0 and "identical" in capsys.readouterr().out
     document = json.loads((tmp_path / "simulation.json").read_text())
     assert document["identical_decisions"] is True and document["runs"][0]["requests"]["arrived"] == 20
+
+
+def test_the_wall_time_row_says_what_it_holds(tmp_path, capsys):
+    """A compared run records every step's tables, and its wall-time row
+    says so; a run alone says it is the replay alone (issue #40: the
+    compared row claimed to be the replay alone, and fast looked slower)."""
+    argv = ["--max-requests", "10", "--out", str(tmp_path), "--quiet", "--no-plot"]
+    assert main([*argv, "--compare", "reference,fast"]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\s*wall time\s\s", line)]
+    assert row.count("recorded for --compare: slower than a run alone") == 2 and "replay alone" not in row
+    assert main(argv) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\s*wall time\s\s", line)]
+    assert "(the replay alone" in row and "recorded" not in row
 
 
 def test_cli_writes_summary_json_and_plot(tmp_path, capsys):

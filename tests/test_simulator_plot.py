@@ -85,6 +85,9 @@ def test_a_second_swept_key_is_one_colour_each_named_once():
             "enable_prefix_caching=False",
         ]
         assert len(panels(figure)["throughput (output tokens/s)"].lines) == 2
+        hit_rate = panels(figure)["prefix-cache hit rate (% of full-block lookups)"]
+        labels = [(text.get_text(), text.get_color()) for text in hit_rate.texts]  # each line's values, in its colour
+        assert labels == [(f"{hit:.1f}", f"C{group}") for group in (0, 1) for hit in (4.7, 4.0, 3.3)]
     finally:
         plt.close(figure)
 
@@ -146,5 +149,15 @@ def test_the_run_plot_draws_latency_cdfs_of_the_finished_requests():
         assert max(milliseconds.lines[0].get_xdata()) == pytest.approx(1e3 * float(np.max(samples["tpot"])))
         (heading,) = figure.subfigs[1].texts
         assert heading.get_text().startswith(f"latency CDFs: {finished} of 30 requests finished ({ignored} ignored")
+    finally:
+        plt.close(figure)
+    figure = run_figure([result], "the bundled sample", SLO(ttft_s=2.0, tpot_s=0.05))
+    try:  # --slo: each bound a dashed vertical in its curve's colour, on its own axis's unit (issue #40)
+        seconds, milliseconds = figure.axes[4:]
+        bounds = {axis: [(line.get_xdata()[0], line.get_color()) for line in axis.lines if line.get_linestyle() == "--"]
+                  for axis in (seconds, milliseconds)}  # fmt: skip
+        assert bounds[seconds] == [(2.0, seconds.lines[0].get_color())]  # TTFT, in s
+        assert bounds[milliseconds] == [(50.0, milliseconds.lines[0].get_color())]  # TPOT, in ms
+        assert "SLO TTFT <= 2" in [t.get_text() for t in seconds.get_legend().get_texts()]
     finally:
         plt.close(figure)

@@ -99,6 +99,7 @@ def test_slo_text_is_parsed_with_units():
         ("latency=2s", "unknown bound 'latency'"),
         ("ttft=1s,ttft=2s", "given twice"),
         ("tpot=0ms", "above 0"),
+        ("ttft=-1s", "ttft must be a time above 0, got 'ttft=-1s'"),  # issue #40: was "not NAME=VALUE"
         ("", "at least one bound"),
     ],
 )
