@@ -262,6 +262,30 @@ def given_options(parser: Any, argv: Sequence[str]) -> frozenset[str]:
     return frozenset(vars(bare.parse_args(list(argv))))
 
 
+# An option that only some modes read (a mode: an option such as --sweep or --trace, in force when
+# set): {option: (the modes, why)}, by argparse destination. NEEDS: read only beside one of them;
+# APART: never beside any of them.
+ModeTable: TypeAlias = Mapping[str, tuple[tuple[str, ...], str]]
+
+
+def check_mode_options(given: Iterable[str], modes: Iterable[str], needs: ModeTable, apart: ModeTable) -> None:
+    """No option of ``given`` (those written on the command line, see
+    ``given_options``) is where the ``modes`` in force do not read it.
+
+    Such an option would change nothing, and the run would answer another
+    question than the one asked with exit status 0; so it is refused, naming
+    the option, the mode and why. Every command words it the same way."""
+    active = set(modes)
+    for dest in sorted(given):
+        wanted, why = needs.get(dest, ((), ""))
+        if wanted and not active & set(wanted):
+            raise InvalidArgumentError(f"{option_name(dest)} goes with {' or '.join(map(option_name, wanted))}: {why}")
+        excluded, why = apart.get(dest, ((), ""))
+        for mode in excluded:
+            if mode in active:
+                raise InvalidArgumentError(f"{option_name(dest)} cannot go with {option_name(mode)}: {why}")
+
+
 def check_distinct_outputs(files: Mapping[str, Path], folders: Mapping[str, Path] = {}) -> None:
     """The files one command writes (``{what: path}``) are distinct, and none
     stands where another output needs a folder (one of ``folders``, or the

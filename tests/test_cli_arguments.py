@@ -110,7 +110,7 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--impl", "nosuch"],
             ["--impl", "json:JSONDecoder"],
             ["--impl", "blockspace.interfaces:BlockSpaceManager"],
-            ["--impl", "nosuch", "--ops", "0", "--trace", "small.jsonl"],  # unused, and still refused
+            ["--impl", "nosuch", "--ops", "0", "--trace", "small.jsonl"],  # no operations read it: refused
         ],
         "ops": [["--ops", "0"]],
         "trace": [["--trace", "/nonexistent"], ["--trace", "empty.jsonl"], ["--trace", "garbage.jsonl", "--ops", "0"]],
@@ -119,10 +119,16 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--compare", "fast", "--trace", "small.jsonl"],
         ],
         "out": [["--out", "afile", "--trace", "small.jsonl"], ["--out", "/proc/nope", "--trace", "small.jsonl"]],
-        "json": [["--json", "/proc/nope/r.json"], ["--json", "adir"], ["--json", "afile/r.json"]],
+        "json": [
+            ["--json", "/proc/nope/r.json"],
+            ["--json", "adir"],
+            ["--json", "afile/r.json"],
+            ["--json", "out/soak/simulation.json", "--trace", "small.jsonl"],  # the replay's own file
+            ["--json", "new", "--out", "new", "--trace", "small.jsonl"],
+        ],
     },
     "bench": {
-        "json": [["--json", "/proc/nope/b.json"], ["--json", "adir"]],
+        "json": [["--json", "/proc/nope/b.json"], ["--json", "adir"], ["--json", "same", "--markdown", "same"]],
         "markdown": [["--markdown", "/proc/nope/b.md"], ["--markdown", "adir"], ["--markdown", "binary.md"]],
     },
     "gpu-bench": {

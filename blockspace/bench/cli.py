@@ -13,7 +13,9 @@ One run measures, for both implementations, with the ratio:
   warm Numba cache.
 
 ``--json PATH`` writes the figures, ``--markdown PATH`` a report with the
-machine described (docs/performance.md), ``--quick`` a smaller run.
+machine described (docs/performance.md), ``--quick`` a smaller run (each
+part then measures less). The two files must be two files (checked, like
+every path, before anything is measured).
 A benchmark, not a test: nothing here asserts a speed.
 """
 
@@ -31,7 +33,7 @@ from blockspace.bench.replay import replay_throughput
 from blockspace.bench.report import kept_preamble, markdown
 from blockspace.bench.startup import machine, startup
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
-from blockspace.validation import check_output_file, command_parser, refuse
+from blockspace.validation import check_distinct_outputs, check_output_file, command_parser, refuse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                 preamble = kept_preamble(Path(args.markdown))
             except (OSError, UnicodeDecodeError) as error:
                 raise InvalidArgumentError(f"--markdown {args.markdown}: cannot read it ({error})") from None
+        if args.json and args.markdown:  # one file would hold the report, the figures lost under it
+            check_distinct_outputs({"--json": Path(args.json), "--markdown": Path(args.markdown)})
     except BlockSpaceError as error:
         return refuse(error)
     results: dict[str, Any] = {"quick": args.quick, "machine": machine()}

@@ -15,7 +15,9 @@
 
 GPU times come from CUDA events, after a warm-up that includes compilation.
 Without a GPU it says so and runs a tiny CPU-only version, labelled as such.
-It prints a table and, with ``--json PATH``, writes every figure.
+It prints a table and, with ``--json PATH``, writes every figure. Its own
+checks (the table and slots equal vLLM v0's, each kernel moved the right
+bytes) make the exit status 1 when one fails: figures of a wrong answer.
 """
 
 from __future__ import annotations
@@ -471,7 +473,10 @@ def print_copies(row: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status 0, 1 when a copy config failed, 2 for a bad option (said before anything runs)."""
+    """Exit status 0; 1 when an answer is wrong (the table or the slots are not
+    vLLM v0's, a kernel moved the wrong bytes) or a copy config failed: the
+    figures of a wrong answer are not what was asked for; 2 for a bad option
+    (said before anything runs)."""
     try:
         args = build_parser().parse_args(argv)
         check_ranges(args, RANGES)
@@ -492,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": info,
         "bandwidth": bandwidth,
         "copies": [],
+        "failures": [],  # what came out wrong, in words: the exit status is 1 when there is any
     }
     print_header(info, bandwidth)
 
@@ -506,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     report["tables"] = bench_tables(num_seqs, num_steps, args.block_size, on_gpu)
     save()
     print_tables(report["tables"])
-    failed = False
+    if not (report["tables"]["slots_equal"] and report["tables"]["table_equal"]):
+        report["failures"].append("(a): the synced table or slots differ from vLLM v0's")
     for config in copy_configs(on_gpu):
         if time.perf_counter() > began + args.budget_s:
             row = {**config, "skipped": "time budget"}
@@ -515,15 +522,23 @@ def main(argv: list[str] | None = None) -> int:
                 row = bench_copy_config(config, on_gpu, bandwidth["peak_gbs"])
                 if on_gpu:
                     torch.cuda.empty_cache()
+                moves = [move for move in ("copy", "swap_out", "swap_in") if move in row]
+                report["failures"] += [
+                    f"(b) {config['name']}: the kernel's {move} moved the wrong bytes"
+                    for move in moves
+                    if not row[move]["kernel_correct"]
+                ]
             except Exception as error:  # recorded, so that the figures before it still come out
                 row = {**config, "error": repr(error)}
-                failed = True
+                report["failures"].append(f"(b) {config['name']}: {row['error']}")
         report["copies"].append(row)
         save()
         print_copies(row)
     save()
     print(f"\nran in {report['seconds']} s" + (f", wrote {args.json}" if args.json else ""))
-    return 1 if failed else 0
+    for failure in report["failures"]:
+        print(f"FAILED: {failure}")
+    return 1 if report["failures"] else 0
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from blockspace.simulator.step_model import COEFFICIENTS, load_step_model
 from blockspace.validation import (
     Range,
     check_distinct_outputs,
+    check_mode_options,
     check_output_dir,
     check_output_file,
     check_ranges,
@@ -207,16 +208,9 @@ APART: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
-    """No option is written where its mode does not read it (``NEEDS``, ``APART``)."""
-    modes = {mode for mode in ("find", "sweep", "compare") if getattr(args, mode)}
-    for dest in sorted(given):
-        needs, why = NEEDS.get(dest, ((), ""))
-        if needs and not modes & set(needs):
-            raise InvalidArgumentError(f"{option_name(dest)} goes with {' or '.join(map(option_name, needs))}: {why}")
-        apart, why = APART.get(dest, ((), ""))
-        for mode in apart:
-            if mode in modes:
-                raise InvalidArgumentError(f"{option_name(dest)} cannot go with {option_name(mode)}: {why}")
+    """No option is written where its mode does not read it (``NEEDS``, ``APART``;
+    the message is every command's, from blockspace.validation)."""
+    check_mode_options(given, (mode for mode in ("find", "sweep", "compare") if getattr(args, mode)), NEEDS, APART)
 
 
 def check_arguments(args: argparse.Namespace, given: frozenset[str] = frozenset()) -> None:

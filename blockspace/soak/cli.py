@@ -14,12 +14,15 @@ Two parts, each optional:
   (``--compare``), which must make identical decisions.
 
 Every option, both managers, the trace and the output paths are checked
-before anything runs (a bad one: one ``error:`` line, exit status 2). The
-exit status is 1 when a check fails: a leak, a broken invariant, a manager
-that raises, a replay that diverges or fails. Progress goes to stderr every
-few seconds; the results to stdout and, with ``--json``, to a file holding
-only what this run found (docs/reliability.md quotes them). Not part of the
-test suite: the default run takes a minute or two.
+before anything runs (a bad one: one ``error:`` line, exit status 2), and
+so is an option of a part that does not run (``--impl`` or ``--check-every``
+with ``--ops 0``, ``--compare`` or ``--out`` without ``--trace``): it would
+change nothing. The exit status is 1 when a check fails: a leak, a broken
+invariant, a manager that raises, a replay that diverges or fails. Progress
+goes to stderr every few seconds; the results to stdout and, with
+``--json``, to a file holding only what this run found (docs/reliability.md
+quotes them). Not part of the test suite: the default run takes a minute or
+two.
 """
 
 from __future__ import annotations
@@ -28,12 +31,21 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from blockspace.conformance.walk import Config, Solo, walk
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
-from blockspace.soak.options import RANGES, build_parser
-from blockspace.validation import check_output_file, check_ranges, load_manager, refuse
+from blockspace.soak.options import MODES, NEEDS, RANGES, build_parser
+from blockspace.validation import (
+    check_distinct_outputs,
+    check_mode_options,
+    check_output_file,
+    check_ranges,
+    given_options,
+    load_manager,
+    refuse,
+)
 
 CONFIGS = {
     "caching": Config(4, 64, 32, enable_caching=True, lookahead=(0, 0, 3), max_prompt=48),
@@ -55,12 +67,14 @@ def soak_ops(cls: type, num_ops: int, check_every: int) -> dict[str, Any]:
     stops at the first failure: every later figure would be about a broken
     manager."""
     managers, drivers = {}, {}
+    checks = [0]  # check_invariants() calls, every --check-every calls and after every walk
     for name, config in CONFIGS.items():
         args, kwargs = config.args()
         managers[name] = cls(*args, **kwargs)
 
         def check(driver: Solo, manager: Any = managers[name]) -> None:
             if driver.num_calls % check_every == 0:
+                checks[0] += 1
                 manager.check_invariants()
 
         drivers[name] = Solo(managers[name], on_call=check)
@@ -71,6 +85,7 @@ def soak_ops(cls: type, num_ops: int, check_every: int) -> dict[str, Any]:
             manager = managers[name]
             try:
                 walk(drivers[name], config, seed, STEPS_PER_WALK)
+                checks[0] += 1
                 manager.check_invariants()
                 null = 1 if manager.snapshot()["null_block"] is not None else 0
                 leaked = (config.num_gpu_blocks - null - manager.get_num_free_gpu_blocks()) + (
@@ -99,6 +114,7 @@ def soak_ops(cls: type, num_ops: int, check_every: int) -> dict[str, Any]:
         "seconds": round(seconds, 1),
         "ops_per_second": round(samples[-1][0] / seconds),
         "leaked_blocks": leaked,
+        "invariant_checks": checks[0],
         "failure": failure,
         "rss_mib_after_warmup": warm[2],
         "rss_mib_at_end": samples[-1][2],
@@ -124,22 +140,28 @@ def main(argv: list[str] | None = None) -> int:
     from blockspace.simulator.cli import execute, prepare
 
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
         check_ranges(args, RANGES)
         if not args.ops and not args.trace:
             raise InvalidArgumentError("--ops 0 and no --trace: nothing to run")
-        impl = load_manager(args.impl, "--impl")  # checked even with --ops 0: a bad value is never let through
+        given = given_options(parser, sys.argv[1:] if argv is None else argv)
+        check_mode_options(given, (mode for mode in MODES if getattr(args, mode)), NEEDS, {})
+        impl = load_manager(args.impl, "--impl") if args.ops else None
         replay = None
         if args.trace:
             replay = prepare([f"--trace={args.trace}", f"--compare={args.compare}", f"--out={args.out}", "--no-plot"])
         if args.json:
             check_output_file(args.json, "--json")
+            if replay is not None:
+                files = {"--json": args.json, "--out's simulation.json": Path(args.out) / "simulation.json"}
+                check_distinct_outputs(files, {"--out": Path(args.out)})
     except BlockSpaceError as error:
         return refuse(error)
 
     results: dict[str, Any] = {}
     failed = False
-    if args.ops:
+    if impl is not None:
         print(f"soak: {args.ops:,} operations on {impl.__name__} ...", file=sys.stderr, flush=True)
         results["ops"] = ops = soak_ops(impl, args.ops, args.check_every)
         print(describe_ops(ops))

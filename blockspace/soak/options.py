@@ -12,6 +12,15 @@ DESCRIPTION = (
     "A long run that looks for leaks and drift: random operations and, with --trace, a replay by two managers."
 )
 RANGES = {"ops": Range(least=0), "check_every": Range(least=1)}
+# The soak's two parts are its modes: the random operations (--ops, unless 0) and the replay (--trace).
+# An option of one part, written where that part does not run, is refused by name (check_mode_options).
+NEEDS = {
+    "impl": (("ops",), "it is the manager of the random operations, and --ops 0 runs none"),
+    "check_every": (("ops",), "it paces the invariant checks of the random operations, and --ops 0 runs none"),
+    "compare": (("trace",), "it names the two managers of the trace replay, and without --trace there is none"),
+    "out": (("trace",), "it is where the trace replay writes simulation.json, and without --trace there is none"),
+}
+MODES = ("ops", "trace")
 
 
 def build_parser() -> argparse.ArgumentParser:
