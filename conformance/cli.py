@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,11 @@ class Reporter:
 
 
 def run_with_progress(checks: list[Check], reporter: Reporter, fail_fast: bool = False) -> list[CheckResult]:
+    """The checks, one after another, under a progress bar. The bar has a
+    console of its own, made now: rich's shared one keeps what it found
+    about the output when it was first used (a terminal's colours and
+    redraws), maybe by other code of the process on another stdout."""
+    from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -152,7 +158,7 @@ def run_with_progress(checks: list[Check], reporter: Reporter, fail_fast: bool =
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, transient=False) as progress:
+    with Progress(*columns, console=Console(), transient=False) as progress:
         reporter.console = progress.console
         task = progress.add_task("conformance", total=len(checks))
         for check in checks:
@@ -172,17 +178,20 @@ def run_with_progress(checks: list[Check], reporter: Reporter, fail_fast: bool =
 
 
 HEADERS = ("check", "status", "examples", "seconds", "note")
+PIPED_WIDTH = 100  # the summary's columns where the output is not a terminal: a file, a pipe, a CI log
 
 
 def _table(title: str, rows: list[tuple[str, ...]]) -> Any:
-    """The summary table of ``rows`` (plain text), one line a row."""
+    """The summary table of ``rows`` (plain text): a check's name and
+    figures on one line, its note wrapped onto more lines of its column."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)
     for header in HEADERS:
-        table.add_column(header, justify="right" if header in ("examples", "seconds") else "left", no_wrap=True)
+        table.add_column(header, justify="right" if header in ("examples", "seconds") else "left",
+                         no_wrap=header != "note", overflow="fold")  # fmt: skip
     colours = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
     for name, status, *numbers, note in rows:
         status = f"[{colours[status]}]{status}[/]" if status in colours else status
@@ -190,11 +199,26 @@ def _table(title: str, rows: list[tuple[str, ...]]) -> Any:
     return table
 
 
+def _note(check: dict[str, Any]) -> str:
+    """A check's note in the table: the first line of its detail, except
+    where the text is printed below the table (a failure met before, an
+    explorer's theorem: hundreds of columns, the scope's settings in it)."""
+    if "same_failure_as" in check:
+        return f"the same failure as {check['same_failure_as']}"
+    if "theorem" in check and check["status"] == "passed":
+        return f"{'exhausted' if check.get('exhausted') else 'not exhausted'}; its theorem below"
+    return str(check["detail"]).partition("\n")[0]
+
+
 def print_summary(report: dict[str, Any]) -> None:
-    """The table of checks, then each failure once: the first check that met
-    it, the others that did, its repro. On a terminal the table fits its
-    width, each check on one line (a long note cut short, never a name nor
-    a number); anywhere else (a file, a CI log) nothing is cut."""
+    """The table of checks, then each explorer's theorem, then each failure
+    once: the first check that met it, the others that did, its repro.
+
+    Why the width: as wide as a terminal, else ``PIPED_WIDTH`` columns (or
+    what the names and figures need, if more), so that a file or a CI log
+    reads without scrolling sideways; a long note or theorem wraps onto more
+    lines, and nothing is cut. A repro keeps its lines as they are: it is a
+    script to copy and run."""
     from rich.console import Console
     from rich.markup import escape
     from rich.measure import Measurement
@@ -203,31 +227,29 @@ def print_summary(report: dict[str, Any]) -> None:
     checks = report["checks"]
     totals = report["totals"]
     rows: list[tuple[str, ...]] = [
-        (check["name"], check["status"], str(check["examples"]), f"{check['seconds']:.1f}",
-         f"the same failure as {check['same_failure_as']}" if "same_failure_as" in check
-         else check["detail"].partition("\n")[0])
+        (check["name"], check["status"], str(check["examples"]), f"{check['seconds']:.1f}", _note(check))
         for check in checks
-    ]  # fmt: skip
+    ]
     rows.append(("total", f"{totals['failed']} failed", str(totals["examples"]), f"{totals['seconds']:.1f}", ""))
-    title = f"{report['impl']} against {report['against']} ({report['profile']})"
-    table = _table(title, rows)
-    wanted = Measurement.get(console, console.options.update_width(10_000), table).maximum
-    if not console.is_terminal:  # nothing to fit: as wide as the table
-        console.width = max(console.width, wanted)
-    elif wanted > console.width:  # the notes give up what is missing, the rest stays whole
-        room = max(max(len(row[-1]) for row in rows) - (wanted - console.width), 2)
-        table = _table(
-            title, [(*row[:-1], row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…") for row in rows]
-        )
+    table = _table(f"{report['impl']} against {report['against']} ({report['profile']})", rows)
+    if not console.is_terminal:
+        needed = Measurement.get(console, console.options.update_width(10_000), table).minimum
+        console.width = max(PIPED_WIDTH, needed)
+
+    def say(text: str) -> None:
+        """``text`` wrapped to the width, each line after the first indented."""
+        wrapped = textwrap.fill(text, console.width, subsequent_indent="  ", break_long_words=False,
+                                break_on_hyphens=False)  # fmt: skip
+        console.print(wrapped, markup=False, highlight=False, soft_wrap=True)
+
     console.print(table)
     for check in checks:
         if "theorem" in check and check["status"] == "passed":
-            console.print(f"{check['name']}: {check['theorem']}", markup=False, highlight=False, soft_wrap=True)
+            say(f"{check['name']}: {check['theorem']}")
     for check in checks:
         if check["status"] == "failed" and "same_failure_as" not in check:
             console.rule(f"[bold red]{escape(check['name'])}")
             others = [c["name"] for c in checks if c.get("same_failure_as") == check["name"]]
             if others:
-                console.print(f"the same failure in {len(others)} more check(s): {', '.join(others)}",
-                              markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+                say(f"the same failure in {len(others)} more check(s): {', '.join(others)}")
             console.print(check["detail"], markup=False, highlight=False, soft_wrap=True)

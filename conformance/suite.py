@@ -12,6 +12,19 @@ class's ``profile`` (default ``quick``; pytest's ``--blockspace-profile NAME``
 overrides it for every class); a failure shows the shrunk call sequence as a
 runnable snippet. Every test carries the ``blockspace_conformance`` marker
 (registered by ``blockspace.pytest_plugin``).
+
+``test_exhaustive[<scope>]`` is made for each scope the class explores
+(``exhaustive_scopes``, default ``("default",)``, the one CI exhausts in
+under a minute) and for no other: the other scopes of ``scope.SCOPES``
+can take minutes each, and a test made for each only to be skipped would
+fill every run's list of skips with tests that can never run. Run them by
+hand with the plugin's option, which replaces every class's list::
+
+    pytest tests/test_conformance_suite.py -k test_exhaustive --blockspace-scopes plain,swap
+    pytest tests/test_conformance_suite.py -k test_exhaustive --blockspace-scopes all
+
+or with the command, ``blockspace conformance --impl fast --profile
+exhaustive --scope plain``.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ from blockspace.conformance.scope import SCOPES
 from blockspace.conformance.sweeps import SWEEPS, sweep_check
 from blockspace.conformance.trace import VARIANTS, trace_check
 from blockspace.interfaces import BlockSpaceManager, load_manager_class
-from blockspace.pytest_plugin import profile_override
+from blockspace.pytest_plugin import ALL_SCOPES, profile_override, scopes_override
 from blockspace.snapshot import SNAPSHOT_KEYS
 
 
@@ -76,6 +89,18 @@ class ManagerConformance:
                 pytrace=False,
             )
         return PROFILES[name]
+
+    @classmethod
+    def scopes_to_explore(cls) -> tuple[str, ...]:
+        """The scopes ``test_exhaustive`` explores: ``--blockspace-scopes``, else the class's."""
+        names = scopes_override() or cls.exhaustive_scopes
+        return tuple(SCOPES) if names == (ALL_SCOPES,) else names
+
+    def pytest_generate_tests(self, metafunc: Any) -> None:
+        """pytest's hook, called for each test of the class: ``test_exhaustive``
+        gets one test for each scope to explore, and none for the others."""
+        if metafunc.function.__name__ == "test_exhaustive":
+            metafunc.parametrize("scope", list(self.scopes_to_explore()))
 
     @classmethod
     def impls(cls) -> dict[str, Any]:
@@ -129,12 +154,10 @@ class ManagerConformance:
     def test_sweep(self, name: str) -> None:
         self.require(sweep_check(self.impls(), self.capabilities(), name).run())
 
-    @pytest.mark.parametrize("scope", list(SCOPES))
     def test_exhaustive(self, scope: str) -> None:
-        """The explorer over ``scope``, when the class lists it in
-        ``exhaustive_scopes`` (the others take minutes: by hand)."""
-        if scope not in self.exhaustive_scopes:
-            pytest.skip(f"{scope!r} is not in exhaustive_scopes {self.exhaustive_scopes}")
+        """The explorer over ``scope``, one of ``scopes_to_explore()`` (``pytest_generate_tests``)."""
+        if scope not in SCOPES:
+            pytest.fail(f"{type(self).__name__}: unknown scope {scope!r} (known: {', '.join(SCOPES)})", pytrace=False)
         self.require(explore_check(self.impls(), scope, self.capabilities(), self.explore_workers).run())
 
     @pytest.mark.parametrize("variant", list(VARIANTS))

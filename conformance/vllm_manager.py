@@ -163,7 +163,10 @@ class VllmManager:
         return seq_id in self.vllm._computed_blocks_tracker._seq_id_to_num_tokens_computed
 
     def _dropped(self, seq_id: int) -> bool:
-        null = self.vllm.block_allocator._null_block
+        # Any: vLLM declares the allocator as its interface, DeviceAwareBlockAllocator; the null block is
+        # kept by the class it builds, CpuGpuBlockAllocator (read without allocate_or_get_null_block, which makes one).
+        allocator: Any = self.vllm.block_allocator
+        null = allocator._null_block
         table = self.vllm.block_tables.get(seq_id)
         return null is not None and table is not None and null.block_id in table.physical_block_ids
 

@@ -12,7 +12,7 @@ import pytest
 
 from blockspace.conformance import Divergence
 from blockspace.conformance.check import REPRO, failure_signature
-from blockspace.conformance.cli import main, print_summary
+from blockspace.conformance.cli import PIPED_WIDTH, main, print_summary
 from blockspace.conformance.sweeps import sweep_check
 from blockspace.reference import ReferenceBlockSpaceManager
 
@@ -81,13 +81,38 @@ def test_a_sweep_repro_is_shortened_to_the_calls_the_failure_needs():
         exec(compile(result.detail.partition(REPRO)[2], "<repro>", "exec"), {})
 
 
+def words(text: str) -> str:
+    """``text`` with every run of spaces and line breaks as one space: what a wrapped text still holds."""
+    return " ".join(text.split())
+
+
 def test_output_that_is_not_a_terminal_is_not_cut(capsys):
+    """A note longer than the width wraps inside its column: every word kept, in order."""
     name, note = "machine[sliding_window_and_a_long_name]", "a note " * 30
     check = {"name": name, "status": "skipped", "examples": 0, "seconds": 0.0, "detail": note.strip()}
     totals = {"checks": 1, "failed": 0, "skipped": 1, "examples": 0, "seconds": 0.0}
     print_summary({"impl": "fast", "against": "reference", "profile": "quick", "checks": [check], "totals": totals})
     out = capsys.readouterr().out
-    assert name in out and note.strip() in out and "…" not in out
+    assert name in out and "…" not in out
+    assert words(f"{name} skipped 0 0.0 {note}") in words(out)  # the note's lines follow its row's first
+    assert max(len(line) for line in out.splitlines()) <= PIPED_WIDTH
+
+
+def test_an_explorer_theorem_piped_is_wrapped_to_100_columns(tmp_path, capsys):
+    """``blockspace conformance --scope default ... > file``: the theorem, with
+    its scope's settings, used to be one table row of ~700 columns and again
+    one line below the table; now every line fits ``PIPED_WIDTH``."""
+    report_path = tmp_path / "report.json"
+    argv = ["--impl", "fast", "--scope", "default", "--scope-set", "max_depth=3", "--only", "explore", "--workers", "1"]
+    assert main([*argv, "--json", str(report_path)]) == 0
+    out = capsys.readouterr().out
+    (check,) = json.loads(report_path.read_text())["checks"]
+    assert len(check["theorem"]) > 2 * PIPED_WIDTH  # long enough to need wrapping
+    assert max(len(line) for line in out.splitlines()) <= PIPED_WIDTH, out
+    assert words(f"explore[default]: {check['theorem']}") in words(out)  # wrapped whole, below the table
+    (row,) = [line for line in out.splitlines() if line.lstrip().startswith("explore[default] ")]
+    assert row.split()[1:] == ["passed", str(check["examples"]), f"{check['seconds']:.1f}", "not", "exhausted;",
+                               "its", "theorem", "below"]  # fmt: skip
 
 
 def test_the_json_path_is_checked_before_anything_runs(capsys):

@@ -2,8 +2,9 @@
 
 Through vLLM's own plugin loader (``vllm.plugins.load_general_plugins``, which
 finds the ``vllm.general_plugins`` entry point of the installed blockspace)
-and vLLM's own v0 ``Scheduler`` built from vLLM's own configs; and through
-``--scheduler-cls blockspace.vllm_plugin.Scheduler``.
+and vLLM's own v0 ``Scheduler`` built from vLLM's own configs; through
+``--scheduler-cls blockspace.vllm_plugin.Scheduler``; and through
+``vllm_plugin.install``, for a Scheduler built by hand (no loader runs).
 
 Needs vLLM 0.9.2 with blockspace installed beside it (a venv set up by hand,
 see docs/performance.md; the install registers the entry point); skipped elsewhere.
@@ -34,6 +35,7 @@ from vllm.core.scheduler import Scheduler as VllmScheduler  # noqa: E402
 from vllm.utils import resolve_obj_by_qualname  # noqa: E402
 
 from blockspace import vllm_plugin  # noqa: E402
+from blockspace.errors import InvalidArgumentError  # noqa: E402
 from blockspace.fast import FastBlockSpaceManager  # noqa: E402
 from blockspace.reference import ReferenceBlockSpaceManager  # noqa: E402
 from blockspace.workloads import load_trace  # noqa: E402
@@ -165,6 +167,51 @@ def test_scheduler_cls_builds_ours_for_itself_only(v, settings, requests, monkey
     assert type(build(v, settings, requests, cls).block_manager) is FastBlockSpaceManager
     monkeypatch.setenv("BLOCKSPACE_MANAGER", "reference")
     assert type(build(v, settings, requests, cls).block_manager) is ReferenceBlockSpaceManager
+    assert chooser_is_vllms()
+    assert type(build(v, settings, requests).block_manager) is SelfAttnBlockSpaceManager
+    assert not logged(caplog)
+
+
+@pytest.mark.parametrize("name", ["fast", "reference"])
+def test_install_reaches_a_scheduler_built_by_hand(v, settings, requests, monkeypatch, caplog, name):
+    """Built straight from vLLM's configs, as ``build`` does, a Scheduler
+    runs no plugin loader: the variable alone leaves vLLM's manager, and
+    ``install`` (no variable) gives it ours."""
+    monkeypatch.setenv("BLOCKSPACE_MANAGER", name)
+    assert type(build(v, settings, requests).block_manager) is SelfAttnBlockSpaceManager
+    monkeypatch.delenv("BLOCKSPACE_MANAGER")
+    vllm_plugin.install(name)
+    scheduler = build(v, settings, requests)
+    assert type(scheduler) is VllmScheduler
+    assert type(scheduler.block_manager) is OURS[name]
+    assert scheduler.block_manager.get_num_free_gpu_blocks() == settings.num_gpu_blocks
+    assert BlockSpaceManager.get_block_space_manager_class("placeholder") is PlaceholderBlockSpaceManager
+    assert logged(caplog, logging.INFO) == [
+        f"blockspace: vLLM's v0 Scheduler builds blockspace's {name} block manager (install)"
+    ]
+
+
+def test_install_again_the_last_name_wins(v, settings, requests):
+    vllm_plugin.install("fast")
+    vllm_plugin.install("reference")
+    assert type(build(v, settings, requests).block_manager) is ReferenceBlockSpaceManager
+    vllm_plugin.install()
+    assert type(build(v, settings, requests).block_manager) is FastBlockSpaceManager
+
+
+def test_install_raises_what_the_plugin_would_log(v, settings, requests, monkeypatch, caplog):
+    """Asked in code, by name: a wrong name or a vLLM we do not know is an
+    error of the call, and vLLM's chooser is left as it was."""
+    with pytest.raises(InvalidArgumentError) as raised:
+        vllm_plugin.install("turbo")
+    assert str(raised.value) == "vllm_plugin.install: 'turbo' is not one of fast, reference"
+    monkeypatch.setattr(vllm, "__version__", "0.10.1")
+    with pytest.raises(ImportError) as raised:
+        vllm_plugin.install("fast")
+    assert str(raised.value) == (
+        "blockspace: vLLM 0.10.1 is a version blockspace does not know; it plugs into vLLM 0.9.x only "
+        "(built against 0.9.2)"
+    )
     assert chooser_is_vllms()
     assert type(build(v, settings, requests).block_manager) is SelfAttnBlockSpaceManager
     assert not logged(caplog)

@@ -414,9 +414,11 @@ def _progress_bar(total: int, label: str, enabled: bool) -> tuple[Any, Callable[
     """A rich progress bar over requests done, when stdout is a terminal."""
     if not enabled or not sys.stdout.isatty():
         return None, None
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    progress = Progress(*columns, console=Console(), transient=True)  # its own console: the shared one keeps state
     task = progress.add_task(label, total=total)
     progress.start()
     return progress, lambda num_done: progress.update(task, completed=num_done)

@@ -400,9 +400,11 @@ def progress(total: int, enabled: bool) -> tuple[Callable[[str], None], Callable
     if not enabled:
         return (lambda note: None), (lambda: None)
     if sys.stdout.isatty():
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+        columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        bar = Progress(*columns, console=Console(), transient=True)  # its own console, as in cli.py
         task = bar.add_task("sweep", total=total)
         bar.start()
         return (lambda note: bar.update(task, advance=1)), bar.stop
