@@ -56,8 +56,10 @@ of the profile runs in lockstep; a failure is announced the moment it is
 found, shortened for at most --shrink-budget seconds and printed as a repro,
 a script that fails on its own; checks that meet the same failure are
 reported together, with one repro. Then a table of the checks and, with
---json, a report for CI. Exit status: 0 when everything passed or was
-skipped, 1 when a check failed, 2 on bad arguments. Examples: blockspace
+--json, a report for CI. An option that no check of the run reads is
+refused, and so is a run whose every check would be skipped. Exit status:
+0 when everything passed or was skipped, 1 when a check failed or every
+check was skipped (nothing was checked), 2 on bad arguments. Examples: blockspace
 conformance --impl fast --against reference; blockspace conformance --impl
 mypkg.manager:MyManager --json report.json.
 """
@@ -87,34 +89,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="run only the checks whose name contains TEXT, e.g. machine[caching], sweep; repeatable "
         "(default: every check)",
     )
-    add("--examples", type=int, metavar="N", help="state-machine examples per family (default: the profile's)")
+    add(
+        "--examples",
+        type=int,
+        metavar="N",
+        help="state-machine examples per family; only where a state machine (machine[...]) runs "
+        "(default: the profile's)",
+    )
     add(
         "--shrink-budget",
         type=float,
         metavar="SECONDS",
-        help="time to shorten a family's failure once found (default: the profile's, 20)",
+        help="time to shorten a family's failure once found; only where a state machine runs, as nothing else "
+        "shrinks (default: the profile's, 20)",
     )
-    add("--fail-fast", action="store_true", help="stop at the first failing check (default: run them all)")
+    add(
+        "--fail-fast",
+        action="store_true",
+        help="stop at the first failing check; only where two checks or more run (default: run them all)",
+    )
     add(
         "--without",
         choices=list(FEATURES),
         action="append",
         default=[],
-        help="a feature the implementation lacks: its checks are skipped; repeatable (default: none)",
+        help="a feature the implementation lacks: its checks are skipped; only where a check needs it, and not "
+        "where it skips every check; repeatable (default: none)",
     )
     add(
         "--scope",
         metavar="NAME",
         action="append",
-        help="a scope the explorer exhausts, under any profile, e.g. default; a wrong name lists them all "
-        "(default: none; the exhaustive profile's: default)",
+        help="a scope the explorer exhausts, under any profile, e.g. default; its check explore[NAME] must be "
+        "among those --only keeps; a wrong name lists them all (default: none; the exhaustive profile's: default)",
     )
     add(
         "--scope-set",
         metavar="KEY=VALUE",
         action="append",
         default=[],
-        help="change a value of every --scope, e.g. num_gpu_blocks=5, alphabet=1,2, max_depth=8 (default: none)",
+        help="change a value of every --scope (with no --scope: of the profile's scopes, or default), e.g. "
+        "num_gpu_blocks=5, alphabet=1,2, max_depth=8; only where the explorer runs (default: none)",
     )
-    add("--workers", type=int, metavar="N", help="the explorer's processes (default: one per core)")
+    add(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="the explorer's processes; only where the explorer runs (default: one per core)",
+    )
     return parser

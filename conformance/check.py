@@ -81,8 +81,20 @@ class CheckResult:
 
 @dataclass
 class Check:
+    """A check of the kit: its name, how to run it, and what of the
+    implementation's capabilities it looks at. ``needs``: the flag without
+    which it is skipped (None: it runs on any manager); ``reads``: flags it
+    reads without being skipped (a trace replays without caching instead).
+    Both are known before it runs, so ``blockspace conformance`` can refuse a
+    run that would skip every check, or a ``--without`` that changes nothing."""
+
     name: str
     run: Callable[[], CheckResult]
+    needs: str | None = None
+    reads: frozenset[str] = frozenset()
+
+    def capabilities_read(self) -> frozenset[str]:
+        return self.reads | ({self.needs} if self.needs else frozenset())
 
 
 def scripted_check(
@@ -102,7 +114,7 @@ def scripted_check(
             return CheckResult(name, "failed", examples, time.perf_counter() - started, str(failure))
         return CheckResult(name, "passed", examples, time.perf_counter() - started, extra={"calls": num_calls})
 
-    return Check(name, result)
+    return Check(name, result, needs)
 
 
 def hypothesis_settings(profile: Profile, **changes: Any) -> settings:

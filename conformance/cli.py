@@ -6,50 +6,67 @@
 Every argument is checked before any check runs (the implementations must
 be block managers, ``validation.load_manager``; the ``--json`` path must be
 writable), so a mistake is one ``error:`` line and exit status 2, never a
-traceback after minutes. Then every check of the profile (``runner.py``)
-runs with a progress bar naming the check that runs; a failure is announced
-the moment it is found (it is then shortened for at most
-``--shrink-budget`` seconds) and its repro printed as soon as its check
-ends; ``--fail-fast`` stops there. Checks that meet the same failure
+traceback after minutes. So is an option that no check of the run reads
+(``--examples`` where no state machine runs, ``--workers`` where no
+explorer does, a ``--without`` that skips nothing, ...: ``check_choice``),
+and a run whose every check would be skipped: each would pass having
+checked less than was asked, or nothing. Then every check of the profile
+(``runner.py``) runs with a progress bar naming the check that runs; a
+failure is announced the moment it is found (it is then shortened for at
+most ``--shrink-budget`` seconds) and its repro printed as soon as its
+check ends; ``--fail-fast`` stops there. Checks that meet the same failure
 (``check.failure_signature``) are reported together: one repro and the
 list of checks that met it, not one repro each. Then a summary table and
 the repros, and optionally a JSON report for CI. Exit status: 0 when
-everything passed or was skipped, 1 when a check failed, 2 on bad
-arguments. The options are in ``blockspace/kit_options.py``, where
-``blockspace conformance --help`` reads them without the kit's extra.
+everything passed or was skipped, 1 when a check failed or when every
+check was skipped after all (nothing was checked), 2 on bad arguments.
+The options are in ``blockspace/kit_options.py``, where ``blockspace
+conformance --help`` reads them without the kit's extra.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from blockspace.conformance.check import Check, CheckResult, failure_signature
-from blockspace.conformance.runner import PROFILES, capabilities_of, checks_for, with_changes
-from blockspace.conformance.scope import ScopeError, scope_from
+from blockspace.conformance.runner import (
+    PROFILES,
+    capabilities_of,
+    checks_for,
+    with_changes,
+)
+from blockspace.conformance.scope import Scope, ScopeError, scope_from
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
-from blockspace.kit_options import FEATURES, RANGES, build_parser
-from blockspace.validation import check_output_file, check_ranges, load_manager, refuse
+from blockspace.kit_options import FEATURES, RANGES, Profile, build_parser
+from blockspace.validation import check_output_file, check_ranges, given_options, load_manager, option_name, refuse
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-        checks, reporter, capabilities = prepare(args)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        plan = prepare(args, given_options(parser, argv))
     except SystemExit as stop:  # --help
         return int(stop.code or 0)
     except BlockSpaceError as error:
         return refuse(error)
-    results = run_with_progress(checks, reporter, args.fail_fast)
+    results = run_with_progress(plan.checks, plan.reporter, args.fail_fast)
+    checked = sum(r.status != "skipped" for r in results)
     report = {
         "impl": args.impl,
         "against": args.against,
         "profile": args.profile,
-        "capabilities": capabilities,
-        "passed": all(r.status != "failed" for r in results),
+        "settings": plan.settings,
+        "capabilities": plan.capabilities,
+        "passed": checked > 0 and all(r.status != "failed" for r in results),
         "checks": check_entries(results),
         "totals": {
             "checks": len(results),
@@ -67,21 +84,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report["passed"] else 1
 
 
-def prepare(args: Any) -> tuple[list[Check], Reporter, dict[str, bool]]:
+@dataclass
+class Plan:
+    """What a run will do: its checks, who reports on them, the capability
+    flags they were given, and the profile's settings as the options made
+    them (in the report: what was run, not only what was named)."""
+
+    checks: list[Check]
+    reporter: Reporter
+    capabilities: dict[str, bool]
+    settings: dict[str, Any]
+
+
+def prepare(args: Any, given: frozenset[str] = frozenset()) -> Plan:
     """The checks to run, from arguments checked first (``InvalidArgumentError``
-    naming the option that is wrong)."""
+    naming the option that is wrong); ``given``: the options written on the
+    command line (``validation.given_options``), each of which some check
+    of the run must read (``check_choice``)."""
     impl_cls = load_manager(args.impl, "--impl")
     against_cls = load_manager(args.against, "--against")
     check_ranges(args, RANGES)
     if args.json:
         check_output_file(args.json, "--json")
-    try:
-        names = args.scope or (list(PROFILES[args.profile].scopes or ["default"]) if args.scope_set else [])
-        scopes = [scope_from(name, args.scope_set) for name in names]
-    except ScopeError as error:
-        raise InvalidArgumentError(f"--scope/--scope-set: {error}") from None
     profile = PROFILES[args.profile]
-    if args.examples:
+    scopes = explorer_scopes(args, profile)
+    if args.examples and profile.max_examples:  # the explorer samples nothing: check_choice refuses it there
         profile = with_changes(profile, max_examples=args.examples)
     if args.shrink_budget is not None:
         profile = with_changes(profile, shrink_seconds=args.shrink_budget)
@@ -97,7 +124,100 @@ def prepare(args: Any) -> tuple[list[Check], Reporter, dict[str, bool]]:
         known = ", ".join(check.name for check in every_check)
         raise InvalidArgumentError(f"--only {unmatched[0]!r} names no check of the {args.profile} profile ({known})")
     checks = [c for c in every_check if not args.only or any(t in c.name for t in args.only)]
-    return checks, reporter, capabilities
+    check_choice(args, given, checks, scopes, capabilities_of(impl_cls), capabilities)
+    settings = {**asdict(profile), "scopes": [scope.name for scope in scopes]}
+    return Plan(checks, reporter, capabilities, settings)
+
+
+def explorer_scopes(args: Any, profile: Profile) -> list[Scope]:
+    """The scopes the explorer exhausts: each ``--scope``, else the
+    profile's (or, for ``--scope-set`` alone, ``default``), with every
+    ``--scope-set`` change. A scope named twice is refused: it would be
+    explored twice, for the same theorem."""
+    named = args.scope or []
+    repeated = next((name for i, name in enumerate(named) if name in named[:i]), None)
+    if repeated is not None:
+        raise InvalidArgumentError(f"--scope {repeated} is named twice: it would be explored twice")
+    names = named or list(profile.scopes or (["default"] if args.scope_set else []))
+    try:
+        return [scope_from(name, args.scope_set) for name in names]
+    except ScopeError as error:
+        raise InvalidArgumentError(f"--scope/--scope-set: {error}") from None
+
+
+# Options that only some checks read, by argparse destination: (the name every such check starts with,
+# what the option does there). Written where none of the checks that run is one, an option would change
+# nothing, and the run would pass without the answer it asked for: ``check_choice`` refuses it by name.
+READ_BY = {
+    "examples": ("machine[", "sets the examples of each state machine (machine[...])"),
+    "shrink_budget": ("machine[", "bounds the shrinking of a state machine's failure (machine[...]; no other check "
+                                  "shrinks)"),
+    "scope_set": ("explore[", "changes the scopes the explorer exhausts (explore[...])"),
+    "workers": ("explore[", "sets the explorer's processes (explore[...])"),
+}  # fmt: skip
+
+
+def check_choice(
+    args: Any,
+    given: frozenset[str],
+    checks: Sequence[Check],
+    scopes: Sequence[Scope],
+    own: Mapping[str, bool],
+    capabilities: Mapping[str, bool],
+) -> None:
+    """Each option written (``given``) is read by a check that runs, and
+    some check runs: else ``InvalidArgumentError`` naming the option, the
+    run (its ``--profile``, ``--only`` and ``--scope``) and its checks.
+
+    A check runs unless the capability it needs is False (``capabilities``:
+    the implementation's ``own`` flags with ``--without``'s cleared). Why
+    before anything runs: the skips cost nothing, so the run would end at
+    once with exit status 0, having checked less than was asked, or
+    nothing; a mistake costs one ``error:`` line instead."""
+    names = [check.name for check in checks]
+    needs = {check.name: check.needs for check in checks}
+    lacking = {name: flag for name, flag in needs.items() if flag and not capabilities.get(flag, True)}
+    running = [name for name in names if name not in lacking]
+    run = " ".join(["--profile", args.profile, *(f"--only {shlex.quote(t)}" for t in args.only or ()),
+                    *(f"--scope {name}" for name in args.scope or ())])  # fmt: skip
+    for feature in dict.fromkeys(args.without):
+        if not any(FEATURES[feature] in check.capabilities_read() for check in checks):
+            raise InvalidArgumentError(
+                f"--without {feature} changes nothing here: no check of {run} needs {FEATURES[feature]} "
+                f"({listed(names)})"
+            )
+    if not running:
+        why = ", ".join(f"{name}: {flag} is False" for name, flag in lacking.items())
+        if all(not own.get(flag, True) for flag in lacking.values()):  # skipped by the class's own flags
+            raise InvalidArgumentError(f"--impl {args.impl} lacks what every check of {run} needs ({why}): "
+                                       "nothing would be checked")  # fmt: skip
+        without = " ".join(f"--without {feature}" for feature in dict.fromkeys(args.without))
+        raise InvalidArgumentError(f"{without} skips every check of {run} ({why}): nothing would be checked")
+    for scope in scopes if args.scope else ():
+        name = f"explore[{scope.name}]"
+        if name not in names:
+            raise InvalidArgumentError(f"--scope {scope.name} changes nothing here: --only leaves out {name}")
+        if name in lacking:
+            raise InvalidArgumentError(
+                f"--scope {scope.name} changes nothing here: {name} is skipped ({lacking[name]} is False)"
+            )
+    for dest, (prefix, does) in READ_BY.items():
+        if dest in given and not any(name.startswith(prefix) for name in running):
+            raise InvalidArgumentError(
+                f"{option_name(dest)} changes nothing here: it {does}, and {run} runs none ({listed(running)})"
+            )
+    if "fail_fast" in given and len(running) < 2:
+        raise InvalidArgumentError(
+            f"--fail-fast changes nothing here: it stops the run after the first failing check, and {run} runs "
+            f"one ({listed(running)})"
+        )
+
+
+def listed(names: Sequence[str]) -> str:
+    """``names`` for a message: all of them when they are few, else the first ones and how many."""
+    if len(names) <= 4:
+        return "it runs " + ", ".join(names) if names else "it runs no check"
+    return f"it runs {len(names)} checks: {', '.join(names[:3])}, ..."
 
 
 def check_entries(results: list[CheckResult]) -> list[dict[str, Any]]:
@@ -243,6 +363,8 @@ def print_summary(report: dict[str, Any]) -> None:
         console.print(wrapped, markup=False, highlight=False, soft_wrap=True)
 
     console.print(table)
+    if totals["skipped"] == totals["checks"]:
+        say("nothing was checked: every check was skipped (its note says why), so the run does not pass")
     for check in checks:
         if "theorem" in check and check["status"] == "passed":
             say(f"{check['name']}: {check['theorem']}")

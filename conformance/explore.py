@@ -623,4 +623,4 @@ def explore_check(
             name, "passed" if report.passed else "failed", report.states, report.seconds, detail, report.as_dict()
         )
 
-    return Check(name, run)
+    return Check(name, run, FAMILY_CAPABILITY[scope.family])

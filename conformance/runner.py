@@ -52,10 +52,11 @@ def machine_checks(
                 Check(
                     f"machine[{family}]",
                     partial(CheckResult, f"machine[{family}]", "skipped", detail=f"{needed} is False"),
+                    needed,
                 )
             )
         else:
-            checks.append(Check(f"machine[{family}]", partial(run_machine, impls, family, profile, on_failure)))
+            checks.append(Check(f"machine[{family}]", partial(run_machine, impls, family, profile, on_failure), needed))
     return checks
 
 

@@ -188,7 +188,7 @@ def trace_check(
         extra = {"calls": num_calls, "trace": trace_source()}
         return CheckResult(name, "passed", len(requests), seconds, extra=extra)
 
-    return Check(name, run)
+    return Check(name, run, reads=frozenset({"supports_caching"}))  # it replays without caching, not skips
 
 
 def trace_checks(impls: Mapping[str, Any], num_requests: int, capabilities: Mapping[str, bool]) -> list[Check]:

@@ -146,8 +146,27 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
         "against": [["--against", "nosuch"], ["--against", "json:dumps"]],
         "json": [["--json", "/proc/nope/c.json"], ["--json", "adir"], ["--json", "afile/c.json"]],
         "only": [["--only", "nosuch"]],
-        "scope": [["--scope", "nosuch"]],
-        "scope_set": [["--scope", "default", "--scope-set", "nosuch=1"], ["--scope-set", "num_gpu_blocks=0"]],
+        "scope": [
+            ["--scope", "nosuch"],
+            ["--scope", "plain", "--scope", "plain"],  # explored twice
+            ["--scope", "plain", "--only", "machine"],  # its check left out
+            ["--scope", "sliding_window", "--without", "sliding_window"],  # its check skipped
+        ],
+        "scope_set": [
+            ["--scope", "default", "--scope-set", "nosuch=1"],
+            ["--scope-set", "num_gpu_blocks=0"],
+            ["--only", "machine", "--scope-set", "max_depth=2"],  # no explorer runs
+        ],
+        # An option that no check of the run reads (issue #40): each was run, and ignored, before.
+        "examples": [["--profile", "exhaustive", "--examples", "3"], ["--only", "sweep", "--examples", "3"]],
+        "shrink_budget": [["--only", "explore", "--scope", "plain", "--shrink-budget", "5"]],
+        "workers": [["--workers", "2"], ["--profile", "symbolic", "--workers", "2"]],
+        "fail_fast": [["--only", "machine[plain]", "--fail-fast"], ["--profile", "exhaustive", "--fail-fast"]],
+        "without": [
+            ["--profile", "exhaustive", "--without", "caching"],  # it skips the only check
+            ["--only", "machine[plain]", "--without", "caching"],  # it skips nothing
+            ["--only", "machine[caching]", "--only", "sweep[salts]", "--without", "caching"],
+        ],
     },
 }
 

@@ -1,12 +1,14 @@
-"""Every option of ``blockspace soak``, ``bench``, ``gpu-bench`` and
-``gpu-profile`` does what it says in every mode of its command, or is
-refused there by name (issue #40), as tests/test_cli_modes.py holds for
-``blockspace simulate``.
+"""Every option of ``blockspace soak``, ``bench``, ``gpu-bench``,
+``gpu-profile`` and ``conformance`` does what it says in every mode of its
+command, or is refused there by name (issue #40), as
+tests/test_cli_modes.py holds for ``blockspace simulate``.
 
 A command's modes are the ways it runs: the soak's parts (its random
 operations alone, its trace replay alone, both); bench, gpu-bench and
 gpu-profile run one way each (gpu-bench's run is the GPU's or, without one,
-the CPU-only one, whichever this machine has). The options are read off
+the CPU-only one, whichever this machine has); conformance's are its four
+profiles, each with a few cheap checks, and the quick profile with a scope
+for the explorer beside them. The options are read off
 each parser, and each needs a ``Probe``: the words it is tried with and
 what the run must show for them. So an option added without a probe fails
 ``test_every_option_has_a_probe``, and then every (option, mode) pair runs:
@@ -24,7 +26,10 @@ stand-ins here that record what they were asked for: what is probed is
 what the command hands them and writes. gpu-profile times stand-in steps
 (its model is still built, its swap still timed), so that the fit, and
 with it what --max-fit-error and --attempts decide, does not depend on the
-load of the machine.
+load of the machine. conformance runs for real, on checks of a second or
+less each (a state machine of 2 examples, a sweep, a scope cut at depth 2),
+and a manager that disagrees at once (``NeverAdmits``) shows the options
+that only a failure shows.
 """
 
 from __future__ import annotations
@@ -40,11 +45,18 @@ import pytest
 
 import blockspace.bench.cli as bench
 import blockspace.bench.gpu as gpu_bench
+import blockspace.conformance.cli as conformance
+import blockspace.conformance.symbolic as symbolic
+import blockspace.kit_options as kit_options
 import blockspace.profile.cli as gpu_profile
 import blockspace.soak.cli as soak
 import blockspace.soak.options as soak_options
 from blockspace.bench.report import REPORT_MARKER as MARKER
+from blockspace.conformance.check import CheckResult
+from blockspace.conformance.runner import PROFILES, checks_for, with_changes
+from blockspace.conformance.scope import SCOPES, scope_from
 from blockspace.errors import InvalidArgumentError
+from blockspace.interfaces import load_manager_class
 from blockspace.validation import check_mode_options, option_name
 
 TRACE = "trace.jsonl"  # 8 requests, one a second
@@ -341,7 +353,150 @@ GPU_PROFILE = Command(
     refused=set() if CUDA else {("device", "run")},  # no CUDA GPU here: --device cuda is refused by name
 )
 
-COMMANDS = {"soak": SOAK, "bench": BENCH, "gpu-bench": GPU_BENCH, "gpu-profile": GPU_PROFILE}
+
+# -- blockspace conformance ----------------------------------------------------------------
+WRONG = "wrong_manager:NeverAdmits"  # written into the folder by the workspace fixture
+WRONG_MANAGER = """\
+from blockspace import AllocStatus
+from blockspace.reference import ReferenceBlockSpaceManager
+
+
+class NeverAdmits(ReferenceBlockSpaceManager):
+    def can_allocate(self, seq_group, num_lookahead_slots=0):
+        return AllocStatus.LATER  # the reference says OK to the first request of every check
+"""
+
+
+def report(outcome: Outcome) -> dict[str, Any]:
+    return outcome.json("--json", "c.json")
+
+
+def statuses(outcome: Outcome) -> dict[str, str]:
+    return {check["name"]: check["status"] for check in report(outcome)["checks"]}
+
+
+def explorers(outcome: Outcome) -> list[dict[str, Any]]:
+    return [check for check in report(outcome)["checks"] if check["name"].startswith("explore[")]
+
+
+def all_failed(outcome: Outcome) -> bool:
+    """Every check ran and failed (``NeverAdmits`` is wrong from its first request)."""
+    return bool(statuses(outcome)) and set(statuses(outcome).values()) == {"failed"}
+
+
+def machines_ran(outcome: Outcome, test: Callable[[dict[str, Any]], bool]) -> bool:
+    machines = [check for check in report(outcome)["checks"] if check["name"].startswith("machine[")]
+    return bool(machines) and all(test(check) for check in machines)
+
+
+SAMPLED = {"examples": ["--examples", "2"], "shrink_budget": ["--shrink-budget", "0.5"], "json": ["--json", "c.json"]}
+CONFORMANCE = Command(
+    conformance.main,
+    kit_options.build_parser,
+    modes={
+        "quick": {
+            "impl": ["--impl", "fast"],
+            "profile": ["--profile", "quick"],
+            "only": ["--only", "machine[plain]", "--only", "sweep[salts]"],
+            **SAMPLED,
+        },
+        "quick+scope": {
+            "impl": ["--impl", "fast"],
+            "profile": ["--profile", "quick"],
+            "only": ["--only", "sweep[salts]", "--only", "explore"],
+            "scope": ["--scope", "plain"],
+            "scope_set": ["--scope-set", "max_depth=2"],
+            "json": ["--json", "c.json"],
+        },
+        "full": {
+            "impl": ["--impl", "fast"],
+            "profile": ["--profile", "full"],
+            "only": ["--only", "machine[plain]", "--only", "sweep[salts]"],
+            **SAMPLED,
+        },
+        "symbolic": {
+            "impl": ["--impl", "fast"],
+            "profile": ["--profile", "symbolic"],
+            "only": ["--only", "machine[plain]"],
+            **SAMPLED,
+        },
+        "exhaustive": {
+            "impl": ["--impl", "fast"],
+            "profile": ["--profile", "exhaustive"],
+            "only": ["--only", "explore"],
+            "scope_set": ["--scope-set", "max_depth=2"],
+            "json": ["--json", "c.json"],
+        },
+    },  # fmt: skip
+    probes={
+        "impl": Probe(["--impl", WRONG], lambda o: report(o)["impl"] == WRONG and all_failed(o), status=1),
+        "against": Probe(["--against", WRONG], lambda o: report(o)["against"] == WRONG and all_failed(o), status=1),
+        "profile": Probe(
+            ["--profile", "full"],
+            lambda o: report(o)["profile"] == "full" and report(o)["settings"]["step_count"] == 80,
+        ),
+        "json": Probe(
+            ["--json", "sub/other.json"],
+            lambda o: bool(o.json("--json", "")["checks"]) and not (o.folder / "c.json").exists(),
+        ),
+        "only": Probe(
+            ["--only", "plain"],
+            lambda o: bool(statuses(o)) and all("plain" in name for name in statuses(o)) and report(o)["passed"],
+        ),
+        "examples": Probe(
+            ["--examples", "3"],
+            lambda o: (
+                report(o)["settings"]["max_examples"] == 3
+                and machines_ran(o, lambda check: 3 <= check["examples"] < 25)  # Hypothesis may add a few
+            ),
+        ),
+        "shrink_budget": Probe(
+            ["--shrink-budget", "0.25", "--impl", WRONG],
+            lambda o: machines_ran(o, lambda check: check["shrink_budget_s"] == 0.25),
+            status=1,
+        ),
+        "fail_fast": Probe(
+            ["--fail-fast", "--impl", WRONG],
+            lambda o: len(statuses(o)) == 1 and "--fail-fast: stopping after" in o.out and all_failed(o),
+            status=1,
+        ),
+        "without": Probe(
+            ["--without", "caching"],
+            lambda o: (
+                report(o)["capabilities"]["supports_caching"] is False
+                and statuses(o)["sweep[salts]"] == "skipped"
+                and "passed" in statuses(o).values()
+            ),
+        ),
+        "scope": Probe(["--scope", "swap"], lambda o: [c["scope"] for c in explorers(o)] == ["swap"]),
+        "scope_set": Probe(
+            ["--scope-set", "max_depth=1"], lambda o: bool(explorers(o)) and all(c["depth"] == 1 for c in explorers(o))
+        ),
+        "workers": Probe(
+            ["--workers", "3"], lambda o: bool(explorers(o)) and all(c["workers"] == 3 for c in explorers(o))
+        ),
+    },
+    refused={
+        ("examples", "quick+scope"),  # no state machine: --examples, --shrink-budget read nothing
+        ("shrink_budget", "quick+scope"),
+        ("examples", "exhaustive"),
+        ("shrink_budget", "exhaustive"),
+        ("fail_fast", "symbolic"),  # one check: nothing after it to stop
+        ("fail_fast", "exhaustive"),
+        ("without", "symbolic"),  # machine[plain] needs no caching
+        ("without", "exhaustive"),  # it would skip explore[default], the only check
+        ("only", "exhaustive"),  # no check of the exhaustive profile has "plain" in its name
+        *((dest, mode) for dest in ("scope", "scope_set", "workers") for mode in ("quick", "full", "symbolic")),
+    },  # no explorer there (--only leaves it out)
+)
+
+COMMANDS = {
+    "soak": SOAK,
+    "bench": BENCH,
+    "gpu-bench": GPU_BENCH,
+    "gpu-profile": GPU_PROFILE,
+    "conformance": CONFORMANCE,
+}
 
 
 # -- the stand-ins and the folder ----------------------------------------------------------
@@ -392,8 +547,9 @@ def stand_in_steps(monkeypatch, seen: dict[str, Any]) -> None:
 def workspace(tmp_path, monkeypatch):
     """A folder with the traces the soak's probes name and a report for
     bench's --markdown to rewrite; the stand-ins of bench and gpu-profile,
-    and gpu-bench's copy configurations cut to the CPU-only one. Yields
-    what the stand-ins saw."""
+    and gpu-bench's copy configurations cut to the CPU-only one; the
+    module of conformance's wrong manager, importable. Yields what the
+    stand-ins saw."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BLOCKSPACE_TRACE", raising=False)
     (tmp_path / TRACE).write_text(trace_lines(8))
@@ -404,6 +560,8 @@ def workspace(tmp_path, monkeypatch):
     stand_in_steps(monkeypatch, seen)
     cpu_only = gpu_bench.copy_configs(False)
     monkeypatch.setattr(gpu_bench, "copy_configs", lambda on_gpu: cpu_only)
+    (tmp_path / "wrong_manager.py").write_text(WRONG_MANAGER)  # conformance's --impl WRONG
+    monkeypatch.syspath_prepend(str(tmp_path))
     return seen
 
 
@@ -477,3 +635,54 @@ def test_a_wrong_answer_makes_gpu_bench_exit_1(workspace, capsys, monkeypatch, w
     said = capsys.readouterr().out
     expected = "(a): the synced table or slots differ" if wrong == "slots" else "the kernel's copy moved the wrong"
     assert any(expected in failure for failure in failures) and f"FAILED: {failures[0]}" in said, failures
+
+
+def test_each_check_is_skipped_exactly_without_the_capability_it_is_said_to_need():
+    """``Check.needs``, which the command reads before any check
+    runs, says what each check does when it runs: skipped when that flag is
+    False, run when every other flag is (each state machine, sweep, long
+    run, trace replay, and each scope cut at depth 0)."""
+    impls = {name: load_manager_class(name) for name in ("reference", "fast")}
+    profile = with_changes(PROFILES["quick"], max_examples=1, step_count=5, trace_requests=2)
+    scopes = [scope_from(name, ["max_depth=0"]) for name in SCOPES]
+    declared = {check.name: check.needs for check in checks_for(impls, profile, {}, scopes=scopes)}
+    names = list(declared)
+    every_flag = dict.fromkeys(kit_options.CAPABILITIES, False)
+    for name in names:
+        needed = declared[name]
+        flags = {needed: False} if needed else every_flag
+        check = next(c for c in checks_for(impls, profile, flags, scopes=scopes, workers=1) if c.name == name)
+        result = check.run()
+        if needed:
+            assert (result.status, result.detail) == ("skipped", f"{needed} is False"), name
+        else:
+            assert result.status == "passed", (name, result.detail[:500])
+    assert {name.partition("[")[0] for name in names} == {"machine", "trace", "long", "sweep", "explore"}
+
+
+def test_a_run_that_would_check_nothing_is_refused_naming_what_skips_it(workspace, capsys):
+    """A manager without prefix caching, under the exhaustive profile (whose
+    scope is of the caching family): before, exit 0 and one skipped check."""
+    (Path("no_caching.py")).write_text(
+        "from blockspace.reference import ReferenceBlockSpaceManager\n\n\n"
+        "class NoCaching(ReferenceBlockSpaceManager):\n    supports_caching = False\n"
+    )
+    assert conformance.main(["--impl", "no_caching:NoCaching", "--profile", "exhaustive", "--json", "c.json"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --impl no_caching:NoCaching lacks what every check of --profile exhaustive needs"
+        " (explore[default]: supports_caching is False): nothing would be checked\n"
+    )
+    assert not Path("c.json").exists()
+
+
+def test_a_run_whose_every_check_was_skipped_after_all_exits_1(workspace, capsys, monkeypatch):
+    """A skip no option decides (here the CrossHair backend missing) shows
+    only when the check runs: the run then checked nothing, and says so."""
+    skipped = CheckResult("machine[symbolic]", "skipped", detail="hypothesis-crosshair is not installed")
+    monkeypatch.setattr(symbolic, "check_symbolic_machine", lambda impls, profile: skipped)
+    argv = ["--impl", "fast", "--profile", "symbolic", "--only", "machine[symbolic]", "--json", "c.json"]
+    assert conformance.main(argv) == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert "nothing was checked: every check was skipped (its note says why), so the run does not pass" in said
+    written = json.loads(Path("c.json").read_text())
+    assert written["passed"] is False and written["totals"]["skipped"] == written["totals"]["checks"] == 1
