@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,3 +47,13 @@ def pytest_in_subprocess(*files: Path, **env: str) -> subprocess.CompletedProces
         text=True,
         timeout=600,
     )
+
+
+def trace_lines(count: int) -> str:
+    """A small Mooncake trace as JSONL: ``count`` requests one second apart,
+    prompts of 40, 70, 100... tokens sharing their one chunk, 4 to 6 tokens out."""
+    return "".join(
+        json.dumps({"timestamp": 1000 * i, "input_length": 40 + 30 * i, "output_length": 4 + i % 3,
+                    "hash_ids": [0]}) + "\n"
+        for i in range(count)
+    )  # fmt: skip

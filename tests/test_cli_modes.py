@@ -37,19 +37,12 @@ from blockspace.simulator.cli import DEFAULT_KV_MEMORY_GIB, DEFAULT_SWAP_SPACE_G
 from blockspace.simulator.gpu import KVCacheModel
 from blockspace.simulator.sweep import NOT_SWEPT, sweepable
 from blockspace.validation import option_name
+from helpers import trace_lines
 
 TRACE = "trace.jsonl"  # 8 requests, one a second
 OTHER_TRACE = "other.jsonl"  # 5 requests
 MODES = ("single", "compare", "sweep", "find", "swept")
 RAY = importlib.util.find_spec("ray") is not None
-
-
-def trace_lines(count: int) -> str:
-    return "".join(
-        json.dumps({"timestamp": 1000 * i, "input_length": 40 + 30 * i, "output_length": 4 + i % 3,
-                    "hash_ids": [0]}) + "\n"
-        for i in range(count)
-    )  # fmt: skip
 
 
 # -- what a finished command shows ---------------------------------------------------------

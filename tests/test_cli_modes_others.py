@@ -58,17 +58,10 @@ from blockspace.conformance.scope import SCOPES, scope_from
 from blockspace.errors import InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.validation import check_mode_options, option_name
+from helpers import trace_lines
 
 TRACE = "trace.jsonl"  # 8 requests, one a second
 OTHER_TRACE = "other.jsonl"  # 5 requests
-
-
-def trace_lines(count: int) -> str:
-    return "".join(
-        json.dumps({"timestamp": 1000 * i, "input_length": 40 + 30 * i, "output_length": 4 + i % 3,
-                    "hash_ids": [0]}) + "\n"
-        for i in range(count)
-    )  # fmt: skip
 
 
 # -- what a finished command shows ---------------------------------------------------------
