@@ -158,6 +158,6 @@ def test_the_run_plot_draws_latency_cdfs_of_the_finished_requests():
                   for axis in (seconds, milliseconds)}  # fmt: skip
         assert bounds[seconds] == [(2.0, seconds.lines[0].get_color())]  # TTFT, in s
         assert bounds[milliseconds] == [(50.0, milliseconds.lines[0].get_color())]  # TPOT, in ms
-        assert "SLO TTFT <= 2" in [t.get_text() for t in seconds.get_legend().get_texts()]
+        assert "SLO TTFT <= 2 s" in [t.get_text() for t in seconds.get_legend().get_texts()]
     finally:
         plt.close(figure)

@@ -133,7 +133,7 @@ def _plot_cdfs(axis: Any, samples: dict[str, np.ndarray], panel: CDFPanel, bound
             drawn = True
         if name in bounds:
             bound = bounds[name] / panel.unit_s
-            axis.axvline(bound, color=color, linestyle="--", linewidth=1, label=f"SLO {label} <= {bound:g}")
+            axis.axvline(bound, color=color, linestyle="--", linewidth=1, label=f"SLO {label} <= {bound:g} {'s' if panel.unit_s == 1 else 'ms'}")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(loc="best", fontsize=8)
     if not drawn:
