@@ -132,8 +132,8 @@ def _plot_cdfs(axis: Any, samples: dict[str, np.ndarray], panel: CDFPanel, bound
             axis.step(xs, ys, where="post", color=color, linewidth=1.2, label=f"{label} ({values.size:,} {over})")
             drawn = True
         if name in bounds:
-            bound = bounds[name] / panel.unit_s
-            axis.axvline(bound, color=color, linestyle="--", linewidth=1, label=f"SLO {label} <= {bound:g} {'s' if panel.unit_s == 1 else 'ms'}")
+            bound, unit = bounds[name] / panel.unit_s, "s" if panel.unit_s == 1 else "ms"
+            axis.axvline(bound, color=color, linestyle="--", linewidth=1, label=f"SLO {label} <= {bound:g} {unit}")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(loc="best", fontsize=8)
     if not drawn:
