@@ -40,7 +40,7 @@ from typing import Any
 
 from blockspace.errors import InvalidArgumentError, InvalidConfigError
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
-from blockspace.validation import Range, check_keys, check_number, read_json_object
+from blockspace.validation import Range, check_keys, check_number, option_name, read_json_object
 
 VERSION = 1  # raised when a key changes meaning; a reader refuses any version it does not know
 COEFFICIENTS = tuple(field.name for field in dataclasses.fields(StepTimeModel))
@@ -53,12 +53,6 @@ PROVENANCE: dict[str, type] = {  # optional key -> the JSON type it must have (s
     "fit": dict,  # the measured points and how well the coefficients fit them
 }
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}  # the dtypes a ``model`` may name, and their sizes
-KV_OPTIONS = {  # a KVCacheModel field -> the simulate option that sets it
-    "num_layers": "--num-layers",
-    "num_kv_heads": "--num-kv-heads",
-    "head_dim": "--head-dim",
-    "dtype_bytes": "--dtype-bytes",
-}
 
 
 def step_model_json(model: StepTimeModel, provenance: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -135,7 +129,7 @@ def check_kv_cache(profiled: dict[str, Any], kv: KVCacheModel, where: str) -> No
         theirs = KVCacheModel(**{**dataclasses.asdict(kv), **found})
         raise InvalidArgumentError(
             f"{where}: measured on a model whose KV cache is {kv_shape(theirs)}, but this run's is {kv_shape(kv)};"
-            f" {' '.join(f'{KV_OPTIONS[field]} {found[field]}' for field in differ)} simulates the file's model"
+            f" {' '.join(f'{option_name(field)} {found[field]}' for field in differ)} simulates the file's model"
             " (or measure this one with blockspace gpu-profile)"
         )
 
