@@ -21,6 +21,8 @@ import pytest
 
 import blockspace.bench.cli as bench
 import blockspace.bench.gpu as gpu_bench
+import blockspace.bench.kit as bench_kit
+import blockspace.bench.simulator as bench_simulator
 import blockspace.conformance.cli as conformance
 import blockspace.profile.cli as gpu_profile
 import blockspace.simulator.capacity as capacity
@@ -37,6 +39,8 @@ COMMANDS = {
     "gpu-bench": gpu_bench,
     "gpu-profile": gpu_profile,
     "conformance": conformance,
+    "bench.simulator": bench_simulator,  # python -m blockspace.bench.simulator
+    "bench.kit": bench_kit,  # python -m blockspace.bench.kit
 }
 BASE = {"conformance": ["--impl", "fast"]}  # a command's required options, before each case (a case may override them)
 
@@ -168,6 +172,15 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--only", "machine[caching]", "--only", "sweep[salts]", "--without", "caching"],
         ],
     },
+    "bench.simulator": {
+        "trace": [["--trace", "missing.jsonl"], ["--trace", "garbage.jsonl"]],
+        "ways": [["--ways", "fast,nosuch"], ["--ways", "reference@rows"], ["--ways", "fast@fastest"], ["--ways", ","]],
+        "json": [["--json", "adir"], ["--json", "/proc/nope/s.json"]],
+    },
+    "bench.kit": {
+        "correct": [["--correct", "nosuch"], ["--correct", "json:dumps"]],
+        "json": [["--json", "adir"], ["--json", "afile/k.json"]],
+    },
 }
 
 SMALL_TRACE = '{"timestamp": 0, "input_length": 40, "output_length": 4, "hash_ids": [1]}\n'
@@ -249,6 +262,8 @@ def no_work(monkeypatch):
     monkeypatch.setattr(gpu_bench, "gpu_available", work)
     monkeypatch.setattr(gpu_profile, "profile", work)
     monkeypatch.setattr(conformance, "run_with_progress", work)
+    monkeypatch.setattr(bench_simulator, "measure", work)
+    monkeypatch.setattr(bench_kit, "time_to_report", work)
 
 
 @pytest.mark.parametrize(("command", "dest", "argv"), cases())
@@ -286,7 +301,8 @@ def test_help_shows_every_default_and_no_markup(command, capsys):
         status = stop.code
     assert status == 0
     text = capsys.readouterr().out
-    assert "``" not in text and f"blockspace {command}" in text
+    prog = f"python -m blockspace.{command}" if "." in command else f"blockspace {command}"  # a tool, or a command
+    assert "``" not in text and prog in text
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,9 @@ from blockspace.conformance import Divergence
 from blockspace.conformance.broken import BROKEN_MANAGERS
 from blockspace.conformance.check import REPRO
 from blockspace.conformance.runner import capabilities_of, checks_for, with_changes
+from blockspace.errors import BlockSpaceError
 from blockspace.kit_options import PROFILES, Profile
+from blockspace.validation import check_output_file, command_parser, load_manager, refuse
 
 BEFORE = {"shrink_seconds": 300.0, "reduce_repro": False}  # Hypothesis' own limit, as the kit had it
 
@@ -66,12 +68,23 @@ def whole_profile(impl: str, profile: Profile) -> dict[str, Any]:
             "failed": sum(r.status == "failed" for r in results)}  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m blockspace.bench.kit", description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("python -m blockspace.bench.kit", __doc__)
     parser.add_argument("--before", action="store_true", help="also run each broken manager as the kit ran before")
     parser.add_argument("--correct", default="fast", help="the correct manager timed over the whole quick profile")
-    parser.add_argument("--json", type=Path, help="write the figures here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", type=Path, help="write the figures here (default: not written)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0; 2 for a bad option, said before anything is timed."""
+    try:
+        args = build_parser().parse_args(argv)
+        load_manager(args.correct, "--correct")  # timed last, after minutes: checked first
+        if args.json:
+            check_output_file(args.json, "--json")
+    except BlockSpaceError as error:
+        return refuse(error)
     ways = {"now": PROFILES["quick"]}
     if args.before:
         ways["before"] = with_changes(PROFILES["quick"], **BEFORE)

@@ -23,10 +23,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
 from blockspace.simulator.report import first_difference
+from blockspace.simulator.scheduler import STEP_PATHS
+from blockspace.validation import Range, check_output_file, check_ranges, command_parser, load_manager, refuse
 from blockspace.workloads import load_trace, trace_source
+
+
+class DecidedDifferently(Exception):
+    """Two ways made different decisions: their times compare nothing."""
 
 
 def measure(trace: list, config: SimulationConfig, ways: list[str], rounds: int) -> dict[str, dict[str, Any]]:
@@ -49,7 +56,7 @@ def measure(trace: list, config: SimulationConfig, ways: list[str], rounds: int)
     for way in ways[1:]:
         difference = first_difference(records[first], records[way])
         if difference is not None:
-            raise SystemExit(f"error: {way} decided differently from {first}: {difference}")
+            raise DecidedDifferently(f"{way} decided differently from {first}: {difference}")
     return best
 
 
@@ -92,36 +99,72 @@ def step_table(best: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m blockspace.bench.simulator", description=__doc__.split("\n\n")[0])
+RANGES = {"max_requests": Range(least=1), "rounds": Range(least=1), "num_gpu_blocks": Range(least=1),
+          "num_cpu_blocks": Range(least=0)}  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("python -m blockspace.bench.simulator", __doc__)
     parser.add_argument(
         "--trace", type=Path, help="Mooncake-format JSONL (default: $BLOCKSPACE_TRACE, else the sample)"
     )
-    parser.add_argument("--max-requests", type=int, default=200)
+    parser.add_argument("--max-requests", type=int, default=200, help="the first N requests")
     parser.add_argument("--ways", default="reference,fast@calls,fast@rows", help="MANAGER[@calls|@rows],...")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--num-gpu-blocks", type=int, default=49_152)
-    parser.add_argument("--num-cpu-blocks", type=int, default=2_048)
-    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds in turns; the best of each way is kept")
+    parser.add_argument("--num-gpu-blocks", type=int, default=49_152, help="GPU blocks")
+    parser.add_argument("--num-cpu-blocks", type=int, default=2_048, help="CPU blocks")
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                        help="prefix caching")  # fmt: skip
     parser.add_argument("--by-method", action="store_true", help="also: where a step's time goes, method by method")
-    parser.add_argument("--json", type=Path, help="write the figures here")
-    args = parser.parse_args(argv)
-    if args.rounds < 1 or args.max_requests < 1:
-        print("error: --rounds and --max-requests must be >= 1", file=sys.stderr)
-        return 2
-    trace = load_trace(args.trace, args.max_requests)
-    config = SimulationConfig(
-        args.num_gpu_blocks,
-        args.num_cpu_blocks,
-        scheduler=SchedulerConfig(enable_prefix_caching=args.enable_prefix_caching),
-    )
-    ways = [way.strip() for way in args.ways.split(",") if way.strip()]
+    parser.add_argument("--json", type=Path, help="write the figures here (default: not written)")
+    return parser
+
+
+def checked_ways(text: str) -> list[str]:
+    """``MANAGER[@STEP],...``, each manager loaded and its step path one it
+    offers, before anything is timed (``InvalidArgumentError`` naming ``--ways``)."""
+    from blockspace.simulator.cli import check_step
+
+    ways = [way.strip() for way in text.split(",") if way.strip()]
+    if not ways:
+        raise InvalidArgumentError(f"--ways: no way in {text!r}: give MANAGER[@calls|@rows],...")
+    for way in ways:
+        name, at, step = way.partition("@")
+        if at and step not in STEP_PATHS:
+            raise InvalidArgumentError(f"--ways: {way!r}: the step path after @ must be one of {', '.join(STEP_PATHS)}")
+        check_step(load_manager(name, "--ways"), step, f"--ways: {way!r}")
+    return ways
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0; 1 when the ways decide differently; 2 for a bad option,
+    said before anything is timed."""
+    try:
+        args = build_parser().parse_args(argv)
+        check_ranges(args, RANGES)
+        ways = checked_ways(args.ways)
+        if args.json:
+            check_output_file(args.json, "--json")
+        try:
+            trace = load_trace(args.trace, args.max_requests)
+        except BlockSpaceError as error:
+            raise InvalidArgumentError(f"{'--trace: ' if args.trace else ''}{error}") from None
+        config = SimulationConfig(
+            args.num_gpu_blocks,
+            args.num_cpu_blocks,
+            scheduler=SchedulerConfig(enable_prefix_caching=args.enable_prefix_caching),
+        )
+    except BlockSpaceError as error:
+        return refuse(error)
     caching = "on" if args.enable_prefix_caching else "off"
     print(
         f"{len(trace):,} requests of {trace_source(args.trace)}, prefix caching {caching}, "
         f"{args.rounds} round(s) in turns"
     )
-    best = measure(trace, config, ways, args.rounds)
+    try:
+        best = measure(trace, config, ways, args.rounds)
+    except DecidedDifferently as error:
+        return refuse(error, 1)
     print(table(best))
     if args.by_method:
         print()
