@@ -21,6 +21,7 @@ import pytest
 
 import blockspace.bench.cli as bench
 import blockspace.bench.gpu as gpu_bench
+import blockspace.bench.kernel_floor as bench_kernel_floor
 import blockspace.bench.kit as bench_kit
 import blockspace.bench.simulator as bench_simulator
 import blockspace.conformance.cli as conformance
@@ -41,6 +42,7 @@ COMMANDS = {
     "conformance": conformance,
     "bench.simulator": bench_simulator,  # python -m blockspace.bench.simulator
     "bench.kit": bench_kit,  # python -m blockspace.bench.kit
+    "bench.kernel_floor": bench_kernel_floor,  # python -m blockspace.bench.kernel_floor
 }
 BASE = {"conformance": ["--impl", "fast"]}  # a command's required options, before each case (a case may override them)
 
@@ -177,6 +179,10 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
         "ways": [["--ways", "fast,nosuch"], ["--ways", "reference@rows"], ["--ways", "fast@fastest"], ["--ways", ","]],
         "json": [["--json", "adir"], ["--json", "/proc/nope/s.json"]],
     },
+    "bench.kernel_floor": {
+        "trace": [["--trace", "missing.jsonl"], ["--trace", "empty.jsonl"], ["--trace", "garbage.jsonl"]],
+        "json": [["--json", "adir"], ["--json", "/proc/nope/k.json"]],
+    },
     "bench.kit": {
         "correct": [["--correct", "nosuch"], ["--correct", "json:dumps"]],
         "json": [["--json", "adir"], ["--json", "afile/k.json"]],
@@ -264,6 +270,7 @@ def no_work(monkeypatch):
     monkeypatch.setattr(conformance, "run_with_progress", work)
     monkeypatch.setattr(bench_simulator, "measure", work)
     monkeypatch.setattr(bench_kit, "time_to_report", work)
+    monkeypatch.setattr(bench_kernel_floor, "measure", work)
 
 
 @pytest.mark.parametrize(("command", "dest", "argv"), cases())
