@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from blockspace.errors import InvalidArgumentError
+from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.validation import MAX_TOKEN_ID  # token ids are ints in 0..MAX_TOKEN_ID (2**31 - 1)
 
 TRACE_ENV = "BLOCKSPACE_TRACE"  # names a trace file to use when no path is given
@@ -216,6 +216,21 @@ def load_trace(path: str | Path | None = None, max_requests: int | None = None) 
         raise TraceError(f"cannot read trace {source}: not UTF-8 text") from None
 
 
+def load_trace_option(path: str | Path | None, max_requests: int | None = None) -> list[TraceRequest]:
+    """``load_trace`` for a command's ``--trace`` (``path``; None: the
+    default trace): an error names ``--trace`` when the path came from it,
+    and a trace of no requests is refused, since a run of none has no figure
+    to report. Every command that replays a trace reads it here."""
+    option = "--trace: " if path is not None else ""
+    try:
+        requests = load_trace(path, max_requests)
+    except BlockSpaceError as error:
+        raise InvalidArgumentError(f"{option}{error}") from None
+    if not requests:
+        raise InvalidArgumentError(f"{option}{trace_source(path)} holds no requests")
+    return requests
+
+
 def scale_arrivals(requests: list[TraceRequest], factor: float) -> list[TraceRequest]:
     """The same requests with arrival times multiplied by ``factor`` (> 1
     spreads the traffic out: the Mooncake trace was served by a cluster, and
@@ -234,6 +249,7 @@ __all__ = [
     "TraceError",
     "TraceRequest",
     "load_trace",
+    "load_trace_option",
     "mix",
     "output_token_id",
     "parse_line",

@@ -28,11 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from blockspace.errors import BlockSpaceError, InvalidArgumentError
+from blockspace.errors import BlockSpaceError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
 from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse
-from blockspace.workloads import TRACE_ENV, load_trace, trace_source
+from blockspace.workloads import TRACE_ENV, load_trace_option, trace_source
 
 RANGES = {"max_requests": Range(least=1)}
 WARM_UP_REQUESTS = 50
@@ -139,14 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         check_ranges(args, RANGES)
         if args.json:
             check_output_file(args.json, "--json")
-        try:
-            trace = load_trace(args.trace, args.max_requests)
-        except BlockSpaceError as error:
-            raise InvalidArgumentError(f"{'--trace: ' if args.trace else ''}{error}") from None
-        if not trace:
-            raise InvalidArgumentError(
-                f"{'--trace: ' if args.trace else ''}{trace_source(args.trace)} holds no requests"
-            )
+        trace = load_trace_option(args.trace, args.max_requests)
     except BlockSpaceError as error:
         return refuse(error)
     config = SimulationConfig(

@@ -29,7 +29,7 @@ from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulati
 from blockspace.simulator.report import first_difference
 from blockspace.simulator.scheduler import STEP_PATHS
 from blockspace.validation import Range, check_output_file, check_ranges, command_parser, load_manager, refuse
-from blockspace.workloads import load_trace, trace_source
+from blockspace.workloads import load_trace_option, trace_source
 
 
 class DecidedDifferently(Exception):
@@ -145,10 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         ways = checked_ways(args.ways)
         if args.json:
             check_output_file(args.json, "--json")
-        try:
-            trace = load_trace(args.trace, args.max_requests)
-        except BlockSpaceError as error:
-            raise InvalidArgumentError(f"{'--trace: ' if args.trace else ''}{error}") from None
+        trace = load_trace_option(args.trace, args.max_requests)
         config = SimulationConfig(
             args.num_gpu_blocks,
             args.num_cpu_blocks,

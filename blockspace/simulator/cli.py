@@ -52,7 +52,7 @@ from blockspace.validation import (
     option_name,
     refuse,
 )
-from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace, scale_arrivals, trace_file, trace_source
+from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace_option, scale_arrivals, trace_file, trace_source
 
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
 DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
@@ -292,17 +292,9 @@ def step_time_model(args: argparse.Namespace) -> StepTimeModel:
 
 
 def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
-    """The requests to replay: the trace read and checked (an error names
-    ``--trace`` when the path came from it), and not empty: a run of no
-    requests has no figure to report, and would overwrite the last ones."""
-    option = "--trace: " if args.trace is not None else ""
-    try:
-        requests = scale_arrivals(load_trace(args.trace, args.max_requests), args.time_scale)
-    except BlockSpaceError as error:
-        raise InvalidArgumentError(f"{option}{error}") from None
-    if not requests:
-        raise InvalidArgumentError(f"{option}{trace_source(args.trace)} holds no requests")
-    return requests
+    """The requests to replay: the trace read, checked and not empty
+    (``load_trace_option``), its arrivals scaled by ``--time-scale``."""
+    return scale_arrivals(load_trace_option(args.trace, args.max_requests), args.time_scale)
 
 
 def resolve_manager(name: str, option: str = "--manager") -> type:
