@@ -1,0 +1,3 @@
+"""The compiled engine: the simulator's step as Numba code calling fast's
+kernels, the fast twin of the Python engine (``scheduler.py`` and
+``simulation.py``). ``engine.py`` is where to start reading."""

@@ -1,0 +1,240 @@
+"""The block manager's calls, as the compiled engine makes them: fast's
+kernels called straight from compiled code, on fast's own arrays.
+
+Each function is one ``BlockSpaceManager`` call of one request (a group of
+one sequence), doing what ``FastBlockSpaceManager``'s Python layer does
+around its kernel: the same kernel, the same arguments, in the same order
+(``fast/allocations.py``, ``fast/appends.py``, ``fast/swaps.py``,
+``fast/tracker_rows.py``). What that layer keeps in dictionaries (which row
+holds which sequence, the access times, which sequences the tracker holds)
+is kept per request in ``Requests``.
+
+Why no room checks: the driver (``engine.py``) makes room for everything a
+step can need before the step (``loop.room_for_step``), so a kernel never
+answers NO_ROOM or NO_KEY_ROOM here; any other negative answer is recorded
+in ``meta[ERROR]`` and stops the loop.
+
+A request's tracker row is kept while the tracker does not hold it (it is
+*parked*, as ``fast/tracker_rows.py`` parks rows): its keys are those a
+fresh keying of the same tokens would make, since a key names content, and
+tokens only grow. The count is redone whenever the tracker takes it back,
+as it would be for a fresh row.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from blockspace.fast import pool as P
+from blockspace.fast import rules
+from blockspace.fast import table as T
+from blockspace.fast import tracker as K
+from blockspace.simulator.compiled.state import (
+    BLOCK_SIZE,
+    CACHING,
+    ERROR,
+    FREE_TABLE_ROWS,
+    FREE_TRACKER_ROWS,
+    NUM_CPU,
+    NUM_GPU,
+    WATERMARK,
+)
+from blockspace.simulator.compiled.tokens import write_tokens
+
+NO_ROWS = np.zeros(0, np.int64)
+
+
+class Fast(NamedTuple):
+    """fast's state, as its kernels take it (``fast/store.py``)."""
+
+    gpu: object
+    cpu: object
+    keys: object
+    tables: object
+    tracker: object
+    null_block: np.ndarray
+
+
+@njit(cache=True)
+def fail(loop, code):
+    """Remember the first unexpected kernel answer."""
+    if loop.meta[ERROR] == 0:
+        loop.meta[ERROR] = code
+
+
+@njit(cache=True)
+def num_free_gpu(fast):
+    return P.num_free(fast.gpu)
+
+
+# -- the computed-blocks tracker ---------------------------------------------------
+@njit(cache=True)
+def num_cached_tokens(fast, loop, requests, r):
+    """``get_num_cached_tokens``: key the new full blocks, then count the
+    cached tokens (the last count, while the tracker holds a prefill)."""
+    block_size = loop.config[BLOCK_SIZE]
+    frozen = requests.tracked[r] == 1 and requests.decoding[r] == 0
+    row = requests.tracker_row[r]
+    if row < 0:
+        loop.meta[FREE_TRACKER_ROWS] -= 1
+        row = loop.free_tracker_rows[loop.meta[FREE_TRACKER_ROWS]]
+        K.open_row(fast.tracker, row)
+        requests.tracker_row[r] = row
+    requests.tracked[r] = 1
+    known = fast.tracker.num_keys[row]
+    num_full = requests.seq_len[r] // block_size
+    start, end = known * block_size, max(known, num_full) * block_size
+    tokens = write_tokens(requests, loop.chunks, r, start, end, loop.tokens)
+    count = K.num_cached_tokens(fast.gpu, fast.keys, fast.tracker, row, tokens, num_full, 0, -1, frozen)
+    if count < 0:
+        fail(loop, count)
+        return 0
+    return count
+
+
+@njit(cache=True)
+def untrack(requests, r):
+    """``remove_seq_from_computed_blocks_tracker``: its row is parked."""
+    requests.tracked[r] = 0
+
+
+@njit(cache=True)
+def forget(loop, requests, r):
+    """The request's tracker row, parked or not, is free again."""
+    row = requests.tracker_row[r]
+    if row >= 0:
+        loop.free_tracker_rows[loop.meta[FREE_TRACKER_ROWS]] = row
+        loop.meta[FREE_TRACKER_ROWS] += 1
+        requests.tracker_row[r] = -1
+    requests.tracked[r] = 0
+
+
+# -- admission and release --------------------------------------------------------------
+@njit(cache=True)
+def can_allocate(fast, loop, requests, r):
+    need = rules.cdiv(requests.seq_len[r], loop.config[BLOCK_SIZE])
+    return rules.alloc_status(loop.config[NUM_GPU], num_free_gpu(fast), need, loop.config[WATERMARK])
+
+
+@njit(cache=True)
+def allocate(fast, loop, requests, r):
+    """A table for the request's tokens. With caching, the tracker keyed
+    those very tokens a moment ago (the admission loop counts them first):
+    the kernel takes its keys and never reads the token ids, only their number."""
+    block_size, seq_len = loop.config[BLOCK_SIZE], requests.seq_len[r]
+    num_full = seq_len // block_size
+    keyed = NO_ROWS
+    tokens = loop.tokens[:seq_len]
+    tracker_row = requests.tracker_row[r]
+    if loop.config[CACHING]:
+        if tracker_row >= 0 and fast.tracker.num_keys[tracker_row] >= num_full:
+            keyed = fast.tracker.keys[tracker_row, :num_full]
+        else:
+            tokens = write_tokens(requests, loop.chunks, r, 0, seq_len, loop.tokens)
+    loop.meta[FREE_TABLE_ROWS] -= 1
+    row = loop.free_table_rows[loop.meta[FREE_TABLE_ROWS]]
+    result = T.allocate(
+        fast.gpu, fast.keys, fast.tables, row, tokens, 0, -1, keyed, NO_ROWS, -1, NO_ROWS, 0, loop.info
+    )
+    if result != 0:
+        fail(loop, result)
+    requests.table_row[r] = row
+    requests.accessed[r] = 0
+
+
+@njit(cache=True)
+def free(fast, loop, requests, r):
+    """Release the request's blocks, stamped with its last access time."""
+    row = requests.table_row[r]
+    if row < 0:
+        return
+    forget(loop, requests, r)
+    fast.tables.accessed[row] = requests.accessed[r] == 1
+    fast.tables.last_access[row] = requests.access_time[r] if requests.accessed[r] else P.NEVER_ACCESSED
+    T.free(fast.gpu, fast.cpu, fast.tables, row, loop.config[BLOCK_SIZE])
+    loop.free_table_rows[loop.meta[FREE_TABLE_ROWS]] = row
+    loop.meta[FREE_TABLE_ROWS] += 1
+    requests.table_row[r] = -1
+    requests.accessed[r] = 0
+
+
+# -- appending -------------------------------------------------------------------------
+@njit(cache=True)
+def can_append(fast, loop, requests, r):
+    """``can_append_slots``: the blocks its new tokens touch are free."""
+    filled = fast.tables.num_filled[requests.table_row[r]]
+    unseen = max(0, requests.seq_len[r] - filled)
+    return rules.blocks_touched(filled, unseen, 0, loop.config[BLOCK_SIZE]) <= num_free_gpu(fast)
+
+
+@njit(cache=True)
+def append(fast, loop, requests, r, copies, start):
+    """``append_slots``: the copy-on-write pairs go to ``copies[start:]``;
+    returns their number."""
+    block_size, row, seq_len = loop.config[BLOCK_SIZE], requests.table_row[r], requests.seq_len[r]
+    filled = fast.tables.num_filled[row]
+    first = filled - filled % block_size
+    tokens = NO_ROWS
+    if loop.config[CACHING] and seq_len - first >= block_size:  # a block fills up: key it
+        tokens = write_tokens(requests, loop.chunks, r, first, seq_len, loop.tokens)
+    count = T.append(
+        fast.gpu, fast.keys, fast.tables, row, tokens, seq_len - filled, 0, 0, 0, False, fast.null_block, copies, start
+    )
+    if count < 0:
+        fail(loop, count)
+        return 0
+    return count
+
+
+# -- swapping --------------------------------------------------------------------------
+@njit(cache=True)
+def swap_status(fast, loop, requests, r, to_gpu):
+    """``can_swap_in`` (to the GPU) or ``can_swap_out``, as an AllocStatus value."""
+    loop.one_row[0] = requests.table_row[r]
+    loop.one_len[0] = requests.seq_len[r]
+    destination = fast.gpu if to_gpu else fast.cpu
+    need = T.swap_need(destination, fast.tables, loop.one_row, loop.one_len, 0, loop.config[BLOCK_SIZE])
+    num_total = loop.config[NUM_GPU] if to_gpu else loop.config[NUM_CPU]
+    watermark = loop.config[WATERMARK] if to_gpu else 0
+    return rules.swap_status(num_total, P.num_free(destination), need, watermark)
+
+
+@njit(cache=True)
+def swap(fast, loop, requests, r, to_gpu, mapping, start):
+    """``swap_in`` or ``swap_out``: the (source, destination) pairs go to
+    ``mapping[start:]``; their number, or -1 if the blocks did not fit."""
+    row = requests.table_row[r]
+    if fast.tables.num_blocks[row] == 0:
+        return 0
+    loop.one_row[0] = row
+    if to_gpu:
+        count = T.swap(fast.cpu, fast.gpu, fast.tables, loop.one_row, T.GPU, loop.config[BLOCK_SIZE], mapping[start:])
+    else:
+        count = T.swap(fast.gpu, fast.cpu, fast.tables, loop.one_row, T.CPU, loop.config[BLOCK_SIZE], mapping[start:])
+    return -1 if count == T.NO_BLOCKS else count
+
+
+# -- the metadata pass -----------------------------------------------------------------------
+@njit(cache=True)
+def touch(fast, loop, requests, r, now):
+    """``access_all_blocks_in_seq`` and ``get_common_computed_block_ids`` of
+    a scheduled request (the block table is read where it is recorded)."""
+    if loop.config[CACHING]:
+        requests.access_time[r] = now
+        requests.accessed[r] = 1
+        num_cached_tokens(fast, loop, requests, r)
+
+
+@njit(cache=True)
+def mark_computed(fast, loop):
+    """``mark_blocks_as_computed``: every block registered since the last call."""
+    if loop.config[CACHING] and fast.gpu.meta[P.NUM_TOUCHED]:
+        P.mark_computed(fast.gpu)
+
+
+@njit(cache=True)
+def hit_rate(fast, loop):
+    return P.hit_rate(fast.gpu) if loop.config[CACHING] else 0.0

@@ -1,0 +1,332 @@
+"""The compiled engine's driver: it builds the arrays, runs the compiled
+loop (``loop.py``), makes room whenever the loop asks, and turns what the
+loop left into the Python engine's ``SimulationResult``: the same
+``Metrics``, and with recorded tables the same ``StepRecord`` list, so that
+reports, sweeps, searches and ``--compare`` read both engines alike.
+
+The block manager is a real ``FastBlockSpaceManager``: the loop runs fast's
+kernels on that manager's own arrays (``blocks.py``), and the driver grows
+them with the manager's own parts (the key space's collector, fast's
+``grow_*``). After the run every request has been freed, so the manager is
+left as the Python engine leaves its manager, and ``check_invariants`` holds.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blockspace.enums import Device, SequenceStatus
+from blockspace.errors import InvalidConfigError
+from blockspace.fast import content as C
+from blockspace.fast import table as T
+from blockspace.fast import tracker as K
+from blockspace.fast.manager import FastBlockSpaceManager
+from blockspace.simulator.compiled import loop as L
+from blockspace.simulator.compiled import state as S
+from blockspace.simulator.compiled.blocks import Fast
+from blockspace.simulator.compiled.digest import signed
+from blockspace.simulator.decisions import StepRecord
+from blockspace.simulator.metrics import Metrics
+from blockspace.simulator.request import request_id_of
+from blockspace.simulator.simulation import SimulationConfig, SimulationResult, SimulationStalledError
+from blockspace.workloads import TraceRequest
+
+PROGRESS_STEPS = 2000  # steps between two progress reports, when someone listens
+STATUS_OF = {
+    S.FINISHED: SequenceStatus.FINISHED_LENGTH_CAPPED,
+    S.IGNORED: SequenceStatus.FINISHED_IGNORED,
+    S.ABORTED: SequenceStatus.FINISHED_ABORTED,
+}
+
+
+def takes(manager_class: type) -> bool:
+    """Can the compiled engine run this manager? Only fast's: it calls its kernels."""
+    return isinstance(manager_class, type) and issubclass(manager_class, FastBlockSpaceManager)
+
+
+@dataclass(slots=True)
+class ReplayedSequence:
+    """What ``Metrics`` reads of a sequence once the run is over."""
+
+    status: SequenceStatus
+    num_output_tokens: int
+
+    def get_output_len(self) -> int:
+        return self.num_output_tokens
+
+
+@dataclass(slots=True)
+class ReplayedRequest:
+    """What ``Metrics`` reads of a request (a ``SimRequest`` of the Python engine)."""
+
+    request_id: str
+    index: int
+    sample: int
+    arrival_s: float
+    num_prompt_tokens: int
+    seq: ReplayedSequence
+
+
+class CompiledSimulation:
+    """One replay of a trace through fast's kernels, the loop compiled."""
+
+    def __init__(
+        self,
+        trace: list[TraceRequest],
+        manager_class: type,
+        config: SimulationConfig,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:
+        if not takes(manager_class):
+            raise InvalidConfigError(f"the compiled engine runs fast's kernels: {manager_class.__name__} has none")
+        self.trace, self.config, self.on_progress = trace, config, on_progress
+        self.manager_class = manager_class
+        self.manager_name = f"{manager_class.__module__}.{manager_class.__qualname__}"
+
+    def run(self) -> SimulationResult:
+        """Replay the trace (Python's collector paused, as the Python engine does)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._replay()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _replay(self) -> SimulationResult:
+        startup_s = warm_up(self.manager_class, self.config)
+        started = time.perf_counter()
+        run = Run(self.trace, self.manager_class, self.config)
+        num_done = 0
+        while True:
+            why = run.step()
+            if self.on_progress is not None and run.num_done() != num_done:
+                num_done = run.num_done()
+                self.on_progress(num_done)
+            if why == S.DONE:
+                break
+        metrics = run.metrics()
+        metrics.wall_s = time.perf_counter() - started
+        metrics.startup_s = startup_s
+        records = run.records() if self.config.scheduler.record_tables else []
+        return SimulationResult(self.manager_name, self.config, metrics, records, run.manager)
+
+
+class Run:
+    """The arrays of one replay and the calls of the compiled loop."""
+
+    def __init__(self, trace: list[TraceRequest], manager_class: type, config: SimulationConfig) -> None:
+        sched = config.scheduler
+        self.config = config
+        self.manager = manager_class(
+            block_size=sched.block_size, num_gpu_blocks=config.num_gpu_blocks, num_cpu_blocks=config.num_cpu_blocks,
+            watermark=config.watermark, enable_caching=sched.enable_prefix_caching,
+        )  # fmt: skip
+        self.requests, chunks = S.new_requests(trace, config.num_samples, config.max_output_len)
+        settings = np.zeros(S.NUM_CONFIG, np.int64)
+        settings[S.BLOCK_SIZE], settings[S.CACHING] = sched.block_size, sched.enable_prefix_caching
+        settings[S.MAX_SEQS], settings[S.MAX_TOKENS] = sched.max_num_seqs, sched.max_num_batched_tokens
+        settings[S.SWAP_MODE] = sched.preemption_mode == "swap"
+        settings[S.NUM_GPU], settings[S.NUM_CPU] = config.num_gpu_blocks, config.num_cpu_blocks
+        settings[S.WATERMARK] = self.manager.watermark_blocks
+        settings[S.RECORD] = sched.record_tables
+        settings[S.PROGRESS_EVERY] = PROGRESS_STEPS
+        model = config.step_time
+        coefficients = np.array(
+            [model.step_overhead_ms, model.prefill_token_us, model.decode_seq_us, model.kv_token_read_ns,
+             model.swap_block_us], np.float64,
+        )  # fmt: skip
+        longest = int((self.requests.prompt_len + self.requests.out_len).max(initial=0))
+        self.loop = S.new_loop(settings, coefficients, chunks, self.requests, longest)
+        num_cols = -(-longest // sched.block_size) + 1
+        store = self.manager.store
+        store.tables = T.grow_tables(store.tables, num_cols=num_cols)
+        store.tracker = K.grow_tracker(store.tracker, num_cols=num_cols)
+        self.stopped: int | None = None
+
+    def num_done(self) -> int:
+        return int(self.loop.meta[S.NUM_DONE])
+
+    def fast(self) -> Fast:
+        store = self.manager.store
+        return Fast(store.gpu_ref, store.cpu_ref, store.keys_ref, store.tables_ref, store.tracker_ref, store.null_block)
+
+    def step(self) -> int:
+        """Run the loop until it stops; make room if it asked; DONE at the end."""
+        with np.errstate(over="ignore"):  # the digest wraps on purpose (only the uncompiled loop would warn)
+            why = L.run(self.fast(), self.loop, self.requests)
+        meta = self.loop.meta
+        if why == S.ROOM:
+            self._make_room()
+        elif why == S.STALLED:
+            queues = self.loop.queue_ends
+            raise SimulationStalledError(
+                f"step {meta[S.STEP] - 1}: {queues[0, 1]} waiting, {queues[2, 1]} swapped, nothing can run"
+            )
+        elif why == S.ERROR_STOP:
+            raise RuntimeError(f"the compiled engine: a kernel answered {meta[S.ERROR]} at step {meta[S.STEP]}")
+        elif why == S.DONE:
+            self._release_tracker_rows()
+        return int(why)
+
+    def _make_room(self) -> None:
+        meta, store = self.loop.meta, self.manager.store
+        if meta[S.NEED_KEYS] and not C.has_room(store.keys, int(meta[S.NEED_KEYS])):
+            self.manager.key_space.make_room(int(meta[S.NEED_KEYS]))
+        if meta[S.NEED_TABLE_ROWS] > meta[S.FREE_TABLE_ROWS]:
+            old = store.tables.blocks.shape[0] if len(self.loop.free_table_rows) else 0
+            store.tables = T.grow_tables(store.tables, num_rows=max(2 * old, old + int(meta[S.NEED_TABLE_ROWS])))
+            self._free_rows("free_table_rows", S.FREE_TABLE_ROWS, old, store.tables.blocks.shape[0])
+        if meta[S.NEED_TRACKER_ROWS] > meta[S.FREE_TRACKER_ROWS]:
+            old = store.tracker.keys.shape[0] if len(self.loop.free_tracker_rows) else 0
+            store.tracker = K.grow_tracker(store.tracker, num_rows=max(2 * old, old + int(meta[S.NEED_TRACKER_ROWS])))
+            self._free_rows("free_tracker_rows", S.FREE_TRACKER_ROWS, old, store.tracker.keys.shape[0])
+        if meta[S.NEED_LOG]:
+            self._grow_logs(int(meta[S.NEED_LOG]))
+        meta[S.NEED_KEYS] = meta[S.NEED_TABLE_ROWS] = meta[S.NEED_TRACKER_ROWS] = meta[S.NEED_LOG] = 0
+
+    def _free_rows(self, name: str, count_slot: int, old: int, new: int) -> None:
+        """Rows ``old`` up to ``new`` join the free stack named ``name``."""
+        meta = self.loop.meta
+        stack = np.zeros(new, np.int64)
+        num_free = int(meta[count_slot])
+        stack[:num_free] = getattr(self.loop, name)[:num_free]
+        stack[num_free : num_free + new - old] = np.arange(new - 1, old - 1, -1)
+        meta[count_slot] = num_free + new - old
+        self.loop = self.loop._replace(**{name: stack})
+
+    def _grow_logs(self, entries: int) -> None:
+        loop = self.loop
+
+        def grown(values: np.ndarray, used: int) -> np.ndarray:
+            size = values.shape[-1]
+            while size < used + entries + 2:
+                size *= 2
+            if size == values.shape[-1]:
+                return values
+            bigger = np.zeros((*values.shape[:-1], size), values.dtype)
+            bigger[..., : values.shape[-1]] = values
+            return bigger
+
+        meta = loop.meta
+        self.loop = loop._replace(
+            events=grown(loop.events, int(meta[S.NUM_EVENTS])),
+            admissions=grown(loop.admissions, int(meta[S.NUM_ADMISSIONS])),
+            timeline=grown(loop.timeline, int(meta[S.NUM_TIMELINE])),
+            step_times=grown(loop.step_times, int(meta[S.STEP])),
+            digests=grown(loop.digests, int(meta[S.STEP])),
+            scheduled=grown(loop.scheduled, int(meta[S.NUM_SCHEDULED])) if loop.config[S.RECORD] else loop.scheduled,
+        )
+
+    def _release_tracker_rows(self) -> None:
+        """The tracker rows still parked are emptied: the manager ends as the Python engine leaves it."""
+        tracker = self.manager.store.tracker
+        rows = self.requests.tracker_row[self.requests.tracker_row >= 0]
+        tracker.num_keys[rows] = 0
+        tracker.num_cached[rows] = 0
+        self.requests.tracker_row[:] = -1
+
+    # -- the results, as the Python engine gives them ----------------------------------
+    def request_ids(self) -> list[str]:
+        n = self.config.num_samples
+        return [request_id_of(int(i), int(s), n) for i, s in zip(self.requests.trace_index, self.requests.sample)]
+
+    def metrics(self) -> Metrics:
+        requests, loop, meta = self.requests, self.loop, self.loop.meta
+        ids = self.request_ids()
+        metrics = Metrics()
+        num_arrived = int(meta[S.NUM_PENDING])
+        statuses = requests.status.tolist()
+        for r in range(num_arrived):
+            status = STATUS_OF.get(statuses[r], SequenceStatus.WAITING)
+            metrics.requests.append(
+                ReplayedRequest(
+                    ids[r], int(requests.trace_index[r]), int(requests.sample[r]), float(requests.arrival[r]),
+                    int(requests.prompt_len[r]), ReplayedSequence(status, int(requests.num_output[r])),
+                )  # fmt: skip
+            )
+        for name, values in (("first_token_s", requests.first_token), ("finish_s", requests.finish)):
+            target = getattr(metrics, name)
+            for r in np.flatnonzero(~np.isnan(values[:num_arrived])).tolist():
+                target[ids[r]] = float(values[r])
+        for name, values in (
+            ("cached_tokens", requests.cached_tokens),
+            ("preemptions", requests.preemptions),
+            ("swap_outs", requests.swap_outs),
+        ):
+            target = getattr(metrics, name)
+            for r in np.flatnonzero(values[:num_arrived]).tolist():
+                target[ids[r]] = int(values[r])
+        admissions = loop.admissions[:, : meta[S.NUM_ADMISSIONS]]
+        for r, at in zip(admissions[0].astype(np.int64).tolist(), admissions[1].tolist()):
+            metrics.admitted_s.setdefault(ids[r], []).append(at)
+        for r in np.flatnonzero(~np.isnan(requests.last_token[:num_arrived])).tolist():
+            metrics.last_token_s[ids[r]] = float(requests.last_token[r])
+        metrics.itl_s = array("d")
+        metrics.itl_s.frombytes(np.ascontiguousarray(loop.gaps[: meta[S.NUM_GAPS]]).tobytes())
+        timeline, count = metrics.timeline, int(meta[S.NUM_TIMELINE])
+        rows = loop.timeline[:, :count]
+        timeline.time_s, timeline.step_s = rows[0].tolist(), rows[1].tolist()
+        timeline.kv_used_blocks = rows[2].astype(np.int64).tolist()
+        timeline.num_running = rows[3].astype(np.int64).tolist()
+        timeline.num_waiting = rows[4].astype(np.int64).tolist()
+        timeline.num_swapped = rows[5].astype(np.int64).tolist()
+        timeline.hit_rate = rows[6].tolist()
+        timeline.num_batched_tokens = rows[7].astype(np.int64).tolist()
+        timeline.manager_s = [0.0] * count  # the manager's calls are inlined in the compiled step: not timed apart
+        counts = metrics.counts
+        for field, slot in (
+            ("recompute_preemptions", S.RECOMPUTE_PREEMPTIONS), ("swap_outs", S.SWAP_OUTS), ("swap_ins", S.SWAP_INS),
+            ("blocks_swapped_out", S.BLOCKS_SWAPPED_OUT), ("blocks_swapped_in", S.BLOCKS_SWAPPED_IN),
+            ("copy_on_writes", S.COPY_ON_WRITES), ("prefill_tokens_admitted", S.PREFILL_TOKENS_ADMITTED),
+            ("cached_tokens_admitted", S.CACHED_TOKENS_ADMITTED),
+        ):  # fmt: skip
+            setattr(counts, field, int(meta[slot]))
+        metrics.final_hit_rate = (
+            float(self.manager.get_prefix_cache_hit_rate(Device.GPU)) if self.config.scheduler.enable_prefix_caching else 0.0
+        )
+        return metrics
+
+    def records(self) -> list[StepRecord]:
+        """Every step's decisions, as the Python engine records them."""
+        loop, meta, ids = self.loop, self.loop.meta, self.request_ids()
+        records = [
+            StepRecord(step, time_s, digest=signed(digest))
+            for step, (time_s, digest) in enumerate(
+                zip(loop.step_times[: meta[S.STEP]].tolist(), loop.digests[: meta[S.STEP]].tolist())
+            )
+        ]
+        scheduled = loop.scheduled[:, : meta[S.NUM_SCHEDULED]].tolist()
+        for step, r, size in zip(*scheduled):
+            records[step].scheduled.append((ids[r], size))
+        events = loop.events[:, : meta[S.NUM_EVENTS]].tolist()
+        for step, kind, r in zip(*events):
+            getattr(records[step], S.EVENT_FIELDS[kind]).append(ids[r])
+        return records
+
+
+def warm_up(manager_class: type, config: SimulationConfig) -> float:
+    """Seconds to compile the loop, or load it from Numba's cache: a replay
+    of two small requests through the run's settings."""
+    started = time.perf_counter()
+    block_size = config.scheduler.block_size
+    trace = [TraceRequest(i, 0.0, 2 * block_size + 1, 3, (i,)) for i in range(2)]
+    Run(trace, manager_class, config).step()
+    return time.perf_counter() - started
+
+
+def run_compiled(
+    trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any
+) -> SimulationResult:
+    """Replay ``trace`` through the compiled engine and return the result."""
+    return CompiledSimulation(trace, manager_class, config, **hooks).run()
+
+
+__all__ = ["CompiledSimulation", "run_compiled", "takes", "warm_up"]

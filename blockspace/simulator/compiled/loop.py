@@ -1,0 +1,310 @@
+"""The compiled replay loop: arrivals, a scheduler step (``policy.py``), the
+model's side of the step, the clock and the figures; the twin of
+``Simulation._replay`` and ``_run_model`` (``simulation.py``).
+
+``run`` goes on step after step without returning to Python, and returns
+only at the end, when a stretch of ``PROGRESS_EVERY`` steps is done (for a
+progress bar), or at the start of a step that could run out of room: then
+``meta`` says how much room (keys, table or tracker rows, log entries) and
+the driver (``engine.py``) makes it and calls again. Returning there is
+safe: nothing of the step has happened yet, and the next call starts it
+afresh.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from blockspace.fast import content as C
+from blockspace.fast import rules
+from blockspace.simulator.compiled import blocks as B
+from blockspace.simulator.compiled import policy
+from blockspace.simulator.compiled import queues as Q
+from blockspace.simulator.compiled.state import (
+    ABORTED_EVENT,
+    BLOCK_SIZE,
+    BLOCKS_SWAPPED_IN,
+    BLOCKS_SWAPPED_OUT,
+    CACHED_TOKENS_ADMITTED,
+    COPY_ON_WRITES,
+    DECODES,
+    DONE,
+    ERROR,
+    ERROR_STOP,
+    FINISHED,
+    FINISHED_EVENT,
+    FINISHED_LIST,
+    FREE_TABLE_ROWS,
+    FREE_TRACKER_ROWS,
+    IGNORED_EVENT,
+    MAX_SEQS,
+    MAX_TOKENS,
+    NEED_KEYS,
+    NEED_LOG,
+    NEED_TABLE_ROWS,
+    NEED_TRACKER_ROWS,
+    NEW_PREFILLS,
+    NUM_ADMISSIONS,
+    NUM_COPIES,
+    NUM_DONE,
+    NUM_EVENTS,
+    NUM_GAPS,
+    NUM_GPU,
+    NUM_PENDING,
+    NUM_SCHEDULED,
+    NUM_SWAP_IN,
+    NUM_SWAP_OUT,
+    NUM_TIMELINE,
+    PREEMPTED,
+    PREFILL_TOKENS_ADMITTED,
+    PREFILLS,
+    PROGRESS,
+    PROGRESS_EVERY,
+    RECOMPUTE_PREEMPTIONS,
+    RECORD,
+    ROOM,
+    STALLED,
+    STEP,
+    STEPS_SINCE_CALL,
+    SWAP_INS,
+    SWAP_OUTS,
+    SWAPPED_IN,
+    SWAPPED_OUT,
+    WATERMARK,
+)
+
+
+@njit(cache=True)
+def run(fast, loop, requests):
+    """Replay until the end or a stop (see the module doc); returns why it stopped."""
+    meta, clock, num_requests = loop.meta, loop.clock, requests.arrival.shape[0]
+    meta[STEPS_SINCE_CALL] = 0
+    while True:
+        pending = meta[NUM_PENDING]
+        while pending < num_requests and requests.arrival[pending] <= clock[0]:
+            Q.push(loop, Q.WAITING_QUEUE, pending)
+            pending += 1
+        meta[NUM_PENDING] = pending
+        unfinished = Q.size(loop, 0) + Q.size(loop, 1) + Q.size(loop, 2)
+        if not unfinished:
+            if pending == num_requests:
+                return DONE
+            clock[0] = requests.arrival[pending]  # idle GPU: jump to the next arrival
+            continue
+        if not room_for_step(fast, loop, requests):
+            return ROOM
+        if meta[STEPS_SINCE_CALL] >= loop.config[PROGRESS_EVERY]:
+            return PROGRESS
+        meta[STEPS_SINCE_CALL] += 1
+        first_event = meta[NUM_EVENTS]
+        loop.step_times[meta[STEP]] = clock[0]
+        policy.schedule(fast, loop, requests, clock[0])
+        if meta[ERROR]:
+            return ERROR_STOP
+        queues_changed = decided(loop, requests, first_event)
+        meta[STEP] += 1
+        if Q.length(loop, PREFILLS) == 0 and Q.length(loop, DECODES) == 0:
+            if queues_changed:
+                continue  # the queues changed: schedule again
+            if pending < num_requests:
+                clock[0] = requests.arrival[pending]
+                continue
+            return STALLED
+        run_model(fast, loop, requests)
+
+
+@njit(cache=True)
+def decided(loop, requests, first_event):
+    """``Metrics.decided`` from the step's events and lists; True when a
+    request was ignored, aborted, preempted or swapped out."""
+    meta = loop.meta
+    changed = False
+    for e in range(first_event, meta[NUM_EVENTS]):
+        kind, r = loop.events[1, e], loop.events[2, e]
+        if kind == PREEMPTED:
+            meta[RECOMPUTE_PREEMPTIONS] += 1
+            requests.preemptions[r] += 1
+            changed = True
+        elif kind == SWAPPED_OUT:
+            meta[SWAP_OUTS] += 1
+            requests.swap_outs[r] += 1
+            changed = True
+        elif kind == SWAPPED_IN:
+            meta[SWAP_INS] += 1
+        elif kind == IGNORED_EVENT or kind == ABORTED_EVENT:
+            meta[NUM_DONE] += 1
+            changed = True
+    meta[BLOCKS_SWAPPED_OUT] += meta[NUM_SWAP_OUT]
+    meta[BLOCKS_SWAPPED_IN] += meta[NUM_SWAP_IN]
+    meta[COPY_ON_WRITES] += meta[NUM_COPIES]
+    for i in range(Q.length(loop, NEW_PREFILLS)):
+        r = Q.item(loop, NEW_PREFILLS, i)
+        cached = loop.chunk[r] - loop.uncached[r]
+        meta[PREFILL_TOKENS_ADMITTED] += requests.seq_len[r]
+        meta[CACHED_TOKENS_ADMITTED] += cached
+        n = meta[NUM_ADMISSIONS]
+        loop.admissions[0, n] = r
+        loop.admissions[1, n] = loop.clock[0]
+        meta[NUM_ADMISSIONS] = n + 1
+        requests.cached_tokens[r] += cached
+    return changed
+
+
+@njit(cache=True)
+def step_seconds(model, num_prefill_tokens, num_decodes, num_context_tokens, num_swapped_blocks):
+    """``StepTimeModel.step_seconds``, term by term in its order."""
+    return (
+        model[0] * 1e-3
+        + model[1] * 1e-6 * num_prefill_tokens
+        + model[2] * 1e-6 * num_decodes
+        + model[3] * 1e-9 * num_context_tokens
+        + model[4] * 1e-6 * num_swapped_blocks
+    )
+
+
+@njit(cache=True)
+def gap(loop, requests, r, now):
+    """A token at ``now``: the gap since the request's previous one."""
+    if not np.isnan(requests.last_token[r]):
+        loop.gaps[loop.meta[NUM_GAPS]] = now - requests.last_token[r]
+        loop.meta[NUM_GAPS] += 1
+    requests.last_token[r] = now
+
+
+@njit(cache=True)
+def sample(loop, requests, r):
+    """The request takes its next token; True when it has all it wanted."""
+    requests.seq_len[r] += 1
+    requests.num_output[r] += 1
+    return requests.num_output[r] >= requests.out_len[r]
+
+
+@njit(cache=True)
+def run_model(fast, loop, requests):
+    """Advance the clock by the batch's cost, then compute and sample
+    (decodes first, then prefills, as ``_run_model``); free what finished."""
+    meta, clock = loop.meta, loop.clock
+    num_prefill_tokens = 0
+    for i in range(Q.length(loop, PREFILLS)):
+        num_prefill_tokens += loop.uncached[Q.item(loop, PREFILLS, i)]
+    num_decodes = Q.length(loop, DECODES)
+    num_context = 0
+    finished = np.empty(num_decodes, np.int64)
+    num_finished_decodes = 0
+    for i in range(num_decodes):  # decodes that finish go after the prefills that do: kept apart
+        r = Q.item(loop, DECODES, i)
+        num_context += requests.seq_len[r]
+        requests.computed[r] += 1
+        if sample(loop, requests, r):
+            finished[num_finished_decodes] = r
+            num_finished_decodes += 1
+    step_s = step_seconds(
+        loop.step_model, num_prefill_tokens, num_decodes, num_context, meta[NUM_SWAP_IN] + meta[NUM_SWAP_OUT]
+    )
+    clock[0] += step_s
+    now = clock[0]
+    for i in range(num_decodes):
+        gap(loop, requests, Q.item(loop, DECODES, i), now)
+    done_order = np.empty(Q.length(loop, PREFILLS) + num_finished_decodes, np.int64)
+    num_done = 0
+    for i in range(Q.length(loop, PREFILLS)):
+        r = Q.item(loop, PREFILLS, i)
+        requests.computed[r] += loop.chunk[r]
+        if requests.computed[r] == requests.seq_len[r]:
+            requests.decoding[r] = 1
+        if not requests.decoding[r]:
+            continue  # a prefill chunk that does not end the prompt samples nothing
+        if np.isnan(requests.first_token[r]):
+            requests.first_token[r] = now
+        gap(loop, requests, r, now)
+        if sample(loop, requests, r):
+            done_order[num_done] = r
+            num_done += 1
+    for i in range(num_finished_decodes):
+        done_order[num_done] = finished[i]
+        num_done += 1
+    for i in range(num_done):
+        requests.status[done_order[i]] = FINISHED
+    for i in range(num_done):
+        B.free(fast, loop, requests, done_order[i])
+    if num_done:
+        Q.keep_unfinished(loop, Q.RUNNING_QUEUE, requests, FINISHED)
+        for i in range(Q.length(loop, FINISHED_LIST)):
+            r = Q.item(loop, FINISHED_LIST, i)
+            requests.finish[r] = now
+            policy.log_at(loop, meta[STEP] - 1, FINISHED_EVENT, r)
+        meta[NUM_DONE] += Q.length(loop, FINISHED_LIST)
+    t = meta[NUM_TIMELINE]
+    timeline = loop.timeline
+    timeline[0, t] = now
+    timeline[1, t] = step_s
+    timeline[2, t] = loop.config[NUM_GPU] - B.num_free_gpu(fast)
+    timeline[3, t] = Q.size(loop, Q.RUNNING_QUEUE)
+    timeline[4, t] = Q.size(loop, Q.WAITING_QUEUE)
+    timeline[5, t] = Q.size(loop, Q.SWAPPED_QUEUE)
+    timeline[6, t] = B.hit_rate(fast, loop)
+    timeline[7, t] = num_prefill_tokens + num_decodes
+    meta[NUM_TIMELINE] = t + 1
+
+
+# -- room for the next step ---------------------------------------------------------------
+@njit(cache=True)
+def room_for_step(fast, loop, requests):
+    """Is there room for anything the next step can do? If not, say how
+    much in meta (NEED_*) for the driver. The bounds are loose on purpose:
+    a step keys at most the unkeyed full blocks of the requests it looks at
+    (the running and swapped ones, and the waiting ones up to the first
+    that is not refused outright past ``max_num_seqs`` admissions), and fills
+    at most a block per budget block and two per request."""
+    meta, config = loop.meta, loop.config
+    block_size = config[BLOCK_SIZE]
+    keys = config[MAX_TOKENS] // block_size + 2
+    tracker_rows = 0
+    looked_at = 0
+    for q in (Q.RUNNING_QUEUE, Q.SWAPPED_QUEUE):
+        for i in range(Q.size(loop, q)):
+            r = Q.at(loop, q, i)
+            keys += unkeyed(fast, requests, r, block_size) + 2
+            tracker_rows += requests.tracker_row[r] < 0
+            row = requests.table_row[r]
+            keys += (requests.seq_len[r] - fast.tables.num_filled[row]) // block_size
+            looked_at += 1
+    admissible = 0
+    limit = config[NUM_GPU] - config[WATERMARK]
+    for i in range(Q.size(loop, Q.WAITING_QUEUE)):
+        if admissible > config[MAX_SEQS]:
+            break
+        r = Q.at(loop, Q.WAITING_QUEUE, i)
+        keys += unkeyed(fast, requests, r, block_size) + 1
+        tracker_rows += requests.tracker_row[r] < 0
+        admissible += rules.cdiv(requests.seq_len[r], block_size) <= limit
+        looked_at += 1
+    enough = True
+    if not C.has_room(fast.keys, keys):
+        meta[NEED_KEYS] = keys
+        enough = False
+    if meta[FREE_TRACKER_ROWS] < tracker_rows:
+        meta[NEED_TRACKER_ROWS] = tracker_rows
+        enough = False
+    if meta[FREE_TABLE_ROWS] < config[MAX_SEQS]:
+        meta[NEED_TABLE_ROWS] = config[MAX_SEQS]
+        enough = False
+    entries = 4 * looked_at + config[MAX_SEQS] + 16
+    if (
+        meta[NUM_EVENTS] + entries > loop.events.shape[1]
+        or meta[NUM_ADMISSIONS] + entries > loop.admissions.shape[1]
+        or meta[NUM_TIMELINE] + 1 >= loop.timeline.shape[1]
+        or meta[STEP] + 1 >= loop.step_times.shape[0]
+        or (config[RECORD] and meta[NUM_SCHEDULED] + entries > loop.scheduled.shape[1])
+    ):
+        meta[NEED_LOG] = entries
+        enough = False
+    return enough
+
+
+@njit(cache=True)
+def unkeyed(fast, requests, r, block_size):
+    row = requests.tracker_row[r]
+    known = fast.tracker.num_keys[row] if row >= 0 else 0
+    return max(0, requests.seq_len[r] // block_size - known)

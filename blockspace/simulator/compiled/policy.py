@@ -1,0 +1,377 @@
+"""One scheduler step in compiled code: the twin of ``scheduler.py``.
+
+It makes vLLM 0.9.2's chunked-prefill decisions in the same order as
+``Scheduler.schedule``, call for call on the block manager
+(``blocks.py``): running requests first, with preemption by recompute or
+swap; then swapped ones, if nobody was preempted; then waiting ones, FCFS.
+Every rule is written once per engine: a change here is a change in
+``scheduler.py`` too, and ``tests/test_compiled_engine.py`` holds the two
+equal, step for step, on random traces and on the listed configurations.
+Where the Python policy departs from vLLM (its module docstring says where
+and why), this one departs the same way.
+
+Each function reads the step's state from ``Loop`` (queues, lists, budget
+in ``meta``) and ``Requests``; the decisions go to the event log, in the
+order the Python engine appends them to its ``StepRecord``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from blockspace.fast import rules
+from blockspace.simulator.compiled import blocks as B
+from blockspace.simulator.compiled import digest as D
+from blockspace.simulator.compiled import queues as Q
+from blockspace.simulator.compiled.state import (
+    ABORTED,
+    ABORTED_EVENT,
+    ADMITTED,
+    BLOCK_SIZE,
+    BUDGET_CACHED,
+    BUDGET_SEQS,
+    BUDGET_TOKENS,
+    CACHING,
+    DECODES,
+    FINISHED,
+    IGNORED,
+    IGNORED_EVENT,
+    LATER,
+    MAX_SEQS,
+    MAX_TOKENS,
+    NEW_PREFILLS,
+    NUM_COPIES,
+    NUM_EVENTS,
+    NUM_SCHEDULED,
+    NUM_SWAP_IN,
+    NUM_SWAP_OUT,
+    PREEMPTED,
+    PREEMPTED_LIST,
+    PREFILLS,
+    RECORD,
+    RUNNING,
+    RUNNING_DECODES,
+    RUNNING_PREFILLS,
+    STEP,
+    SWAP_MODE,
+    SWAPPED,
+    SWAPPED_DECODES,
+    SWAPPED_IN,
+    SWAPPED_OUT,
+    SWAPPED_OUT_LIST,
+    SWAPPED_PREFILLS,
+    WAITING,
+)
+
+NO_STATUS = -1  # _new_tokens' status filter: none (the group's one sequence is always of the status asked)
+
+
+# -- the decision log ----------------------------------------------------------------
+@njit(cache=True)
+def log(loop, kind, r):
+    log_at(loop, loop.meta[STEP], kind, r)
+
+
+@njit(cache=True)
+def log_at(loop, step, kind, r):
+    n = loop.meta[NUM_EVENTS]
+    loop.events[0, n] = step
+    loop.events[1, n] = kind
+    loop.events[2, n] = r
+    loop.meta[NUM_EVENTS] = n + 1
+
+
+# -- the budget (budget.py) -------------------------------------------------------------
+@njit(cache=True)
+def remaining(loop):
+    return loop.config[MAX_TOKENS] - loop.meta[BUDGET_TOKENS]
+
+
+@njit(cache=True)
+def can_schedule(loop, num_tokens, num_seqs):
+    return (
+        loop.meta[BUDGET_TOKENS] + num_tokens <= loop.config[MAX_TOKENS]
+        and loop.meta[BUDGET_SEQS] + num_seqs <= loop.config[MAX_SEQS]
+    )
+
+
+@njit(cache=True)
+def charge(loop, requests, r, num_tokens, num_cached):
+    """add_num_batched_tokens and add_num_seqs (one sequence): once per request."""
+    if requests.budget_step[r] != loop.meta[STEP]:
+        requests.budget_step[r] = loop.meta[STEP]
+        loop.meta[BUDGET_TOKENS] += num_tokens
+        loop.meta[BUDGET_CACHED] += num_cached
+        loop.meta[BUDGET_SEQS] += 1
+
+
+@njit(cache=True)
+def refund(loop, requests, r, num_tokens):
+    """subtract_num_batched_tokens and subtract_num_seqs, if it was charged."""
+    if requests.budget_step[r] == loop.meta[STEP]:
+        requests.budget_step[r] = -1
+        loop.meta[BUDGET_TOKENS] -= num_tokens
+        loop.meta[BUDGET_SEQS] -= 1
+
+
+# -- token counts (Scheduler._new_tokens, _chunk) ----------------------------------------
+@njit(cache=True)
+def chunk(loop, num_tokens):
+    left = remaining(loop)
+    if loop.config[CACHING]:
+        left = left // loop.config[BLOCK_SIZE] * loop.config[BLOCK_SIZE]
+    return min(num_tokens, left)
+
+
+@njit(cache=True)
+def new_tokens(fast, loop, requests, r, chunking):
+    """(uncached, cached) new tokens of a group of one sequence."""
+    if requests.decoding[r]:
+        uncached, cached = 1, 0
+    else:
+        computed = requests.computed[r]
+        num_new = requests.seq_len[r] - computed
+        if not loop.config[CACHING]:
+            uncached, cached = num_new, 0
+        else:
+            cached = max(0, B.num_cached_tokens(fast, loop, requests, r) - computed)
+            uncached = num_new - cached
+    if uncached == 0 and cached > 0:
+        uncached, cached = 1, cached - 1  # a full hit still computes its last token
+    if chunking:
+        uncached = chunk(loop, uncached)
+    return uncached, cached
+
+
+# -- one step -----------------------------------------------------------------------------
+@njit(cache=True)
+def schedule(fast, loop, requests, now):
+    """Decide this step's batch at simulated time ``now``: the lists
+    PREFILLS (with ``loop.chunk`` and ``loop.uncached``) and DECODES, the
+    block traffic in ``copies``/``swap_in``/``swap_out``, the decisions in
+    the event log."""
+    meta = loop.meta
+    meta[BUDGET_TOKENS] = meta[BUDGET_CACHED] = meta[BUDGET_SEQS] = 0
+    meta[NUM_COPIES] = meta[NUM_SWAP_IN] = meta[NUM_SWAP_OUT] = 0
+    for k in range(loop.list_lens.shape[0]):
+        Q.clear(loop, k)
+
+    schedule_running(fast, loop, requests)
+    if Q.length(loop, PREEMPTED_LIST) == 0 and Q.length(loop, SWAPPED_OUT_LIST) == 0:
+        schedule_swapped(fast, loop, requests)
+    schedule_prefills(fast, loop, requests)
+
+    for i in range(Q.length(loop, PREEMPTED_LIST)):  # extendleft: the last preempted ends up first
+        Q.push_front(loop, Q.WAITING_QUEUE, Q.item(loop, PREEMPTED_LIST, i))
+    Q.extend(loop, Q.RUNNING_QUEUE, SWAPPED_DECODES)
+    Q.extend(loop, Q.RUNNING_QUEUE, SWAPPED_PREFILLS)
+    Q.extend(loop, Q.RUNNING_QUEUE, RUNNING_DECODES)
+    for finishing in (True, False):  # prefills that finish this step go first: not the next victims
+        for i in range(Q.length(loop, RUNNING_PREFILLS)):
+            r = Q.item(loop, RUNNING_PREFILLS, i)
+            if (requests.seq_len[r] - requests.computed[r] == loop.chunk[r]) == finishing:
+                Q.push(loop, Q.RUNNING_QUEUE, r)
+    Q.extend(loop, Q.RUNNING_QUEUE, NEW_PREFILLS)
+    Q.extend(loop, Q.SWAPPED_QUEUE, SWAPPED_OUT_LIST)
+
+    for k in (NEW_PREFILLS, RUNNING_PREFILLS, SWAPPED_PREFILLS):
+        for i in range(Q.length(loop, k)):
+            Q.append(loop, PREFILLS, Q.item(loop, k, i))
+    for k in (RUNNING_DECODES, SWAPPED_DECODES):
+        for i in range(Q.length(loop, k)):
+            Q.append(loop, DECODES, Q.item(loop, k, i))
+    if loop.config[RECORD]:
+        record_scheduled(loop)
+    touch(fast, loop, requests, now)
+
+
+@njit(cache=True)
+def record_scheduled(loop):
+    n = loop.meta[NUM_SCHEDULED]
+    for k in (PREFILLS, DECODES):
+        for i in range(Q.length(loop, k)):
+            r = Q.item(loop, k, i)
+            loop.scheduled[0, n] = loop.meta[STEP]
+            loop.scheduled[1, n] = r
+            loop.scheduled[2, n] = loop.chunk[r] if k == PREFILLS else 1
+            n += 1
+    loop.meta[NUM_SCHEDULED] = n
+
+
+@njit(cache=True)
+def schedule_running(fast, loop, requests):
+    q = Q.RUNNING_QUEUE
+    while Q.size(loop, q):
+        r = Q.at(loop, q, 0)
+        num_tokens, _ = new_tokens(fast, loop, requests, r, True)
+        if num_tokens == 0:
+            break  # the budget is spent
+        Q.pop_front(loop, q)
+        while not B.can_append(fast, loop, requests, r):
+            refund(loop, requests, r, num_tokens)
+            victim = Q.pop_back(loop, q) if Q.size(loop, q) else r
+            alone = Q.length(loop, RUNNING_PREFILLS) == 0 and Q.length(loop, RUNNING_DECODES) == 0
+            if victim == r and requests.decoding[r] == 0 and alone:
+                # alone on the GPU and its prefill still cannot go on: abort (vLLM livelocks)
+                finish_all(fast, loop, requests, r, ABORTED, True)
+                log(loop, ABORTED_EVENT, r)
+                break
+            outcome = preempt(fast, loop, requests, victim)
+            if outcome == PREEMPTED:
+                Q.append(loop, PREEMPTED_LIST, victim)
+            elif outcome == SWAPPED_OUT:
+                Q.append(loop, SWAPPED_OUT_LIST, victim)
+            if victim == r:
+                break
+        else:
+            append_slots(fast, loop, requests, r)
+            if requests.decoding[r] == 0:
+                Q.append(loop, RUNNING_PREFILLS, r)
+                loop.chunk[r] = loop.uncached[r] = num_tokens
+            else:
+                Q.append(loop, RUNNING_DECODES, r)
+            charge(loop, requests, r, num_tokens, 0)
+
+
+@njit(cache=True)
+def schedule_swapped(fast, loop, requests):
+    q = Q.SWAPPED_QUEUE
+    while Q.size(loop, q):
+        r = Q.at(loop, q, 0)
+        is_prefill = requests.decoding[r] == 0
+        status = B.swap_status(fast, loop, requests, r, True)
+        if status == rules.LATER:
+            log(loop, LATER, r)
+            break
+        if status == rules.NEVER:
+            Q.pop_front(loop, q)
+            finish_all(fast, loop, requests, r, IGNORED, True)
+            log(loop, IGNORED_EVENT, r)
+            continue
+        uncached, cached = new_tokens(fast, loop, requests, r, False)
+        if is_prefill and uncached > loop.config[MAX_TOKENS]:
+            uncached = chunk(loop, uncached)  # longer than any step's budget: chunked like a running prefill
+        if uncached == 0 or not can_schedule(loop, uncached, 1):
+            B.untrack(requests, r)
+            break
+        count = B.swap(fast, loop, requests, r, True, loop.swap_in, 2 * loop.meta[NUM_SWAP_IN])
+        if count < 0:  # the estimate said yes, the exact count says no: wait
+            log(loop, LATER, r)
+            break
+        loop.meta[NUM_SWAP_IN] += count
+        Q.pop_front(loop, q)
+        requests.status[r] = RUNNING
+        log(loop, SWAPPED_IN, r)
+        append_slots(fast, loop, requests, r)
+        if is_prefill:
+            Q.append(loop, SWAPPED_PREFILLS, r)
+            loop.chunk[r], loop.uncached[r] = uncached + cached, uncached
+        else:
+            Q.append(loop, SWAPPED_DECODES, r)
+        charge(loop, requests, r, uncached, cached)
+
+
+@njit(cache=True)
+def schedule_prefills(fast, loop, requests):
+    if remaining(loop) == 0:
+        return
+    q = Q.WAITING_QUEUE
+    while Q.size(loop, q):
+        r = Q.at(loop, q, 0)
+        uncached, cached = new_tokens(fast, loop, requests, r, True)
+        status = B.can_allocate(fast, loop, requests, r)
+        if status == rules.LATER:
+            log(loop, LATER, r)
+            B.untrack(requests, r)
+            break
+        if status == rules.NEVER:
+            Q.pop_front(loop, q)
+            B.untrack(requests, r)
+            finish_all(fast, loop, requests, r, IGNORED, False)
+            log(loop, IGNORED_EVENT, r)
+            continue
+        if loop.meta[BUDGET_TOKENS] >= loop.config[MAX_TOKENS] or uncached == 0 or not can_schedule(loop, uncached, 1):
+            B.untrack(requests, r)
+            break
+        Q.pop_front(loop, q)
+        B.allocate(fast, loop, requests, r)
+        requests.status[r] = RUNNING
+        log(loop, ADMITTED, r)
+        Q.append(loop, NEW_PREFILLS, r)
+        loop.chunk[r], loop.uncached[r] = uncached + cached, uncached
+        charge(loop, requests, r, uncached, cached)
+
+
+# -- block traffic of one group ------------------------------------------------------------
+@njit(cache=True)
+def append_slots(fast, loop, requests, r):
+    count = B.append(fast, loop, requests, r, loop.copies, 2 * loop.meta[NUM_COPIES])
+    loop.meta[NUM_COPIES] += count
+
+
+@njit(cache=True)
+def preempt(fast, loop, requests, r):
+    """Take ``r`` off the GPU: SWAPPED_OUT, PREEMPTED (by recompute) or
+    ABORTED_EVENT (the Python policy's "swap", "recompute", "abort")."""
+    if loop.config[SWAP_MODE] and swap_out(fast, loop, requests, r):
+        return SWAPPED_OUT
+    requests.status[r] = WAITING
+    B.free(fast, loop, requests, r)
+    requests.computed[r] = 0  # reset_state_for_recompute
+    requests.decoding[r] = 0
+    log(loop, PREEMPTED, r)
+    return PREEMPTED
+
+
+@njit(cache=True)
+def swap_out(fast, loop, requests, r):
+    if B.swap_status(fast, loop, requests, r, False) != rules.OK:
+        return False
+    count = B.swap(fast, loop, requests, r, False, loop.swap_out, 2 * loop.meta[NUM_SWAP_OUT])
+    if count < 0:  # the estimate can be too optimistic (spec §14.6)
+        return False
+    loop.meta[NUM_SWAP_OUT] += count
+    requests.status[r] = SWAPPED
+    log(loop, SWAPPED_OUT, r)
+    return True
+
+
+@njit(cache=True)
+def finish_all(fast, loop, requests, r, status, has_blocks):
+    """End the request with ``status``, freeing its blocks if it has any."""
+    if requests.status[r] < FINISHED:
+        requests.status[r] = status
+        if has_blocks:
+            B.free(fast, loop, requests, r)
+        else:
+            B.forget(loop, requests, r)  # the Python engine's tracker parks it; nothing will ask again
+
+
+# -- the metadata pass (calls.py) ------------------------------------------------------------
+@njit(cache=True)
+def touch(fast, loop, requests, now):
+    """Access times and computed blocks of the batch, prefills then decodes;
+    with RECORD the step's digest of tables and block traffic."""
+    record = loop.config[RECORD]
+    tables_acc = D.start()
+    num_tables = 0
+    for k in (PREFILLS, DECODES):
+        for i in range(Q.length(loop, k)):
+            r = Q.item(loop, k, i)
+            if record:
+                row = requests.table_row[r]
+                n = fast.tables.num_blocks[row]
+                entry = D.add(D.start(), np.uint64(requests.seq_id[r]))
+                entry = D.add(entry, D.ints(fast.tables.blocks[row], n))
+                tables_acc = D.add(tables_acc, D.finish(entry, 2))
+                num_tables += 1
+            B.touch(fast, loop, requests, r, now)
+    if Q.length(loop, PREFILLS) or Q.length(loop, DECODES):
+        B.mark_computed(fast, loop)
+    if record:
+        acc = D.add(D.start(), D.finish(tables_acc, num_tables))
+        acc = D.add(acc, D.pairs(loop.copies, loop.meta[NUM_COPIES]))
+        acc = D.add(acc, D.pairs(loop.swap_in, loop.meta[NUM_SWAP_IN]))
+        acc = D.add(acc, D.pairs(loop.swap_out, loop.meta[NUM_SWAP_OUT]))
+        loop.digests[loop.meta[STEP]] = D.finish(acc, 4)

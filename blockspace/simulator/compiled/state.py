@@ -1,0 +1,232 @@
+"""The compiled engine's state: plain arrays in NamedTuples, made here from
+the trace and the configuration.
+
+Why arrays: the compiled step (``policy.py``, ``loop.py``) is Numba code,
+which reads NamedTuples of arrays at C speed and holds no Python object.
+A request of the Python engine (``request.py``) is a ``SequenceGroup``; here
+it is an index ``r`` into ``Requests``, in arrival order (sample ``i`` of
+trace request ``k`` is ``r = k * n + i``, the sequence id vLLM's engine
+would give it). Its tokens are never stored: a prompt token is a function
+of its chunk id and offset, a generated one of (request, sample, position)
+(``blockspace/workloads.py``), so the kernels that key blocks make them
+when they need them (``tokens.py``).
+
+Every count the loop keeps between calls lives in ``Loop.meta`` under a
+name below, so that the loop can stop at a step's start (for room, for
+progress) and go on from there when called again.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from blockspace.workloads import TraceRequest
+
+# request status (``Requests.status``): vLLM's SequenceStatus, as small ints
+WAITING, RUNNING, SWAPPED, FINISHED, IGNORED, ABORTED = range(6)
+
+# Loop.config: the run's settings
+BLOCK_SIZE, CACHING, MAX_SEQS, MAX_TOKENS, SWAP_MODE, NUM_GPU, NUM_CPU, WATERMARK, RECORD, PROGRESS_EVERY = range(10)
+NUM_CONFIG = 10
+
+# Loop.meta: what the loop keeps between calls
+(
+    STEP,  # schedule() calls so far (StepRecord.step)
+    NUM_PENDING,  # requests arrived so far (the next to arrive)
+    NUM_DONE,  # requests finished, ignored or aborted
+    NUM_TIMELINE,  # timeline entries (steps that ran a batch)
+    NUM_GAPS,  # inter-token gaps
+    NUM_EVENTS,  # decision events
+    NUM_SCHEDULED,  # scheduled entries (recorded runs)
+    NUM_ADMISSIONS,
+    FREE_TABLE_ROWS,  # table rows on the free stack
+    FREE_TRACKER_ROWS,
+    NEED_KEYS,  # at a ROOM stop: keys the next step may make
+    NEED_TABLE_ROWS,
+    NEED_TRACKER_ROWS,
+    NEED_LOG,  # at a ROOM stop: entries a log needs
+    ERROR,  # a kernel's unexpected code (never 0 when the loop says ERROR)
+    STEPS_SINCE_CALL,
+    # the step's budget (vLLM's SchedulingBudget)
+    BUDGET_TOKENS,
+    BUDGET_CACHED,
+    BUDGET_SEQS,
+    # counts (metrics.Counts)
+    RECOMPUTE_PREEMPTIONS,
+    SWAP_OUTS,
+    SWAP_INS,
+    BLOCKS_SWAPPED_OUT,
+    BLOCKS_SWAPPED_IN,
+    COPY_ON_WRITES,
+    PREFILL_TOKENS_ADMITTED,
+    CACHED_TOKENS_ADMITTED,
+    # the step's block traffic, in pairs
+    NUM_COPIES,
+    NUM_SWAP_IN,
+    NUM_SWAP_OUT,
+) = range(30)
+NUM_META = 30
+
+# why the loop returned
+DONE, ROOM, PROGRESS, STALLED, ERROR_STOP = range(5)
+
+# decision events (StepRecord's lists, in the order they were made)
+ADMITTED, LATER, IGNORED_EVENT, PREEMPTED, SWAPPED_OUT, SWAPPED_IN, ABORTED_EVENT, FINISHED_EVENT = range(8)
+EVENT_FIELDS = ("admitted", "later", "ignored", "preempted", "swapped_out", "swapped_in", "aborted", "finished")
+
+# the step's lists (Step.lists rows)
+RUNNING_PREFILLS, RUNNING_DECODES, PREEMPTED_LIST, SWAPPED_OUT_LIST, SWAPPED_PREFILLS, SWAPPED_DECODES = range(6)
+NEW_PREFILLS, FINISHED_LIST, PREFILLS, DECODES = range(6, 10)
+NUM_LISTS = 10
+
+
+class Requests(NamedTuple):
+    """One entry per request (sample), in arrival order."""
+
+    trace_index: np.ndarray  # int64: its trace request
+    sample: np.ndarray  # int64
+    seq_id: np.ndarray  # int64: trace index * n + sample, as vLLM's engine numbers them
+    prompt_len: np.ndarray  # int64
+    out_len: np.ndarray  # int64: output length, capped by max_output_len
+    arrival: np.ndarray  # float64: seconds
+    chunk_lo: np.ndarray  # int64: its first chunk id in Loop.chunks
+    seq_len: np.ndarray  # int64: tokens (prompt and generated)
+    computed: np.ndarray  # int64: tokens computed
+    num_output: np.ndarray  # int64: tokens generated
+    decoding: np.ndarray  # int64 (bool): every token computed once (SequenceData._is_decoding)
+    status: np.ndarray  # int64: WAITING ... ABORTED
+    table_row: np.ndarray  # int64: its row of fast's tables, -1 none
+    tracker_row: np.ndarray  # int64: its row of fast's tracker, -1 none
+    tracked: np.ndarray  # int64 (bool): the tracker holds it (a row kept while untracked is parked)
+    accessed: np.ndarray  # int64 (bool): access_all_blocks_in_seq since its allocation
+    access_time: np.ndarray  # float64: the last such time
+    budget_step: np.ndarray  # int64: the step its tokens were counted in (each request counts once)
+    first_token: np.ndarray  # float64, NaN: none yet
+    last_token: np.ndarray  # float64, NaN: none yet
+    finish: np.ndarray  # float64, NaN: not finished
+    cached_tokens: np.ndarray  # int64: found in the prefix cache at its admissions
+    preemptions: np.ndarray  # int64: recompute preemptions
+    swap_outs: np.ndarray  # int64
+
+
+class Loop(NamedTuple):
+    """The queues, the step's lists, the logs and the counters."""
+
+    config: np.ndarray  # int64[NUM_CONFIG]
+    step_model: np.ndarray  # float64[5]: StepTimeModel's coefficients, in its order
+    meta: np.ndarray  # int64[NUM_META]
+    clock: np.ndarray  # float64[1]: simulated seconds
+    chunks: np.ndarray  # int64: every trace request's chunk ids, one after another
+    queues: np.ndarray  # int64[3, capacity]: waiting, running, swapped as ring buffers
+    queue_ends: np.ndarray  # int64[3, 2]: head and length of each
+    lists: np.ndarray  # int64[NUM_LISTS, capacity]: the step's lists of requests
+    list_lens: np.ndarray  # int64[NUM_LISTS]
+    chunk: np.ndarray  # int64[capacity]: token_chunk_size of a prefill, by request
+    uncached: np.ndarray  # int64[capacity]: its uncached tokens, by request
+    free_table_rows: np.ndarray  # int64: the free stack of fast's table rows
+    free_tracker_rows: np.ndarray  # int64
+    tokens: np.ndarray  # int64: scratch for the token ids a kernel keys
+    copies: np.ndarray  # int64: the step's copy-on-write pairs, flat
+    swap_in: np.ndarray  # int64: the step's swap-in mapping, flat
+    swap_out: np.ndarray  # int64
+    one_row: np.ndarray  # int64[1]: a group's rows (one sequence)
+    one_len: np.ndarray  # int64[1]
+    info: np.ndarray  # int64[1]: the allocate kernel's need
+    # logs, grown by the driver between calls
+    timeline: np.ndarray  # float64[8, steps]: time, step_s, used, running, waiting, swapped, hit rate, tokens
+    gaps: np.ndarray  # float64: inter-token latencies, in order
+    events: np.ndarray  # int64[3, n]: step, kind, request
+    scheduled: np.ndarray  # int64[3, n]: step, request, token_chunk_size (recorded runs)
+    admissions: np.ndarray  # float64[2, n]: request, time
+    step_times: np.ndarray  # float64[steps]: StepRecord.time_s of each schedule() call
+    digests: np.ndarray  # uint64[steps]: StepRecord.digest, unsigned (recorded runs)
+
+
+def new_requests(trace: list[TraceRequest], num_samples: int, max_output_len: int | None) -> tuple[Requests, np.ndarray]:
+    """The trace as requests, and every chunk id in one array."""
+    count = len(trace) * num_samples
+    lengths = np.array([len(entry.hash_ids) for entry in trace], np.int64)
+    starts = np.zeros(len(trace) + 1, np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    chunks = np.fromiter((c for entry in trace for c in entry.hash_ids), np.int64, int(starts[-1]))
+    out_len = np.array([entry.output_length for entry in trace], np.int64)
+    if max_output_len is not None:
+        out_len = np.minimum(out_len, max_output_len)
+    prompt_len = np.array([entry.input_length for entry in trace], np.int64)
+
+    def each(values: np.ndarray) -> np.ndarray:
+        return np.repeat(values, num_samples)
+
+    def filled(value: float, dtype: type = np.int64) -> np.ndarray:
+        return np.full(count, value, dtype)
+
+    requests = Requests(
+        trace_index=each(np.array([entry.index for entry in trace], np.int64)),
+        sample=np.tile(np.arange(num_samples, dtype=np.int64), len(trace)),
+        seq_id=np.array([entry.index * num_samples + i for entry in trace for i in range(num_samples)], np.int64),
+        prompt_len=each(prompt_len),
+        out_len=each(out_len),
+        arrival=each(np.array([entry.arrival_s for entry in trace], np.float64)),
+        chunk_lo=each(starts[:-1]),
+        seq_len=each(prompt_len),
+        computed=filled(0),
+        num_output=filled(0),
+        decoding=filled(0),
+        status=filled(WAITING),
+        table_row=filled(-1),
+        tracker_row=filled(-1),
+        tracked=filled(0),
+        accessed=filled(0),
+        access_time=filled(0.0, np.float64),
+        budget_step=filled(-1),
+        first_token=filled(np.nan, np.float64),
+        last_token=filled(np.nan, np.float64),
+        finish=filled(np.nan, np.float64),
+        cached_tokens=filled(0),
+        preemptions=filled(0),
+        swap_outs=filled(0),
+    )
+    return requests, chunks
+
+
+def new_loop(
+    config: np.ndarray, step_model: np.ndarray, chunks: np.ndarray, requests: Requests, max_tokens: int
+) -> Loop:
+    """Queues and step lists for every request; the scratch buffers sized
+    for the longest sequence and the pools; small logs (the driver grows them)."""
+    count = len(requests.arrival)
+    block_size, max_seqs = int(config[BLOCK_SIZE]), int(config[MAX_SEQS])
+    num_gpu, num_cpu = int(config[NUM_GPU]), int(config[NUM_CPU])
+    copies = 2 * (int(config[MAX_TOKENS]) // block_size + 2 * max_seqs + 16)
+    total_out = int(requests.out_len.sum())
+    return Loop(
+        config=config,
+        step_model=step_model,
+        meta=np.zeros(NUM_META, np.int64),
+        clock=np.zeros(1),
+        chunks=chunks,
+        queues=np.zeros((3, count + 1), np.int64),
+        queue_ends=np.zeros((3, 2), np.int64),
+        lists=np.zeros((NUM_LISTS, count + 1), np.int64),
+        list_lens=np.zeros(NUM_LISTS, np.int64),
+        chunk=np.zeros(count + 1, np.int64),
+        uncached=np.zeros(count + 1, np.int64),
+        free_table_rows=np.zeros(0, np.int64),
+        free_tracker_rows=np.zeros(0, np.int64),
+        tokens=np.zeros(max_tokens + block_size, np.int64),
+        copies=np.zeros(copies, np.int64),
+        swap_in=np.zeros(2 * (num_gpu + num_cpu) + 2, np.int64),
+        swap_out=np.zeros(2 * (num_gpu + num_cpu) + 2, np.int64),
+        one_row=np.zeros(1, np.int64),
+        one_len=np.zeros(1, np.int64),
+        info=np.zeros(1, np.int64),
+        timeline=np.zeros((8, 1024)),
+        gaps=np.zeros(max(total_out, 1)),
+        events=np.zeros((3, 1024), np.int64),
+        scheduled=np.zeros((3, 1024 if config[RECORD] else 0), np.int64),
+        admissions=np.zeros((2, 1024)),
+        step_times=np.zeros(1024),
+        digests=np.zeros(1024, np.uint64),
+    )
