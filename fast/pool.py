@@ -120,13 +120,21 @@ def _push_free_front(pool, block_id):
 
 
 # -- the evictor: an indexed min-heap of physical ids ----------------------------
+# The sifts take the heap's arrays once and loop on them: every read of a
+# field of a handle costs a reference count up and down (two atomic
+# operations), and a sift reads a dozen fields per level.
 @njit(cache=True)
 def _before(pool, a, b):
     """Is idle block ``a`` evicted before ``b``? Oldest time, then deepest, then smallest id."""
-    if pool.idle_time[a] != pool.idle_time[b]:
-        return pool.idle_time[a] < pool.idle_time[b]
-    if pool.idle_depth[a] != pool.idle_depth[b]:
-        return pool.idle_depth[a] > pool.idle_depth[b]
+    return _earlier(pool.idle_time, pool.idle_depth, a, b)
+
+
+@njit(cache=True)
+def _earlier(idle_time, idle_depth, a, b):
+    if idle_time[a] != idle_time[b]:
+        return idle_time[a] < idle_time[b]
+    if idle_depth[a] != idle_depth[b]:
+        return idle_depth[a] > idle_depth[b]
     return a < b
 
 
@@ -138,31 +146,37 @@ def _place(pool, index, physical):
 
 @njit(cache=True)
 def _sift_up(pool, index):
-    physical = pool.heap[index]
+    heap, heap_pos, idle_time, idle_depth = pool.heap, pool.heap_pos, pool.idle_time, pool.idle_depth
+    physical = heap[index]
     while index > 0:
         parent = (index - 1) // 2
-        if not _before(pool, physical, pool.heap[parent]):
+        if not _earlier(idle_time, idle_depth, physical, heap[parent]):
             break
-        _place(pool, index, pool.heap[parent])
+        heap[index] = heap[parent]
+        heap_pos[heap[index]] = index
         index = parent
-    _place(pool, index, physical)
+    heap[index] = physical
+    heap_pos[physical] = index
 
 
 @njit(cache=True)
 def _sift_down(pool, index):
+    heap, heap_pos, idle_time, idle_depth = pool.heap, pool.heap_pos, pool.idle_time, pool.idle_depth
     size = pool.meta[NUM_IDLE]
-    physical = pool.heap[index]
+    physical = heap[index]
     while True:
         child = 2 * index + 1
         if child >= size:
             break
-        if child + 1 < size and _before(pool, pool.heap[child + 1], pool.heap[child]):
+        if child + 1 < size and _earlier(idle_time, idle_depth, heap[child + 1], heap[child]):
             child += 1
-        if not _before(pool, pool.heap[child], physical):
+        if not _earlier(idle_time, idle_depth, heap[child], physical):
             break
-        _place(pool, index, pool.heap[child])
+        heap[index] = heap[child]
+        heap_pos[heap[index]] = index
         index = child
-    _place(pool, index, physical)
+    heap[index] = physical
+    heap_pos[physical] = index
 
 
 @njit(cache=True)
@@ -223,13 +237,19 @@ def is_in_use_cached(pool, key):
 @njit(cache=True)
 def is_cached_and_computed(pool, key):
     """Cached, and computed: an in-use block by its flag, an idle one always."""
-    block_id = pool.key_block[key]
+    return cached_and_computed(pool.key_block, pool.refcount, pool.computed, pool.heap_pos, pool.meta[FIRST_ID], key)
+
+
+@njit(cache=True)
+def cached_and_computed(key_block, refcount, computed, heap_pos, first_id, key):
+    """``is_cached_and_computed`` on the pool's arrays (for a search that asks many times)."""
+    block_id = key_block[key]
     if block_id < 0:
         return False
-    physical = block_id - pool.meta[FIRST_ID]
-    if pool.refcount[physical] > 0:
-        return pool.computed[physical]
-    return pool.heap_pos[physical] >= 0
+    physical = block_id - first_id
+    if refcount[physical] > 0:
+        return computed[physical]
+    return heap_pos[physical] >= 0
 
 
 @njit(cache=True)

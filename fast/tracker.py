@@ -120,9 +120,13 @@ def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, froze
     if frozen:
         return tracker.num_cached[row]
     low, high = 0, tracker.num_keys[row]
+    row_keys, key_block, refcount, computed, heap_pos = (
+        tracker.keys[row], gpu.key_block, gpu.refcount, gpu.computed, gpu.heap_pos
+    )  # read once: the search asks about ten times
+    first_id = gpu.meta[P.FIRST_ID]
     while low < high:
         middle = (low + high) // 2
-        if P.is_cached_and_computed(gpu, tracker.keys[row, middle]):
+        if P.cached_and_computed(key_block, refcount, computed, heap_pos, first_id, row_keys[middle]):
             low = middle + 1
         else:
             high = middle

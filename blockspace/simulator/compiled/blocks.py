@@ -58,20 +58,20 @@ class Fast(NamedTuple):
     null_block: np.ndarray
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fail(loop, code):
     """Remember the first unexpected kernel answer."""
     if loop.meta[ERROR] == 0:
         loop.meta[ERROR] = code
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def num_free_gpu(fast):
     return P.num_free(fast.gpu)
 
 
 # -- the computed-blocks tracker ---------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def num_cached_tokens(fast, loop, requests, r):
     """``get_num_cached_tokens``: key the new full blocks, then count the
     cached tokens (the last count, while the tracker holds a prefill)."""
@@ -95,13 +95,13 @@ def num_cached_tokens(fast, loop, requests, r):
     return count
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def untrack(requests, r):
     """``remove_seq_from_computed_blocks_tracker``: its row is parked."""
     requests.tracked[r] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def forget(loop, requests, r):
     """The request's tracker row, parked or not, is free again."""
     row = requests.tracker_row[r]
@@ -113,13 +113,13 @@ def forget(loop, requests, r):
 
 
 # -- admission and release --------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def can_allocate(fast, loop, requests, r):
     need = rules.cdiv(requests.seq_len[r], loop.config[BLOCK_SIZE])
     return rules.alloc_status(loop.config[NUM_GPU], num_free_gpu(fast), need, loop.config[WATERMARK])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def allocate(fast, loop, requests, r):
     """A table for the request's tokens. With caching, the tracker keyed
     those very tokens a moment ago (the admission loop counts them first):
@@ -145,7 +145,7 @@ def allocate(fast, loop, requests, r):
     requests.accessed[r] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def free(fast, loop, requests, r):
     """Release the request's blocks, stamped with its last access time."""
     row = requests.table_row[r]
@@ -162,7 +162,7 @@ def free(fast, loop, requests, r):
 
 
 # -- appending -------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def can_append(fast, loop, requests, r):
     """``can_append_slots``: the blocks its new tokens touch are free."""
     filled = fast.tables.num_filled[requests.table_row[r]]
@@ -170,7 +170,7 @@ def can_append(fast, loop, requests, r):
     return rules.blocks_touched(filled, unseen, 0, loop.config[BLOCK_SIZE]) <= num_free_gpu(fast)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def append(fast, loop, requests, r, copies, start):
     """``append_slots``: the copy-on-write pairs go to ``copies[start:]``;
     returns their number."""
@@ -190,7 +190,7 @@ def append(fast, loop, requests, r, copies, start):
 
 
 # -- swapping --------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def swap_status(fast, loop, requests, r, to_gpu):
     """``can_swap_in`` (to the GPU) or ``can_swap_out``, as an AllocStatus value."""
     loop.one_row[0] = requests.table_row[r]
@@ -202,7 +202,7 @@ def swap_status(fast, loop, requests, r, to_gpu):
     return rules.swap_status(num_total, P.num_free(destination), need, watermark)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def swap(fast, loop, requests, r, to_gpu, mapping, start):
     """``swap_in`` or ``swap_out``: the (source, destination) pairs go to
     ``mapping[start:]``; their number, or -1 if the blocks did not fit."""
@@ -218,7 +218,7 @@ def swap(fast, loop, requests, r, to_gpu, mapping, start):
 
 
 # -- the metadata pass -----------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def touch(fast, loop, requests, r, now):
     """``access_all_blocks_in_seq`` and ``get_common_computed_block_ids`` of
     a scheduled request (the block table is read where it is recorded)."""
@@ -228,13 +228,13 @@ def touch(fast, loop, requests, r, now):
         num_cached_tokens(fast, loop, requests, r)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def mark_computed(fast, loop):
     """``mark_blocks_as_computed``: every block registered since the last call."""
     if loop.config[CACHING] and fast.gpu.meta[P.NUM_TOUCHED]:
         P.mark_computed(fast.gpu)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def hit_rate(fast, loop):
     return P.hit_rate(fast.gpu) if loop.config[CACHING] else 0.0

@@ -151,7 +151,7 @@ def decided(loop, requests, first_event):
     return changed
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def step_seconds(model, num_prefill_tokens, num_decodes, num_context_tokens, num_swapped_blocks):
     """``StepTimeModel.step_seconds``, term by term in its order."""
     return (
@@ -163,7 +163,7 @@ def step_seconds(model, num_prefill_tokens, num_decodes, num_context_tokens, num
     )
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def gap(loop, requests, r, now):
     """A token at ``now``: the gap since the request's previous one."""
     if not np.isnan(requests.last_token[r]):
@@ -172,7 +172,7 @@ def gap(loop, requests, r, now):
     requests.last_token[r] = now
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def sample(loop, requests, r):
     """The request takes its next token; True when it has all it wanted."""
     requests.seq_len[r] += 1
@@ -256,19 +256,21 @@ def room_for_step(fast, loop, requests):
     a step keys at most the unkeyed full blocks of the requests it looks at
     (the running and swapped ones, and the waiting ones up to the first
     that is not refused outright past ``max_num_seqs`` admissions), and fills
-    at most a block per budget block and two per request."""
+    at most a block per budget block and two per request. (fast's arrays are
+    read once: a read through a handle costs more than the scan's arithmetic.)"""
     meta, config = loop.meta, loop.config
     block_size = config[BLOCK_SIZE]
+    num_keys, num_filled = fast.tracker.num_keys, fast.tables.num_filled
+    tracker_row, table_row, seq_len = requests.tracker_row, requests.table_row, requests.seq_len
     keys = config[MAX_TOKENS] // block_size + 2
     tracker_rows = 0
     looked_at = 0
     for q in (Q.RUNNING_QUEUE, Q.SWAPPED_QUEUE):
         for i in range(Q.size(loop, q)):
             r = Q.at(loop, q, i)
-            keys += unkeyed(fast, requests, r, block_size) + 2
-            tracker_rows += requests.tracker_row[r] < 0
-            row = requests.table_row[r]
-            keys += (requests.seq_len[r] - fast.tables.num_filled[row]) // block_size
+            known = num_keys[tracker_row[r]] if tracker_row[r] >= 0 else 0
+            keys += max(0, seq_len[r] // block_size - known) + 2 + (seq_len[r] - num_filled[table_row[r]]) // block_size
+            tracker_rows += tracker_row[r] < 0
             looked_at += 1
     admissible = 0
     limit = config[NUM_GPU] - config[WATERMARK]
@@ -276,9 +278,10 @@ def room_for_step(fast, loop, requests):
         if admissible > config[MAX_SEQS]:
             break
         r = Q.at(loop, Q.WAITING_QUEUE, i)
-        keys += unkeyed(fast, requests, r, block_size) + 1
-        tracker_rows += requests.tracker_row[r] < 0
-        admissible += rules.cdiv(requests.seq_len[r], block_size) <= limit
+        known = num_keys[tracker_row[r]] if tracker_row[r] >= 0 else 0
+        keys += max(0, seq_len[r] // block_size - known) + 1
+        tracker_rows += tracker_row[r] < 0
+        admissible += rules.cdiv(seq_len[r], block_size) <= limit
         looked_at += 1
     enough = True
     if not C.has_room(fast.keys, keys):
@@ -301,10 +304,3 @@ def room_for_step(fast, loop, requests):
         meta[NEED_LOG] = entries
         enough = False
     return enough
-
-
-@njit(cache=True)
-def unkeyed(fast, requests, r, block_size):
-    row = requests.tracker_row[r]
-    known = fast.tracker.num_keys[row] if row >= 0 else 0
-    return max(0, requests.seq_len[r] // block_size - known)

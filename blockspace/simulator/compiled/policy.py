@@ -68,12 +68,12 @@ NO_STATUS = -1  # _new_tokens' status filter: none (the group's one sequence is 
 
 
 # -- the decision log ----------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def log(loop, kind, r):
     log_at(loop, loop.meta[STEP], kind, r)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def log_at(loop, step, kind, r):
     n = loop.meta[NUM_EVENTS]
     loop.events[0, n] = step
@@ -83,12 +83,12 @@ def log_at(loop, step, kind, r):
 
 
 # -- the budget (budget.py) -------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def remaining(loop):
     return loop.config[MAX_TOKENS] - loop.meta[BUDGET_TOKENS]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def can_schedule(loop, num_tokens, num_seqs):
     return (
         loop.meta[BUDGET_TOKENS] + num_tokens <= loop.config[MAX_TOKENS]
@@ -96,7 +96,7 @@ def can_schedule(loop, num_tokens, num_seqs):
     )
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def charge(loop, requests, r, num_tokens, num_cached):
     """add_num_batched_tokens and add_num_seqs (one sequence): once per request."""
     if requests.budget_step[r] != loop.meta[STEP]:
@@ -106,7 +106,7 @@ def charge(loop, requests, r, num_tokens, num_cached):
         loop.meta[BUDGET_SEQS] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def refund(loop, requests, r, num_tokens):
     """subtract_num_batched_tokens and subtract_num_seqs, if it was charged."""
     if requests.budget_step[r] == loop.meta[STEP]:
@@ -116,7 +116,7 @@ def refund(loop, requests, r, num_tokens):
 
 
 # -- token counts (Scheduler._new_tokens, _chunk) ----------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def chunk(loop, num_tokens):
     left = remaining(loop)
     if loop.config[CACHING]:
@@ -124,7 +124,7 @@ def chunk(loop, num_tokens):
     return min(num_tokens, left)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def new_tokens(fast, loop, requests, r, chunking):
     """(uncached, cached) new tokens of a group of one sequence."""
     if requests.decoding[r]:
@@ -304,13 +304,13 @@ def schedule_prefills(fast, loop, requests):
 
 
 # -- block traffic of one group ------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def append_slots(fast, loop, requests, r):
     count = B.append(fast, loop, requests, r, loop.copies, 2 * loop.meta[NUM_COPIES])
     loop.meta[NUM_COPIES] += count
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def preempt(fast, loop, requests, r):
     """Take ``r`` off the GPU: SWAPPED_OUT, PREEMPTED (by recompute) or
     ABORTED_EVENT (the Python policy's "swap", "recompute", "abort")."""
@@ -324,7 +324,7 @@ def preempt(fast, loop, requests, r):
     return PREEMPTED
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def swap_out(fast, loop, requests, r):
     if B.swap_status(fast, loop, requests, r, False) != rules.OK:
         return False
@@ -337,7 +337,7 @@ def swap_out(fast, loop, requests, r):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def finish_all(fast, loop, requests, r, status, has_blocks):
     """End the request with ``status``, freeing its blocks if it has any."""
     if requests.status[r] < FINISHED:

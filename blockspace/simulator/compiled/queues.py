@@ -16,18 +16,18 @@ from blockspace.simulator.compiled.state import FINISHED_LIST
 WAITING_QUEUE, RUNNING_QUEUE, SWAPPED_QUEUE = 0, 1, 2
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def size(loop, q):
     return loop.queue_ends[q, 1]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def at(loop, q, i):
     """The ``i``-th request of queue ``q`` from its head."""
     return loop.queues[q, (loop.queue_ends[q, 0] + i) % loop.queues.shape[1]]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def push(loop, q, r):
     """Append at the tail."""
     capacity = loop.queues.shape[1]
@@ -35,7 +35,7 @@ def push(loop, q, r):
     loop.queue_ends[q, 1] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def push_front(loop, q, r):
     capacity = loop.queues.shape[1]
     loop.queue_ends[q, 0] = (loop.queue_ends[q, 0] - 1) % capacity
@@ -43,7 +43,7 @@ def push_front(loop, q, r):
     loop.queue_ends[q, 1] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pop_front(loop, q):
     r = loop.queues[q, loop.queue_ends[q, 0]]
     loop.queue_ends[q, 0] = (loop.queue_ends[q, 0] + 1) % loop.queues.shape[1]
@@ -51,13 +51,13 @@ def pop_front(loop, q):
     return r
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pop_back(loop, q):
     loop.queue_ends[q, 1] -= 1
     return at(loop, q, loop.queue_ends[q, 1])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def keep_unfinished(loop, q, requests, finished):
     """Drop from queue ``q`` the requests whose status is ``finished`` or
     beyond, keeping the order; the dropped ones go to list FINISHED_LIST in
@@ -75,28 +75,28 @@ def keep_unfinished(loop, q, requests, finished):
 
 
 # -- the step's lists ---------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def clear(loop, k):
     loop.list_lens[k] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def append(loop, k, r):
     loop.lists[k, loop.list_lens[k]] = r
     loop.list_lens[k] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def item(loop, k, i):
     return loop.lists[k, i]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def length(loop, k):
     return loop.list_lens[k]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def extend(loop, q, k):
     """Queue ``q`` takes list ``k``'s requests at its tail, in order."""
     for i in range(loop.list_lens[k]):

@@ -15,18 +15,18 @@ from numba import njit
 from blockspace.workloads import CHUNK_TOKENS, MIX_INCREMENT, MIX_MASK, MIX_MULTIPLIER, OUTPUT_HALF
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def mix(x):
     return (x * MIX_MULTIPLIER + MIX_INCREMENT) & MIX_MASK
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def output_token(request_index, sample, position):
     x = (request_index * 1_000_003 + sample * 65_537 + position * 2_654_435_761) % OUTPUT_HALF
     return mix(OUTPUT_HALF + x)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def write_tokens(requests, chunks, r, start, end, out):
     """Tokens ``start`` up to ``end`` of request ``r`` into ``out[:end - start]``."""
     prompt_len, chunk_lo = requests.prompt_len[r], requests.chunk_lo[r]
