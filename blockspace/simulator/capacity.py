@@ -62,10 +62,10 @@ def run_probe(probe: Probe) -> dict[str, Any]:
     """Replay at ``probe.scale`` and say how the SLO fared."""
     from blockspace.interfaces import load_manager_class
     from blockspace.simulator.report import summarize
-    from blockspace.simulator.simulation import run_simulation
+    from blockspace.simulator.engines import replay
 
     trace = scale_arrivals(probe.trace, 1.0 / probe.scale)
-    summary = summarize(run_simulation(trace, load_manager_class(probe.manager), probe.config), probe.slo)
+    summary = summarize(replay(trace, load_manager_class(probe.manager), probe.config), probe.slo)
     requests, slo = summary["requests"], summary["slo"]
     return {
         "scale": probe.scale,

@@ -36,7 +36,9 @@ from blockspace.simulator.report import (
 )
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
-from blockspace.simulator.simulation import SimulationConfig, SimulationResult, run_simulation
+from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
+from blockspace.simulator.engines import replay, resolve
+from blockspace.simulator.simulation import SimulationConfig, SimulationResult
 from blockspace.simulator.slo import SLO, parse_slo
 from blockspace.simulator.step_model import COEFFICIENTS, load_step_model
 from blockspace.validation import (
@@ -71,8 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--manager", default="fast", help="reference | fast | placeholder | package.module:Class")
     source.add_argument(
         "--compare", metavar="A,B",
-        help="run two managers and require identical decisions; NAME@calls or NAME@rows picks the step path"
-             " (default: one run, of --manager)",
+        help="run two managers and require identical decisions; NAME@calls or NAME@rows picks the Python engine's"
+             " step path, NAME@compiled the compiled engine (default: one run, of --manager)",
+    )  # fmt: skip
+    source.add_argument(
+        "--engine", choices=ENGINE_CHOICES, default="auto",
+        help="compiled: the step as compiled code calling fast's kernels (fast only); python: the readable"
+             " policy, any manager; auto: compiled where it can run (default)",
     )  # fmt: skip
     source.add_argument(
         "--step", choices=STEP_PATHS, default="auto",
@@ -302,15 +309,22 @@ def resolve_manager(name: str, option: str = "--manager") -> type:
     return load_manager(name, option)
 
 
-def resolve_run(name: str, default_step: str) -> tuple[type, str]:
-    """``NAME`` or ``NAME@STEP`` of ``--compare``: the manager class and the step path."""
+def resolve_run(name: str, default_step: str, default_engine: str) -> tuple[type, str, str]:
+    """``NAME``, ``NAME@STEP`` or ``NAME@compiled`` of ``--compare``: the
+    manager class, the step path and the engine (a bare name runs on
+    ``--engine``, with ``--step``)."""
     manager, at, step = name.partition("@")
-    if at and step not in STEP_PATHS:
-        raise InvalidArgumentError(f"--compare: {name!r}: the step path after @ must be one of {', '.join(STEP_PATHS)}")
+    if at and step not in (*STEP_PATHS, "compiled"):
+        raise InvalidArgumentError(
+            f"--compare: {name!r}: after @ comes a step path ({', '.join(STEP_PATHS)}) or compiled"
+        )
     cls = resolve_manager(manager, "--compare")
+    if step == "compiled":
+        return cls, "auto", resolve("compiled", cls, "auto", f"--compare: {name!r}")
     if at:
         check_step(cls, step, f"--compare: {name!r}")
-    return cls, step if at else default_step
+        return cls, step, "python"
+    return cls, default_step, resolve(default_engine, cls, default_step)
 
 
 def check_step(cls: type, step: str, where: str) -> None:
@@ -331,7 +345,8 @@ def preparer(
     def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
         try:
             check_step(manager_class, run_args.step, "--step rows")
-            config = simulation_config(run_args, record_tables=False)
+            engine = resolve(run_args.engine, manager_class, run_args.step)
+            config = replace(simulation_config(run_args, record_tables=False), engine=engine)
         except BlockSpaceError as error:
             swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
             raise InvalidArgumentError(f"--sweep ({swept}): {error}") from None
@@ -417,9 +432,10 @@ def _progress_bar(total: int, label: str, enabled: bool) -> tuple[Any, Callable[
 
 
 def _run(trace: list[TraceRequest], manager_class: type, config: SimulationConfig, quiet: bool) -> SimulationResult:
-    progress, on_progress = _progress_bar(len(trace), manager_class.__name__, not quiet)
+    label = f"{manager_class.__name__} ({config.engine} engine)"
+    progress, on_progress = _progress_bar(len(trace) * config.num_samples, label, not quiet)
     try:
-        return run_simulation(trace, manager_class, config, on_progress=on_progress)
+        return replay(trace, manager_class, config, on_progress=on_progress)
     finally:
         if progress is not None:
             progress.stop()
@@ -432,7 +448,7 @@ class Plan:
     refuse any more."""
 
     args: argparse.Namespace
-    runs: list[tuple[type, SimulationConfig]]  # the manager class and configuration of each run
+    runs: list[tuple[type, SimulationConfig]]  # the manager class and configuration (engine included) of each run
     trace: list[TraceRequest]
     command: list[str]  # the command line, as given
 
@@ -446,13 +462,17 @@ def plan(args: argparse.Namespace, command: list[str], given: frozenset[str] = f
             raise InvalidArgumentError(f"--compare takes two managers, A,B; got {args.compare!r}")
         if "step" in given and all("@" in name for name in names):
             raise InvalidArgumentError("--step: both managers of --compare name their step path (NAME@STEP)")
-        runs = [resolve_run(name, args.step) for name in names]
+        runs = [resolve_run(name, args.step, args.engine) for name in names]
     else:
-        runs = [(resolve_manager(args.manager), args.step)]
-    for cls, step in runs:
+        cls = resolve_manager(args.manager)
+        runs = [(cls, args.step, resolve(args.engine, cls, args.step))]
+    for cls, step, _ in runs:
         check_step(cls, step, "--step rows")
     config = simulation_config(args, record_tables=len(runs) > 1)
-    configs = [(cls, replace(config, scheduler=replace(config.scheduler, step=step))) for cls, step in runs]
+    configs = [
+        (cls, replace(config, scheduler=replace(config.scheduler, step=step), engine=engine))
+        for cls, step, engine in runs
+    ]
     trace = load_requests(args)
     check_output_dir(args.out, "--out", OUTPUTS)
     return Plan(args, configs, trace, command)
@@ -600,13 +620,14 @@ def _nanoseconds(value: Any) -> Any:
 def time_split(results: list[SimulationResult], reporting_s: float) -> str:
     """Where the wall time went: inside the manager, the rest of the run
     (scheduler and model loop), the warm-up, and the reporting."""
-    manager_s = sum(sum(result.metrics.timeline.manager_s) for result in results)
-    run_s = sum(result.metrics.wall_s for result in results)
+    python = [result for result in results if result.config.engine == "python"]
+    manager_s = sum(sum(result.metrics.timeline.manager_s) for result in python)
+    run_s = sum(result.metrics.wall_s for result in python)
+    compiled_s = sum(result.metrics.wall_s for result in results if result.config.engine == "compiled")
     startup_s = sum(result.metrics.startup_s for result in results)
-    return (
-        f"time split: scheduler and model {run_s - manager_s:.1f} s, manager {manager_s:.1f} s, "
-        f"start-up {startup_s:.1f} s, reporting {reporting_s:.1f} s"
-    )
+    parts = [f"scheduler and model {run_s - manager_s:.1f} s, manager {manager_s:.1f} s"] if python else []
+    parts += [f"compiled step {compiled_s:.1f} s"] if len(python) < len(results) else []
+    return f"time split: {', '.join(parts)}, start-up {startup_s:.1f} s, reporting {reporting_s:.1f} s"
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ def _percentiles(values: Any) -> dict[str, float | int | None]:
 # and swap mappings to check the two runs against each other, and that recording takes time
 # of its own, inside the manager (its table reads) and outside it: such a run is slower than
 # the same run alone, and the row says so rather than pass it off as the replay alone.
+COMPILED_MANAGER_TIME = "inside the compiled step, not timed apart (the wall time below is all of it)"
+COMPILED_STARTUP = " (compiling the step, or loading it from Numba's cache; not in the figures above)"
 ALONE = " (the replay alone: start-up, loading and reporting left out)"
 RECORDED = " (the replay with every step's tables recorded for --compare: slower than a run alone)"
 
@@ -73,6 +75,7 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> dict[str, Any
     busy = float(step_s.sum())
     return {
         "manager": result.manager_name,
+        "engine": config.engine,
         "requests": {
             "arrived": len(outcomes),
             "finished": len(finished),
@@ -217,25 +220,37 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "wall time in the manager / step",
             f"mean {cpu['per_step_mean_us']:,.1f} us, "
-            f"p99 {cpu['per_step_p99_us']:,.1f} us (total {cpu['total_s']:.2f} s, {cpu['calls']:,} calls)",
+            f"p99 {cpu['per_step_p99_us']:,.1f} us (total {cpu['total_s']:.2f} s, {cpu['calls']:,} calls)"
+            if summary["engine"] == "python"
+            else COMPILED_MANAGER_TIME,
         ),
-        ("manager start-up", _fmt(summary["manager_startup_s"], " s") + " (warm-up, not in the figures above)"),
+        (
+            "manager start-up",
+            _fmt(summary["manager_startup_s"], " s")
+            + (" (warm-up, not in the figures above)" if summary["engine"] == "python" else COMPILED_STARTUP),
+        ),
         ("wall time", _fmt(summary["wall_s"], " s") + (RECORDED if summary["tables_recorded"] else ALONE)),
     ]
     return rows
 
 
+def run_name(summary: dict[str, Any]) -> str:
+    """A run's manager class and engine, short: ``FastBlockSpaceManager (compiled)``."""
+    return f"{summary['manager'].rsplit('.', 1)[-1]} ({summary['engine']})"
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     rows = summary_rows(summary)
     width = max(len(label) for label, _ in rows)
-    lines = [f"manager: {summary['manager']}"]
+    lines = [f"manager: {summary['manager']}, {summary['engine']} engine"]
     lines += [f"  {label:<{width}}  {value}" for label, value in rows]
     return "\n".join(lines)
 
 
 def format_comparison(summaries: list[dict[str, Any]]) -> str:
-    """The runs side by side, with the ratio of the wall time inside the managers."""
-    names = [s["manager"].rsplit(".", 1)[-1] for s in summaries]
+    """The runs side by side, with the ratio of the wall time inside the
+    managers (of the whole replays, where an engine is compiled)."""
+    names = [run_name(s) for s in summaries]
     table = [summary_rows(s) for s in summaries]
     width = max(len(label) for label, _ in table[0])
     column = max(max(len(value) for _, value in rows) for rows in table)
@@ -244,12 +259,23 @@ def format_comparison(summaries: list[dict[str, Any]]) -> str:
     for index, (label, _) in enumerate(table[0]):
         values = [rows[index][1] for rows in table]
         lines.append(f"  {label:<{width}}  " + "  ".join(f"{value:<{column}}" for value in values))
-    base = summaries[0]["manager_time"]["total_s"]
+    if all(summary["engine"] == "python" for summary in summaries):
+        what, key = "inside the manager", ("manager_time", "total_s")
+    else:  # a compiled step does not time its manager calls apart
+        what, key = "of the replay", ("wall_s",)
+    base = _read(summaries[0], key)
     for name, summary in zip(names[1:], summaries[1:]):
-        other = summary["manager_time"]["total_s"]
+        other = _read(summary, key)
         ratio = base / other if other > 0 else float("inf")
-        lines.append(f"  wall time inside the manager {names[0]} / {name}: {ratio:.2f}x (table recording included)")
+        lines.append(f"  wall time {what} {names[0]} / {name}: {ratio:.2f}x (table recording included)")
     return "\n".join(lines)
+
+
+def _read(summary: dict[str, Any], key: tuple[str, ...]) -> float:
+    value: Any = summary
+    for part in key:
+        value = value[part]
+    return float(value)
 
 
 def first_difference(a: list[StepRecord], b: list[StepRecord]) -> str | None:

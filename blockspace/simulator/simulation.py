@@ -40,6 +40,9 @@ from blockspace.simulator.timed import TimedManager
 from blockspace.workloads import TraceRequest, prompt_token_ids
 
 
+ENGINES = ("python", "compiled")  # engines.py: this module is the first; compiled/ is its twin
+
+
 class SimulationStalledError(BlockSpaceError, RuntimeError):
     """Requests are queued, none can run, and nothing will change that."""
 
@@ -55,12 +58,15 @@ class SimulationConfig:
     step_time: StepTimeModel = field(default_factory=StepTimeModel)
     num_samples: int = 1  # n: samples per trace request, each its own request of one sequence (vLLM 0.9.2)
     max_output_len: int | None = None  # cap on each request's output length
+    engine: str = "python"  # which engine replays it (engines.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise InvalidConfigError(f"n must be a positive int, got {self.num_samples!r}")
         if self.max_output_len is not None and self.max_output_len < 1:
             raise InvalidConfigError(f"max_output_len must be >= 1, got {self.max_output_len}")
+        if self.engine not in ENGINES:
+            raise InvalidConfigError(f"engine must be one of {ENGINES}, got {self.engine!r}")
 
 
 @dataclass
@@ -306,6 +312,7 @@ def run_simulation(
 
 
 __all__ = [
+    "ENGINES",
     "SimulationConfig",
     "SimulationResult",
     "SimulationStalledError",

@@ -229,9 +229,9 @@ def run_job(job: Job) -> tuple[int, dict[str, Any]]:
     """Run one configuration, write its JSON; returns its index and summary."""
     from blockspace.interfaces import load_manager_class
     from blockspace.simulator.report import summarize, write_json
-    from blockspace.simulator.simulation import run_simulation
+    from blockspace.simulator.engines import replay
 
-    result = run_simulation(job.trace, load_manager_class(job.manager), job.config)
+    result = replay(job.trace, load_manager_class(job.manager), job.config)
     summary = summarize(result, job.slo)
     write_json(job.path, [result], [summary], {"trace": job.trace_label, "sweep": job.values})
     return job.index, summary

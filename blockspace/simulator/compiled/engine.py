@@ -46,11 +46,6 @@ STATUS_OF = {
 }
 
 
-def takes(manager_class: type) -> bool:
-    """Can the compiled engine run this manager? Only fast's: it calls its kernels."""
-    return isinstance(manager_class, type) and issubclass(manager_class, FastBlockSpaceManager)
-
-
 @dataclass(slots=True)
 class ReplayedSequence:
     """What ``Metrics`` reads of a sequence once the run is over."""
@@ -84,7 +79,7 @@ class CompiledSimulation:
         config: SimulationConfig,
         on_progress: Callable[[int], None] | None = None,
     ) -> None:
-        if not takes(manager_class):
+        if not issubclass(manager_class, FastBlockSpaceManager):
             raise InvalidConfigError(f"the compiled engine runs fast's kernels: {manager_class.__name__} has none")
         self.trace, self.config, self.on_progress = trace, config, on_progress
         self.manager_class = manager_class
@@ -329,4 +324,4 @@ def run_compiled(
     return CompiledSimulation(trace, manager_class, config, **hooks).run()
 
 
-__all__ = ["CompiledSimulation", "run_compiled", "takes", "warm_up"]
+__all__ = ["CompiledSimulation", "run_compiled", "warm_up"]
