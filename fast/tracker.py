@@ -121,7 +121,11 @@ def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, froze
         return tracker.num_cached[row]
     low, high = 0, tracker.num_keys[row]
     row_keys, key_block, refcount, computed, heap_pos = (
-        tracker.keys[row], gpu.key_block, gpu.refcount, gpu.computed, gpu.heap_pos
+        tracker.keys[row],
+        gpu.key_block,
+        gpu.refcount,
+        gpu.computed,
+        gpu.heap_pos,
     )  # read once: the search asks about ten times
     first_id = gpu.meta[P.FIRST_ID]
     while low < high:

@@ -158,6 +158,7 @@ PROBES: dict[str, Probe] = {
     "compare": Probe(("reference@calls,reference",), flag("--compare"),
                      view=lambda v, value: len(v.runs) == 2 and "identical" in v.stdout),
     "step": option("scheduler.step", str, "calls", "auto"),
+    "engine": option("engine", str, "python", "compiled"),  # tried with fast's manager (argv_for): both run
     "block_size": option("scheduler.block_size", int, "32", "64"),
     "num_gpu_blocks": option("num_gpu_blocks", int, "300", "400"),
     "kv_memory_gib": Probe(("0.5", "1"), flag("--kv-memory-gib"), run=lambda r, value: r.config["num_gpu_blocks"]
@@ -233,10 +234,14 @@ def argv_for(dest: str, mode: str) -> list[str]:
     parts = dict(BASE[mode])
     if mode == "swept":
         parts["sweep"] = ["--sweep", f"{dest}={','.join(probe.values)}"]
+        if dest == "engine":
+            parts["manager"] = ["--manager", "fast"]
     else:
         parts.pop(dest, None)
         if dest == "compare":  # names both managers: --manager goes
             parts.pop("manager", None)
+        if dest == "engine" and "manager" in parts:  # the compiled engine runs fast's manager only
+            parts["manager"] = ["--manager", "fast"]
         if mode == "sweep" and dest == "max_num_seqs":  # given once beside a sweep of another key
             parts["sweep"] = ["--sweep", "watermark=0.01,0.02"]
         parts[dest] = probe.words(probe.values[0])

@@ -217,7 +217,7 @@ def test_cli_compare_asserts_identical_decisions(tmp_path, capsys):
     status = main(
         [
             "--compare",
-            "reference,fast",
+            "reference,fast@rows",
             "--max-requests",
             "20",
             "--max-output-len",

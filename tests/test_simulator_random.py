@@ -11,8 +11,9 @@ through fast on the per-call and the row paths, with every step's block
 tables, copy-on-write pairs and swap mappings recorded. Any difference fails
 with a snippet that replays the case, runnable as printed.
 
-This is also the harness a second engine joins (issue #41 asks a compiled
-engine for identical records on random traces): it compares whatever
+The compiled engine (``blockspace/simulator/compiled``) is one more run:
+fast's kernels driven by the compiled step instead of the Python policy,
+held to the same records and figures. The harness compares whatever
 ``RUNS`` names.
 """
 
@@ -26,12 +27,14 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from blockspace.interfaces import load_manager_class
-from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
+from blockspace.simulator import SchedulerConfig, SimulationConfig
+from blockspace.simulator.engines import replay as run_engine
 from blockspace.simulator.report import first_difference, summarize
 from blockspace.simulator.simulation import SimulationStalledError
 from blockspace.workloads import CHUNK_TOKENS, parse_lines
 
-RUNS = (("reference", "calls"), ("fast", "calls"), ("fast", "rows"))  # (manager, step path), the first the yardstick
+# (manager, step path or "compiled" for the compiled engine), the first the yardstick
+RUNS = (("reference", "calls"), ("fast", "calls"), ("fast", "rows"), ("fast", "compiled"))
 
 
 @st.composite
@@ -92,37 +95,41 @@ def repro(lines: list[str], config: SimulationConfig) -> str:
     return "\n".join([
         "from dataclasses import replace",
         "from blockspace.interfaces import load_manager_class",
-        "from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation",
+        "from blockspace.simulator import SchedulerConfig, SimulationConfig",
+        "from blockspace.simulator.engines import replay",
         "from blockspace.simulator.gpu import StepTimeModel",
         "from blockspace.simulator.report import first_difference",
         "from blockspace.workloads import parse_lines",
         f"trace = parse_lines({lines!r}, 'repro')",
         f"config = {config!r}",
-        f"runs = [run_simulation(trace, load_manager_class(m), replace(config, scheduler=replace("
-        f"config.scheduler, step=s))) for m, s in [{runs}]]",
+        f"runs = [replay(trace, load_manager_class(m), replace(config, engine='compiled') if s == 'compiled' else "
+        f"replace(config, scheduler=replace(config.scheduler, step=s))) for m, s in [{runs}]]",
         "print([first_difference(runs[0].records, run.records) for run in runs[1:]])",
     ])  # fmt: skip
 
 
 def replay(lines: list[str], config: SimulationConfig, manager: str, step: str) -> object:
     """The run's result, or the stall it ended in (a stall is a decision too)."""
-    config = replace(config, scheduler=replace(config.scheduler, step=step))
+    if step == "compiled":
+        config = replace(config, engine="compiled")
+    else:
+        config = replace(config, scheduler=replace(config.scheduler, step=step))
     try:
-        return run_simulation(parse_lines(lines, "random trace"), load_manager_class(manager), config)
+        return run_engine(parse_lines(lines, "random trace"), load_manager_class(manager), config)
     except SimulationStalledError as stalled:
         return str(stalled)
 
 
 def figures(summary: dict) -> dict:
-    """A summary without what the wall clock decides (time spent, the manager's name)."""
-    return {key: value for key, value in summary.items() if key not in ("manager", "manager_time", "wall_s",
+    """A summary without what the wall clock decides (time spent) and what names the run (manager, engine)."""
+    return {key: value for key, value in summary.items() if key not in ("manager", "engine", "manager_time", "wall_s",
                                                                         "manager_startup_s")}  # fmt: skip
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
-def test_every_manager_and_step_path_decides_alike(case):
+def test_every_manager_step_path_and_engine_decides_alike(case):
     lines, config = case
     note(repro(lines, config))
     first, *others = (replay(lines, config, manager, step) for manager, step in RUNS)

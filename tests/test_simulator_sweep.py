@@ -8,6 +8,7 @@ import csv
 import json
 import sys
 import types
+from dataclasses import replace
 from multiprocessing.pool import ThreadPool
 
 import pytest
@@ -16,8 +17,8 @@ from blockspace.cli import main as blockspace
 from blockspace.errors import InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.cli import build_parser, simulation_config
+from blockspace.simulator.engines import replay, resolve
 from blockspace.simulator.report import summarize
-from blockspace.simulator.simulation import run_simulation
 from blockspace.simulator.slo import parse_slo
 from blockspace.simulator.sweep import configurations, parse_sweeps
 from blockspace.workloads import load_trace
@@ -105,8 +106,9 @@ def single_run(num_gpu_blocks: int, caching: bool, slo: str | None = None) -> di
     args = build_parser().parse_args(
         [*SMALL, "--num-gpu-blocks", str(num_gpu_blocks)] + ([] if caching else ["--no-enable-prefix-caching"])
     )
-    config = simulation_config(args, record_tables=False)
-    result = run_simulation(load_trace(None, 12), load_manager_class("fast"), config)
+    fast = load_manager_class("fast")
+    config = replace(simulation_config(args, record_tables=False), engine=resolve(args.engine, fast, args.step))
+    result = replay(load_trace(None, 12), fast, config)
     return summarize(result, None if slo is None else parse_slo(slo))
 
 

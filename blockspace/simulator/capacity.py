@@ -61,8 +61,8 @@ class Probe:
 def run_probe(probe: Probe) -> dict[str, Any]:
     """Replay at ``probe.scale`` and say how the SLO fared."""
     from blockspace.interfaces import load_manager_class
-    from blockspace.simulator.report import summarize
     from blockspace.simulator.engines import replay
+    from blockspace.simulator.report import summarize
 
     trace = scale_arrivals(probe.trace, 1.0 / probe.scale)
     summary = summarize(replay(trace, load_manager_class(probe.manager), probe.config), probe.slo)

@@ -25,6 +25,8 @@ from typing import Any
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.extras import require
+from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
+from blockspace.simulator.engines import replay, resolve
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.report import (
     first_difference,
@@ -36,8 +38,6 @@ from blockspace.simulator.report import (
 )
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
-from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
-from blockspace.simulator.engines import replay, resolve
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult
 from blockspace.simulator.slo import SLO, parse_slo
 from blockspace.simulator.step_model import COEFFICIENTS, load_step_model

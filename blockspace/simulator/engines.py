@@ -48,9 +48,7 @@ def resolve(choice: str, manager_class: type, step: str, where: str = "--engine"
     return choice
 
 
-def replay(
-    trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any
-) -> SimulationResult:
+def replay(trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any) -> SimulationResult:
     """Replay ``trace`` through a fresh ``manager_class`` on ``config.engine``."""
     if config.engine == "compiled":
         from blockspace.simulator.compiled.engine import run_compiled

@@ -39,7 +39,6 @@ from blockspace.simulator.scheduler import Scheduler, SchedulerConfig
 from blockspace.simulator.timed import TimedManager
 from blockspace.workloads import TraceRequest, prompt_token_ids
 
-
 ENGINES = ("python", "compiled")  # engines.py: this module is the first; compiled/ is its twin
 
 

@@ -228,8 +228,8 @@ class Job:
 def run_job(job: Job) -> tuple[int, dict[str, Any]]:
     """Run one configuration, write its JSON; returns its index and summary."""
     from blockspace.interfaces import load_manager_class
-    from blockspace.simulator.report import summarize, write_json
     from blockspace.simulator.engines import replay
+    from blockspace.simulator.report import summarize, write_json
 
     result = replay(job.trace, load_manager_class(job.manager), job.config)
     summary = summarize(result, job.slo)

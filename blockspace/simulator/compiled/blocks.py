@@ -136,9 +136,7 @@ def allocate(fast, loop, requests, r):
             tokens = write_tokens(requests, loop.chunks, r, 0, seq_len, loop.tokens)
     loop.meta[FREE_TABLE_ROWS] -= 1
     row = loop.free_table_rows[loop.meta[FREE_TABLE_ROWS]]
-    result = T.allocate(
-        fast.gpu, fast.keys, fast.tables, row, tokens, 0, -1, keyed, NO_ROWS, -1, NO_ROWS, 0, loop.info
-    )
+    result = T.allocate(fast.gpu, fast.keys, fast.tables, row, tokens, 0, -1, keyed, NO_ROWS, -1, NO_ROWS, 0, loop.info)
     if result != 0:
         fail(loop, result)
     requests.table_row[r] = row

@@ -243,8 +243,12 @@ class Run:
             status = STATUS_OF.get(statuses[r], SequenceStatus.WAITING)
             metrics.requests.append(
                 ReplayedRequest(
-                    ids[r], int(requests.trace_index[r]), int(requests.sample[r]), float(requests.arrival[r]),
-                    int(requests.prompt_len[r]), ReplayedSequence(status, int(requests.num_output[r])),
+                    ids[r],
+                    int(requests.trace_index[r]),
+                    int(requests.sample[r]),
+                    float(requests.arrival[r]),
+                    int(requests.prompt_len[r]),
+                    ReplayedSequence(status, int(requests.num_output[r])),
                 )  # fmt: skip
             )
         for name, values in (("first_token_s", requests.first_token), ("finish_s", requests.finish)):
@@ -285,7 +289,9 @@ class Run:
         ):  # fmt: skip
             setattr(counts, field, int(meta[slot]))
         metrics.final_hit_rate = (
-            float(self.manager.get_prefix_cache_hit_rate(Device.GPU)) if self.config.scheduler.enable_prefix_caching else 0.0
+            float(self.manager.get_prefix_cache_hit_rate(Device.GPU))
+            if self.config.scheduler.enable_prefix_caching
+            else 0.0
         )
         return metrics
 

@@ -144,7 +144,9 @@ class Loop(NamedTuple):
     digests: np.ndarray  # uint64[steps]: StepRecord.digest, unsigned (recorded runs)
 
 
-def new_requests(trace: list[TraceRequest], num_samples: int, max_output_len: int | None) -> tuple[Requests, np.ndarray]:
+def new_requests(
+    trace: list[TraceRequest], num_samples: int, max_output_len: int | None
+) -> tuple[Requests, np.ndarray]:
     """The trace as requests, and every chunk id in one array."""
     count = len(trace) * num_samples
     lengths = np.array([len(entry.hash_ids) for entry in trace], np.int64)

@@ -1,0 +1,241 @@
+"""The compiled engine is the Python engine's twin: the same decisions,
+block tables, copy-on-write pairs, swap mappings and figures.
+
+Random small traces are ``test_simulator_random.py``'s (the compiled
+engine is one of its runs); here are its parts held to the Python forms
+they replace (the token ids it makes, the digest it hashes), the
+configurations issue #41 lists (small in CI, in full behind ``-m slow``),
+what it refuses, and the state it leaves the manager in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blockspace.errors import InvalidArgumentError, InvalidConfigError
+from blockspace.interfaces import load_manager_class
+from blockspace.simulator import SchedulerConfig, SimulationConfig, load_trace, run_simulation
+from blockspace.simulator.cli import main
+from blockspace.simulator.compiled import digest as D
+from blockspace.simulator.compiled import state as S
+from blockspace.simulator.compiled.engine import run_compiled
+from blockspace.simulator.compiled.tokens import write_tokens
+from blockspace.simulator.engines import replay, resolve
+from blockspace.simulator.report import first_difference, summarize
+from blockspace.simulator.simulation import SimulationStalledError
+from blockspace.workloads import TraceRequest, output_token_id, parse_lines, prompt_token_ids, scale_arrivals
+
+CONVERSATION = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation.jsonl"
+
+
+# -- the parts ------------------------------------------------------------------------------
+def test_the_tokens_it_makes_are_the_token_lists_of_the_python_engine():
+    """Prompt tokens from chunk ids (the last chunk cut short), then the
+    generated ones, for any span a kernel asks for."""
+    rng = random.Random(7)
+    trace = []
+    for index in range(20):
+        length = rng.randint(1, 3 * 512)
+        trace.append(
+            TraceRequest(index, 0.0, length, 50, tuple(rng.randrange(2**21) for _ in range(-(-length // 512))))
+        )
+    requests, chunks = S.new_requests(trace, 3, None)
+    out = np.zeros(4000, np.int64)
+    for r in range(len(requests.arrival)):
+        entry = trace[int(requests.trace_index[r])]
+        num_output = rng.randint(0, 40)
+        expected = prompt_token_ids(entry.hash_ids, entry.input_length) + [
+            output_token_id(entry.index, int(requests.sample[r]), position) for position in range(num_output)
+        ]
+        start = rng.randint(0, len(expected))
+        end = rng.randint(start, len(expected))
+        assert write_tokens(requests, chunks, r, start, end, out).tolist() == expected[start:end]
+
+
+def _digest_of(tables, copies, swap_in, swap_out):
+    """The compiled digest of the tuple the Python engine hashes."""
+    acc = D.start()
+    for seq_id, blocks in tables:
+        entry = np.uint64(D.add(D.start(), np.uint64(seq_id)))
+        entry = np.uint64(D.add(entry, np.uint64(D.ints(np.array(blocks or [0], np.int64), len(blocks)))))
+        acc = np.uint64(D.add(np.uint64(acc), np.uint64(D.finish(entry, 2))))
+    whole = np.uint64(D.add(D.start(), np.uint64(D.finish(np.uint64(acc), len(tables)))))
+    for pairs in (copies, swap_in, swap_out):
+        flat = np.array([value for pair in pairs for value in pair] or [0], np.int64)
+        whole = np.uint64(D.add(whole, np.uint64(D.pairs(flat, len(pairs)))))
+    return D.signed(D.finish(whole, 4))
+
+
+def test_the_digest_is_cpythons_hash_of_the_python_engines_tuple():
+    rng = random.Random(3)
+    with np.errstate(over="ignore"):
+        for _ in range(300):
+            tables = [(rng.randrange(10**6), tuple(rng.randrange(10**5) for _ in range(rng.randrange(12))))
+                      for _ in range(rng.randrange(6))]  # fmt: skip
+            copies, swap_in, swap_out = (
+                [(rng.randrange(999), rng.randrange(999)) for _ in range(rng.randrange(4))] for _ in range(3)
+            )
+            expected = hash((tuple(tables), tuple(copies), tuple(swap_in), tuple(swap_out)))
+            assert _digest_of(tables, copies, swap_in, swap_out) == expected
+
+
+# -- equal to the Python engine ---------------------------------------------------------------
+def config_of(num_gpu_blocks=49_152, num_cpu_blocks=2_048, **scheduler) -> SimulationConfig:
+    return SimulationConfig(
+        num_gpu_blocks=num_gpu_blocks, num_cpu_blocks=num_cpu_blocks,
+        scheduler=SchedulerConfig(record_tables=True, **scheduler),
+    )  # fmt: skip
+
+
+def figures(summary: dict) -> dict:
+    return {key: value for key, value in summary.items() if key not in ("engine", "manager_time", "wall_s",
+                                                                        "manager_startup_s")}  # fmt: skip
+
+
+def assert_twins(trace, config):
+    """Both engines replay ``trace`` under ``config`` with every record and figure equal."""
+    fast = load_manager_class("fast")
+    python = run_simulation(trace, fast, config)
+    compiled = run_compiled(trace, fast, replace(config, engine="compiled"))
+    assert first_difference(python.records, compiled.records) is None
+    assert len(python.records) == len(compiled.records)
+    assert figures(summarize(python)) == figures(summarize(compiled))
+    records = [python.metrics.request_record(r) for r in python.metrics.requests]
+    assert records == [compiled.metrics.request_record(r) for r in compiled.metrics.requests]
+    assert list(python.metrics.itl_s) == list(compiled.metrics.itl_s)
+    assert python.metrics.timeline.__dict__.keys() == compiled.metrics.timeline.__dict__.keys()
+    for name, values in python.metrics.timeline.__dict__.items():
+        if name != "manager_s":
+            assert values == getattr(compiled.metrics.timeline, name), name
+    compiled.manager.check_invariants()
+    assert compiled.manager.snapshot() == python.manager.snapshot()
+    return python, compiled
+
+
+def small_trace(count: int) -> list[TraceRequest]:
+    """Small requests in three shared prompts, arriving fast: a pool of tens of blocks preempts and swaps."""
+    lines = [
+        json.dumps({"timestamp": 50 * i, "input_length": 100 + 37 * (i % 7), "output_length": 30 + 11 * (i % 5),
+                    "hash_ids": [i % 3]})
+        for i in range(count)
+    ]  # fmt: skip
+    return parse_lines(lines, "small requests")
+
+
+# Issue #41's list, small enough for CI (the full sizes: test_the_listed_configurations_in_full).
+LISTED = {
+    "the bundled sample": (lambda: load_trace(None, 60), config_of()),
+    "caching off": (lambda: load_trace(None, 60), config_of(enable_prefix_caching=False)),
+    "recompute, a tight pool": (lambda: load_trace(None, 60), config_of(num_gpu_blocks=900)),
+    "swap, a tight pool": (
+        lambda: small_trace(40),
+        config_of(40, 400, preemption_mode="swap", max_num_batched_tokens=512),
+    ),
+    "swap, n = 3, a tight pool": (
+        lambda: small_trace(40),
+        replace(config_of(60, 400, preemption_mode="swap", max_num_batched_tokens=512), num_samples=3),
+    ),
+    "recompute, n = 3, a tight pool": (
+        lambda: small_trace(40),
+        replace(config_of(60, 400, max_num_batched_tokens=512), num_samples=3),
+    ),
+    "n = 3": (lambda: load_trace(None, 30), replace(config_of(num_gpu_blocks=2_000), num_samples=3)),
+    "time scale 4": (lambda: scale_arrivals(load_trace(None, 60), 4.0), config_of(num_gpu_blocks=3_000)),
+    "block size 48, small budget": (
+        lambda: load_trace(None, 40),
+        config_of(num_gpu_blocks=900, block_size=48, max_num_batched_tokens=480),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LISTED))
+def test_the_compiled_engine_decides_as_the_python_one(name):
+    trace, config = LISTED[name]
+    python, _ = assert_twins(trace(), config)
+    counts = python.metrics.counts
+    if "swap" in name:
+        assert counts.swap_outs and counts.swap_ins  # the case does what it is named for
+    if "tight" in name:
+        assert counts.swap_outs or counts.recompute_preemptions
+
+
+def test_a_stall_is_the_same_stall():
+    """Swap mode with a pool too tight for its swapped groups to come back:
+    the Python engine stalls, and so does the compiled one, with the same words."""
+    trace, config = load_trace(None, 100), config_of(num_gpu_blocks=500, preemption_mode="swap")
+    config = replace(config, num_samples=3)
+    fast = load_manager_class("fast")
+    with pytest.raises(SimulationStalledError) as python:
+        run_simulation(trace, fast, config)
+    with pytest.raises(SimulationStalledError) as compiled:
+        run_compiled(trace, fast, replace(config, engine="compiled"))
+    assert str(python.value) == str(compiled.value)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CONVERSATION.exists(), reason=f"needs the conversation trace at {CONVERSATION}")
+@pytest.mark.parametrize(
+    ("requests", "time_scale", "changes"),
+    [
+        (2_000, 1.0, {}),
+        (2_000, 1.0, {"enable_prefix_caching": False}),
+        (1_000, 1.0, {"preemption_mode": "swap", "num_gpu_blocks": 12_000}),
+        (1_000, 1.0, {"num_samples": 3}),
+        (1_000, 4.0, {}),
+    ],
+)
+def test_the_listed_configurations_in_full(requests, time_scale, changes):
+    """Issue #41's list at its sizes, on the production trace (minutes each)."""
+    scheduler = {k: v for k, v in changes.items() if k in ("enable_prefix_caching", "preemption_mode")}
+    config = config_of(num_gpu_blocks=changes.get("num_gpu_blocks", 49_152), **scheduler)
+    config = replace(config, num_samples=changes.get("num_samples", 1))
+    assert_twins(scale_arrivals(load_trace(CONVERSATION, requests), time_scale), config)
+
+
+# -- what it takes and refuses ---------------------------------------------------------------------
+def test_only_fast_runs_compiled_and_auto_picks_it_only_there():
+    fast, reference = load_manager_class("fast"), load_manager_class("reference")
+    assert resolve("auto", fast, "auto") == "compiled"
+    assert resolve("auto", fast, "rows") == "python"
+    assert resolve("auto", reference, "auto") == "python"
+    with pytest.raises(InvalidArgumentError, match="--engine: the compiled engine runs fast's kernels"):
+        resolve("compiled", reference, "auto")
+    with pytest.raises(InvalidArgumentError, match="--step calls"):
+        resolve("compiled", fast, "calls")
+    with pytest.raises(InvalidConfigError, match="engine must be one of"):
+        SimulationConfig(10, 0, engine="rust")
+    with pytest.raises(InvalidConfigError, match="fast's kernels"):
+        run_compiled(load_trace(None, 2), reference, SimulationConfig(100, 0, engine="compiled"))
+
+
+def test_progress_is_reported_and_reaches_every_request():
+    seen: list[int] = []
+    trace = load_trace(None, 40)
+    result = replay(trace, load_manager_class("fast"), replace(config_of(), engine="compiled"), on_progress=seen.append)
+    assert seen and seen == sorted(seen) and seen[-1] == len(trace)
+    assert result.config.engine == "compiled"
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="times the compiled loop")
+def test_the_start_up_is_reported_apart_from_the_replay():
+    result = run_compiled(load_trace(None, 5), load_manager_class("fast"), replace(config_of(), engine="compiled"))
+    assert result.metrics.startup_s > 0 and result.metrics.wall_s > 0
+
+
+def test_the_command_compares_the_two_engines(tmp_path, capsys):
+    """``--compare fast@compiled,fast@rows``: identical decisions, and the
+    ratio of the two replays' wall times (a compiled step has no manager time apart)."""
+    argv = ["--compare", "fast@compiled,fast@rows", "--max-requests", "20", "--num-gpu-blocks", "1200",
+            "--out", str(tmp_path), "--quiet", "--no-plot"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "identical" in printed and "wall time of the replay FastBlockSpaceManager (compiled) /" in printed
+    document = json.loads((tmp_path / "simulation.json").read_text())
+    assert [run["engine"] for run in document["runs"]] == ["compiled", "python"]
