@@ -17,12 +17,12 @@ import numpy as np
 from numba import njit
 
 from blockspace.fast import content as C
-from blockspace.fast import rules
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import policy
 from blockspace.simulator.compiled import queues as Q
 from blockspace.simulator.compiled.state import (
     ABORTED_EVENT,
+    ADMITTING,
     BLOCK_SIZE,
     BLOCKS_SWAPPED_IN,
     BLOCKS_SWAPPED_OUT,
@@ -35,14 +35,13 @@ from blockspace.simulator.compiled.state import (
     FINISHED,
     FINISHED_EVENT,
     FINISHED_LIST,
-    FREE_TABLE_ROWS,
+    FIRST_EVENT,
     FREE_TRACKER_ROWS,
     IGNORED_EVENT,
     MAX_SEQS,
     MAX_TOKENS,
     NEED_KEYS,
     NEED_LOG,
-    NEED_TABLE_ROWS,
     NEED_TRACKER_ROWS,
     NEW_PREFILLS,
     NUM_ADMISSIONS,
@@ -63,6 +62,7 @@ from blockspace.simulator.compiled.state import (
     PROGRESS_EVERY,
     RECOMPUTE_PREEMPTIONS,
     RECORD,
+    RESERVED_KEYS,
     ROOM,
     STALLED,
     STEP,
@@ -71,7 +71,6 @@ from blockspace.simulator.compiled.state import (
     SWAP_OUTS,
     SWAPPED_IN,
     SWAPPED_OUT,
-    WATERMARK,
 )
 
 
@@ -81,29 +80,37 @@ def run(fast, loop, requests):
     meta, clock, num_requests = loop.meta, loop.clock, requests.arrival.shape[0]
     meta[STEPS_SINCE_CALL] = 0
     while True:
-        pending = meta[NUM_PENDING]
-        while pending < num_requests and requests.arrival[pending] <= clock[0]:
-            Q.push(loop, Q.WAITING_QUEUE, pending)
-            pending += 1
-        meta[NUM_PENDING] = pending
-        unfinished = Q.size(loop, 0) + Q.size(loop, 1) + Q.size(loop, 2)
-        if not unfinished:
-            if pending == num_requests:
-                return DONE
-            clock[0] = requests.arrival[pending]  # idle GPU: jump to the next arrival
-            continue
-        if not room_for_step(fast, loop, requests):
-            return ROOM
-        if meta[STEPS_SINCE_CALL] >= loop.config[PROGRESS_EVERY]:
-            return PROGRESS
-        meta[STEPS_SINCE_CALL] += 1
-        first_event = meta[NUM_EVENTS]
-        loop.step_times[meta[STEP]] = clock[0]
-        policy.schedule(fast, loop, requests, clock[0])
+        first = meta[ADMITTING] == 0
+        if first:
+            pending = meta[NUM_PENDING]
+            while pending < num_requests and requests.arrival[pending] <= clock[0]:
+                Q.push(loop, Q.WAITING_QUEUE, pending)
+                pending += 1
+            meta[NUM_PENDING] = pending
+            unfinished = Q.size(loop, 0) + Q.size(loop, 1) + Q.size(loop, 2)
+            if not unfinished:
+                if pending == num_requests:
+                    return DONE
+                clock[0] = requests.arrival[pending]  # idle GPU: jump to the next arrival
+                continue
+            if not room_for_step(fast, loop, requests):
+                return ROOM
+            if meta[STEPS_SINCE_CALL] >= loop.config[PROGRESS_EVERY]:
+                return PROGRESS
+            meta[STEPS_SINCE_CALL] += 1
+            meta[FIRST_EVENT] = meta[NUM_EVENTS]
+            loop.step_times[meta[STEP]] = clock[0]
+            policy.begin(fast, loop, requests)
+        meta[ADMITTING] = 1
+        if not policy.admit(fast, loop, requests, first):
+            return ROOM  # the admissions go on from there once the driver has made room
+        meta[ADMITTING] = 0
+        policy.end(fast, loop, requests, clock[0])
         if meta[ERROR]:
             return ERROR_STOP
-        queues_changed = decided(loop, requests, first_event)
+        queues_changed = decided(loop, requests, meta[FIRST_EVENT])
         meta[STEP] += 1
+        pending = meta[NUM_PENDING]
         if Q.length(loop, PREFILLS) == 0 and Q.length(loop, DECODES) == 0:
             if queues_changed:
                 continue  # the queues changed: schedule again
@@ -251,13 +258,13 @@ def run_model(fast, loop, requests):
 # -- room for the next step ---------------------------------------------------------------
 @njit(cache=True)
 def room_for_step(fast, loop, requests):
-    """Is there room for anything the next step can do? If not, say how
-    much in meta (NEED_*) for the driver. The bounds are loose on purpose:
-    a step keys at most the unkeyed full blocks of the requests it looks at
-    (the running and swapped ones, and the waiting ones up to the first
-    that is not refused outright past ``max_num_seqs`` admissions), and fills
-    at most a block per budget block and two per request. (fast's arrays are
-    read once: a read through a handle costs more than the scan's arithmetic.)"""
+    """Is there room for what the step can do before its admissions (which
+    ask for theirs one request at a time, ``policy.room_to_admit``)? If
+    not, say how much in meta (NEED_*) for the driver. The bounds are loose
+    on purpose: the running and swapped requests key at most their unkeyed
+    full blocks, and fill at most a block per budget block and two each.
+    (fast's arrays are read once: a read through a handle costs more than
+    the scan's arithmetic.)"""
     meta, config = loop.meta, loop.config
     block_size = config[BLOCK_SIZE]
     num_keys, num_filled = fast.tracker.num_keys, fast.tables.num_filled
@@ -272,26 +279,14 @@ def room_for_step(fast, loop, requests):
             keys += max(0, seq_len[r] // block_size - known) + 2 + (seq_len[r] - num_filled[table_row[r]]) // block_size
             tracker_rows += tracker_row[r] < 0
             looked_at += 1
-    admissible = 0
-    limit = config[NUM_GPU] - config[WATERMARK]
-    for i in range(Q.size(loop, Q.WAITING_QUEUE)):
-        if admissible > config[MAX_SEQS]:
-            break
-        r = Q.at(loop, Q.WAITING_QUEUE, i)
-        known = num_keys[tracker_row[r]] if tracker_row[r] >= 0 else 0
-        keys += max(0, seq_len[r] // block_size - known) + 1
-        tracker_rows += tracker_row[r] < 0
-        admissible += rules.cdiv(seq_len[r], block_size) <= limit
-        looked_at += 1
+    meta[RESERVED_KEYS] = keys  # the admissions leave these free (policy.room_to_admit)
+    tracker_rows += config[MAX_SEQS] + 2  # and the admissions' rows: tracker rows are cheap
     enough = True
     if not C.has_room(fast.keys, keys):
         meta[NEED_KEYS] = keys
         enough = False
     if meta[FREE_TRACKER_ROWS] < tracker_rows:
         meta[NEED_TRACKER_ROWS] = tracker_rows
-        enough = False
-    if meta[FREE_TABLE_ROWS] < config[MAX_SEQS]:
-        meta[NEED_TABLE_ROWS] = config[MAX_SEQS]
         enough = False
     entries = 4 * looked_at + config[MAX_SEQS] + 16
     if (

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from blockspace.fast import content as C
 from blockspace.fast import rules
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import digest as D
@@ -35,12 +36,19 @@ from blockspace.simulator.compiled.state import (
     CACHING,
     DECODES,
     FINISHED,
+    FREE_TABLE_ROWS,
+    FREE_TRACKER_ROWS,
     IGNORED,
     IGNORED_EVENT,
     LATER,
     MAX_SEQS,
     MAX_TOKENS,
+    NEED_KEYS,
+    NEED_LOG,
+    NEED_TABLE_ROWS,
+    NEED_TRACKER_ROWS,
     NEW_PREFILLS,
+    NUM_ADMISSIONS,
     NUM_COPIES,
     NUM_EVENTS,
     NUM_SCHEDULED,
@@ -50,6 +58,7 @@ from blockspace.simulator.compiled.state import (
     PREEMPTED_LIST,
     PREFILLS,
     RECORD,
+    RESERVED_KEYS,
     RUNNING,
     RUNNING_DECODES,
     RUNNING_PREFILLS,
@@ -145,23 +154,28 @@ def new_tokens(fast, loop, requests, r, chunking):
 
 
 # -- one step -----------------------------------------------------------------------------
+# A step is decided in three calls, so that the admissions can stop for room
+# and go on where they stopped (``loop.run``): ``begin`` (running, then
+# swapped requests), ``admit`` (waiting ones; False when it stopped before a
+# request it has no room for), ``end`` (the queues, the batch, the metadata pass).
 @njit(cache=True)
-def schedule(fast, loop, requests, now):
-    """Decide this step's batch at simulated time ``now``: the lists
-    PREFILLS (with ``loop.chunk`` and ``loop.uncached``) and DECODES, the
-    block traffic in ``copies``/``swap_in``/``swap_out``, the decisions in
-    the event log."""
+def begin(fast, loop, requests):
+    """The step's running and swapped requests (``Scheduler.schedule`` up to
+    its admissions)."""
     meta = loop.meta
     meta[BUDGET_TOKENS] = meta[BUDGET_CACHED] = meta[BUDGET_SEQS] = 0
     meta[NUM_COPIES] = meta[NUM_SWAP_IN] = meta[NUM_SWAP_OUT] = 0
     for k in range(loop.list_lens.shape[0]):
         Q.clear(loop, k)
-
     schedule_running(fast, loop, requests)
     if Q.length(loop, PREEMPTED_LIST) == 0 and Q.length(loop, SWAPPED_OUT_LIST) == 0:
         schedule_swapped(fast, loop, requests)
-    schedule_prefills(fast, loop, requests)
 
+
+@njit(cache=True)
+def end(fast, loop, requests, now):
+    """The queues after the step, the batch (PREFILLS with ``loop.chunk``
+    and ``loop.uncached``, then DECODES) and its metadata pass."""
     for i in range(Q.length(loop, PREEMPTED_LIST)):  # extendleft: the last preempted ends up first
         Q.push_front(loop, Q.WAITING_QUEUE, Q.item(loop, PREEMPTED_LIST, i))
     Q.extend(loop, Q.RUNNING_QUEUE, SWAPPED_DECODES)
@@ -273,12 +287,19 @@ def schedule_swapped(fast, loop, requests):
 
 
 @njit(cache=True)
-def schedule_prefills(fast, loop, requests):
-    if remaining(loop) == 0:
-        return
+def admit(fast, loop, requests, first):
+    """The waiting requests, FCFS (``Scheduler._schedule_prefills``). ``first``:
+    this is the step's first call (a call that goes on after a stop does not
+    look at the budget anew, as the loop it continues did not). Returns
+    False, having changed nothing for the request at the head, when that
+    request may need room the state lacks (``room_to_admit``)."""
+    if first and remaining(loop) == 0:
+        return True
     q = Q.WAITING_QUEUE
     while Q.size(loop, q):
         r = Q.at(loop, q, 0)
+        if not room_to_admit(fast, loop, requests, r):
+            return False
         uncached, cached = new_tokens(fast, loop, requests, r, True)
         status = B.can_allocate(fast, loop, requests, r)
         if status == rules.LATER:
@@ -301,6 +322,34 @@ def schedule_prefills(fast, loop, requests):
         Q.append(loop, NEW_PREFILLS, r)
         loop.chunk[r], loop.uncached[r] = uncached + cached, uncached
         charge(loop, requests, r, uncached, cached)
+    return True
+
+
+@njit(cache=True)
+def room_to_admit(fast, loop, requests, r):
+    """Room for what looking at waiting request ``r`` can take: the keys
+    of its unkeyed full blocks (beyond those the step's start reserved for
+    the metadata pass) and a tracker row (with caching), a table row, and
+    its log entries. If not, how much goes to meta (NEED_*)."""
+    meta = loop.meta
+    enough = True
+    if loop.config[CACHING]:
+        row = requests.tracker_row[r]
+        known = fast.tracker.num_keys[row] if row >= 0 else 0
+        need = max(0, requests.seq_len[r] // loop.config[BLOCK_SIZE] - known) + meta[RESERVED_KEYS]
+        if not C.has_room(fast.keys, need):
+            meta[NEED_KEYS] = need
+            enough = False
+        if row < 0 and meta[FREE_TRACKER_ROWS] == 0:
+            meta[NEED_TRACKER_ROWS] = 1
+            enough = False
+    if meta[FREE_TABLE_ROWS] == 0:
+        meta[NEED_TABLE_ROWS] = 1
+        enough = False
+    if meta[NUM_EVENTS] + 2 > loop.events.shape[1] or meta[NUM_ADMISSIONS] + 1 > loop.admissions.shape[1]:
+        meta[NEED_LOG] = 2
+        enough = False
+    return enough
 
 
 # -- block traffic of one group ------------------------------------------------------------

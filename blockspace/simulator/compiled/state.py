@@ -49,6 +49,9 @@ NUM_CONFIG = 10
     NEED_LOG,  # at a ROOM stop: entries a log needs
     ERROR,  # a kernel's unexpected code (never 0 when the loop says ERROR)
     STEPS_SINCE_CALL,
+    ADMITTING,  # 1 while a step's admissions stopped for room and go on at the next call
+    FIRST_EVENT,  # the step's first event
+    RESERVED_KEYS,  # keys the step's start kept for its metadata pass
     # the step's budget (vLLM's SchedulingBudget)
     BUDGET_TOKENS,
     BUDGET_CACHED,
@@ -66,8 +69,8 @@ NUM_CONFIG = 10
     NUM_COPIES,
     NUM_SWAP_IN,
     NUM_SWAP_OUT,
-) = range(30)
-NUM_META = 30
+) = range(33)
+NUM_META = 33
 
 # why the loop returned
 DONE, ROOM, PROGRESS, STALLED, ERROR_STOP = range(5)
