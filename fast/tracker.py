@@ -119,20 +119,24 @@ def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, froze
     tracker.num_keys[row] = max(known, num_full)
     if frozen:
         return tracker.num_cached[row]
-    low, high = 0, tracker.num_keys[row]
-    row_keys, key_block, refcount, computed, heap_pos = (
-        tracker.keys[row],
-        gpu.key_block,
-        gpu.refcount,
-        gpu.computed,
-        gpu.heap_pos,
-    )  # read once: the search asks about ten times
-    first_id = gpu.meta[P.FIRST_ID]
+    low = count_cached(
+        tracker.keys[row], tracker.num_keys[row], gpu.key_block, gpu.refcount, gpu.computed, gpu.heap_pos,
+        gpu.meta[P.FIRST_ID],
+    )  # fmt: skip
+    tracker.num_cached[row] = low * block_size
+    return low * block_size
+
+
+@njit(cache=True)
+def count_cached(row_keys, num_keys, key_block, refcount, computed, heap_pos, first_id):
+    """How many of the row's first ``num_keys`` keys are cached and computed
+    on the GPU, by vLLM's binary search (it may count past a hole, spec
+    §14.8). On arrays, not handles: the search reads them about ten times."""
+    low, high = 0, num_keys
     while low < high:
         middle = (low + high) // 2
         if P.cached_and_computed(key_block, refcount, computed, heap_pos, first_id, row_keys[middle]):
             low = middle + 1
         else:
             high = middle
-    tracker.num_cached[row] = low * block_size
-    return low * block_size
+    return low

@@ -58,6 +58,36 @@ class Fast(NamedTuple):
     null_block: np.ndarray
 
 
+class Views(NamedTuple):
+    """The arrays of fast's state that every step reads per request, taken
+    from the handles once per call of the loop. Why: each read of a field
+    of a handle counts a reference up and down (two atomic operations),
+    which costs more than what the usual decode does with it; and the arrays
+    stay the same objects for the whole call (only the driver grows them,
+    between calls)."""
+
+    gpu_meta: np.ndarray
+    refcount: np.ndarray
+    key_block: np.ndarray
+    computed: np.ndarray
+    heap_pos: np.ndarray
+    blocks: np.ndarray
+    num_blocks: np.ndarray
+    num_filled: np.ndarray
+    tracker_keys: np.ndarray
+    num_keys: np.ndarray
+    num_cached: np.ndarray
+
+
+@njit(cache=True)
+def views_of(fast):
+    gpu, tables, tracker = fast.gpu, fast.tables, fast.tracker
+    return Views(
+        gpu.meta, gpu.refcount, gpu.key_block, gpu.computed, gpu.heap_pos, tables.blocks, tables.num_blocks,
+        tables.num_filled, tracker.keys, tracker.num_keys, tracker.num_cached,
+    )  # fmt: skip
+
+
 @njit(cache=True, inline="always")
 def fail(loop, code):
     """Remember the first unexpected kernel answer."""
@@ -66,15 +96,18 @@ def fail(loop, code):
 
 
 @njit(cache=True, inline="always")
-def num_free_gpu(fast):
-    return P.num_free(fast.gpu)
+def num_free_gpu(views):
+    """Free GPU blocks, uncached plus idle cached (``P.num_free``)."""
+    return views.gpu_meta[P.NUM_FREE_IDS] + views.gpu_meta[P.NUM_IDLE]
 
 
 # -- the computed-blocks tracker ---------------------------------------------------
 @njit(cache=True, inline="always")
-def num_cached_tokens(fast, loop, requests, r):
+def num_cached_tokens(fast, views, loop, requests, r):
     """``get_num_cached_tokens``: key the new full blocks, then count the
-    cached tokens (the last count, while the tracker holds a prefill)."""
+    cached tokens (the last count, while the tracker holds a prefill). With
+    nothing new to key (a decode, most steps) the count is made here on
+    the views, by the tracker kernel's own search (``K.count_cached``)."""
     block_size = loop.config[BLOCK_SIZE]
     frozen = requests.tracked[r] == 1 and requests.decoding[r] == 0
     row = requests.tracker_row[r]
@@ -84,8 +117,17 @@ def num_cached_tokens(fast, loop, requests, r):
         K.open_row(fast.tracker, row)
         requests.tracker_row[r] = row
     requests.tracked[r] = 1
-    known = fast.tracker.num_keys[row]
+    known = views.num_keys[row]
     num_full = requests.seq_len[r] // block_size
+    if num_full <= known:
+        if frozen:
+            return views.num_cached[row]
+        count = block_size * K.count_cached(
+            views.tracker_keys[row], known, views.key_block, views.refcount, views.computed, views.heap_pos,
+            views.gpu_meta[P.FIRST_ID],
+        )  # fmt: skip
+        views.num_cached[row] = count
+        return count
     start, end = known * block_size, max(known, num_full) * block_size
     tokens = write_tokens(requests, loop.chunks, r, start, end, loop.tokens)
     count = K.num_cached_tokens(fast.gpu, fast.keys, fast.tracker, row, tokens, num_full, 0, -1, frozen)
@@ -114,9 +156,9 @@ def forget(loop, requests, r):
 
 # -- admission and release --------------------------------------------------------------
 @njit(cache=True, inline="always")
-def can_allocate(fast, loop, requests, r):
+def can_allocate(views, loop, requests, r):
     need = rules.cdiv(requests.seq_len[r], loop.config[BLOCK_SIZE])
-    return rules.alloc_status(loop.config[NUM_GPU], num_free_gpu(fast), need, loop.config[WATERMARK])
+    return rules.alloc_status(loop.config[NUM_GPU], num_free_gpu(views), need, loop.config[WATERMARK])
 
 
 @njit(cache=True, inline="always")
@@ -161,19 +203,27 @@ def free(fast, loop, requests, r):
 
 # -- appending -------------------------------------------------------------------------
 @njit(cache=True, inline="always")
-def can_append(fast, loop, requests, r):
+def can_append(views, loop, requests, r):
     """``can_append_slots``: the blocks its new tokens touch are free."""
-    filled = fast.tables.num_filled[requests.table_row[r]]
+    filled = views.num_filled[requests.table_row[r]]
     unseen = max(0, requests.seq_len[r] - filled)
-    return rules.blocks_touched(filled, unseen, 0, loop.config[BLOCK_SIZE]) <= num_free_gpu(fast)
+    return rules.blocks_touched(filled, unseen, 0, loop.config[BLOCK_SIZE]) <= num_free_gpu(views)
 
 
 @njit(cache=True, inline="always")
-def append(fast, loop, requests, r, copies, start):
+def append(fast, views, loop, requests, r, copies, start):
     """``append_slots``: the copy-on-write pairs go to ``copies[start:]``;
-    returns their number."""
+    returns their number. A step that only counts tokens into the table's
+    own last block is done here, on the views, after the kernel's own test
+    for it (as ``fast/appends.py`` does); everything else goes to the kernel."""
     block_size, row, seq_len = loop.config[BLOCK_SIZE], requests.table_row[r], requests.seq_len[r]
-    filled = fast.tables.num_filled[row]
+    filled = views.num_filled[row]
+    if T.writes_in_place(
+        views.refcount, views.gpu_meta[P.FIRST_ID], views.blocks, views.num_blocks, views.num_filled, row,
+        seq_len - filled, 0, block_size, loop.config[CACHING],
+    ):  # fmt: skip
+        views.num_filled[row] = seq_len
+        return 0
     first = filled - filled % block_size
     tokens = NO_ROWS
     if loop.config[CACHING] and seq_len - first >= block_size:  # a block fills up: key it
@@ -217,13 +267,13 @@ def swap(fast, loop, requests, r, to_gpu, mapping, start):
 
 # -- the metadata pass -----------------------------------------------------------------------
 @njit(cache=True, inline="always")
-def touch(fast, loop, requests, r, now):
+def touch(fast, views, loop, requests, r, now):
     """``access_all_blocks_in_seq`` and ``get_common_computed_block_ids`` of
     a scheduled request (the block table is read where it is recorded)."""
     if loop.config[CACHING]:
         requests.access_time[r] = now
         requests.accessed[r] = 1
-        num_cached_tokens(fast, loop, requests, r)
+        num_cached_tokens(fast, views, loop, requests, r)
 
 
 @njit(cache=True, inline="always")

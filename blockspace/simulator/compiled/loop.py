@@ -79,6 +79,7 @@ def run(fast, loop, requests):
     """Replay until the end or a stop (see the module doc); returns why it stopped."""
     meta, clock, num_requests = loop.meta, loop.clock, requests.arrival.shape[0]
     meta[STEPS_SINCE_CALL] = 0
+    views = B.views_of(fast)
     while True:
         first = meta[ADMITTING] == 0
         if first:
@@ -100,12 +101,12 @@ def run(fast, loop, requests):
             meta[STEPS_SINCE_CALL] += 1
             meta[FIRST_EVENT] = meta[NUM_EVENTS]
             loop.step_times[meta[STEP]] = clock[0]
-            policy.begin(fast, loop, requests)
+            policy.begin(fast, views, loop, requests)
         meta[ADMITTING] = 1
-        if not policy.admit(fast, loop, requests, first):
+        if not policy.admit(fast, views, loop, requests, first):
             return ROOM  # the admissions go on from there once the driver has made room
         meta[ADMITTING] = 0
-        policy.end(fast, loop, requests, clock[0])
+        policy.end(fast, views, loop, requests, clock[0])
         if meta[ERROR]:
             return ERROR_STOP
         queues_changed = decided(loop, requests, meta[FIRST_EVENT])
@@ -118,7 +119,7 @@ def run(fast, loop, requests):
                 clock[0] = requests.arrival[pending]
                 continue
             return STALLED
-        run_model(fast, loop, requests)
+        run_model(fast, views, loop, requests)
 
 
 @njit(cache=True)
@@ -188,7 +189,7 @@ def sample(loop, requests, r):
 
 
 @njit(cache=True)
-def run_model(fast, loop, requests):
+def run_model(fast, views, loop, requests):
     """Advance the clock by the batch's cost, then compute and sample
     (decodes first, then prefills, as ``_run_model``); free what finished."""
     meta, clock = loop.meta, loop.clock
@@ -246,7 +247,7 @@ def run_model(fast, loop, requests):
     timeline = loop.timeline
     timeline[0, t] = now
     timeline[1, t] = step_s
-    timeline[2, t] = loop.config[NUM_GPU] - B.num_free_gpu(fast)
+    timeline[2, t] = loop.config[NUM_GPU] - B.num_free_gpu(views)
     timeline[3, t] = Q.size(loop, Q.RUNNING_QUEUE)
     timeline[4, t] = Q.size(loop, Q.WAITING_QUEUE)
     timeline[5, t] = Q.size(loop, Q.SWAPPED_QUEUE)

@@ -134,7 +134,7 @@ def chunk(loop, num_tokens):
 
 
 @njit(cache=True, inline="always")
-def new_tokens(fast, loop, requests, r, chunking):
+def new_tokens(fast, views, loop, requests, r, chunking):
     """(uncached, cached) new tokens of a group of one sequence."""
     if requests.decoding[r]:
         uncached, cached = 1, 0
@@ -144,7 +144,7 @@ def new_tokens(fast, loop, requests, r, chunking):
         if not loop.config[CACHING]:
             uncached, cached = num_new, 0
         else:
-            cached = max(0, B.num_cached_tokens(fast, loop, requests, r) - computed)
+            cached = max(0, B.num_cached_tokens(fast, views, loop, requests, r) - computed)
             uncached = num_new - cached
     if uncached == 0 and cached > 0:
         uncached, cached = 1, cached - 1  # a full hit still computes its last token
@@ -159,7 +159,7 @@ def new_tokens(fast, loop, requests, r, chunking):
 # swapped requests), ``admit`` (waiting ones; False when it stopped before a
 # request it has no room for), ``end`` (the queues, the batch, the metadata pass).
 @njit(cache=True)
-def begin(fast, loop, requests):
+def begin(fast, views, loop, requests):
     """The step's running and swapped requests (``Scheduler.schedule`` up to
     its admissions)."""
     meta = loop.meta
@@ -167,13 +167,13 @@ def begin(fast, loop, requests):
     meta[NUM_COPIES] = meta[NUM_SWAP_IN] = meta[NUM_SWAP_OUT] = 0
     for k in range(loop.list_lens.shape[0]):
         Q.clear(loop, k)
-    schedule_running(fast, loop, requests)
+    schedule_running(fast, views, loop, requests)
     if Q.length(loop, PREEMPTED_LIST) == 0 and Q.length(loop, SWAPPED_OUT_LIST) == 0:
-        schedule_swapped(fast, loop, requests)
+        schedule_swapped(fast, views, loop, requests)
 
 
 @njit(cache=True)
-def end(fast, loop, requests, now):
+def end(fast, views, loop, requests, now):
     """The queues after the step, the batch (PREFILLS with ``loop.chunk``
     and ``loop.uncached``, then DECODES) and its metadata pass."""
     for i in range(Q.length(loop, PREEMPTED_LIST)):  # extendleft: the last preempted ends up first
@@ -197,7 +197,7 @@ def end(fast, loop, requests, now):
             Q.append(loop, DECODES, Q.item(loop, k, i))
     if loop.config[RECORD]:
         record_scheduled(loop)
-    touch(fast, loop, requests, now)
+    touch(fast, views, loop, requests, now)
 
 
 @njit(cache=True)
@@ -214,24 +214,24 @@ def record_scheduled(loop):
 
 
 @njit(cache=True)
-def schedule_running(fast, loop, requests):
+def schedule_running(fast, views, loop, requests):
     q = Q.RUNNING_QUEUE
     while Q.size(loop, q):
         r = Q.at(loop, q, 0)
-        num_tokens, _ = new_tokens(fast, loop, requests, r, True)
+        num_tokens, _ = new_tokens(fast, views, loop, requests, r, True)
         if num_tokens == 0:
             break  # the budget is spent
         Q.pop_front(loop, q)
-        while not B.can_append(fast, loop, requests, r):
+        while not B.can_append(views, loop, requests, r):
             refund(loop, requests, r, num_tokens)
             victim = Q.pop_back(loop, q) if Q.size(loop, q) else r
             alone = Q.length(loop, RUNNING_PREFILLS) == 0 and Q.length(loop, RUNNING_DECODES) == 0
             if victim == r and requests.decoding[r] == 0 and alone:
                 # alone on the GPU and its prefill still cannot go on: abort (vLLM livelocks)
-                finish_all(fast, loop, requests, r, ABORTED, True)
+                finish_all(fast, views, loop, requests, r, ABORTED, True)
                 log(loop, ABORTED_EVENT, r)
                 break
-            outcome = preempt(fast, loop, requests, victim)
+            outcome = preempt(fast, views, loop, requests, victim)
             if outcome == PREEMPTED:
                 Q.append(loop, PREEMPTED_LIST, victim)
             elif outcome == SWAPPED_OUT:
@@ -239,7 +239,7 @@ def schedule_running(fast, loop, requests):
             if victim == r:
                 break
         else:
-            append_slots(fast, loop, requests, r)
+            append_slots(fast, views, loop, requests, r)
             if requests.decoding[r] == 0:
                 Q.append(loop, RUNNING_PREFILLS, r)
                 loop.chunk[r] = loop.uncached[r] = num_tokens
@@ -249,7 +249,7 @@ def schedule_running(fast, loop, requests):
 
 
 @njit(cache=True)
-def schedule_swapped(fast, loop, requests):
+def schedule_swapped(fast, views, loop, requests):
     q = Q.SWAPPED_QUEUE
     while Q.size(loop, q):
         r = Q.at(loop, q, 0)
@@ -260,10 +260,10 @@ def schedule_swapped(fast, loop, requests):
             break
         if status == rules.NEVER:
             Q.pop_front(loop, q)
-            finish_all(fast, loop, requests, r, IGNORED, True)
+            finish_all(fast, views, loop, requests, r, IGNORED, True)
             log(loop, IGNORED_EVENT, r)
             continue
-        uncached, cached = new_tokens(fast, loop, requests, r, False)
+        uncached, cached = new_tokens(fast, views, loop, requests, r, False)
         if is_prefill and uncached > loop.config[MAX_TOKENS]:
             uncached = chunk(loop, uncached)  # longer than any step's budget: chunked like a running prefill
         if uncached == 0 or not can_schedule(loop, uncached, 1):
@@ -277,7 +277,7 @@ def schedule_swapped(fast, loop, requests):
         Q.pop_front(loop, q)
         requests.status[r] = RUNNING
         log(loop, SWAPPED_IN, r)
-        append_slots(fast, loop, requests, r)
+        append_slots(fast, views, loop, requests, r)
         if is_prefill:
             Q.append(loop, SWAPPED_PREFILLS, r)
             loop.chunk[r], loop.uncached[r] = uncached + cached, uncached
@@ -287,7 +287,7 @@ def schedule_swapped(fast, loop, requests):
 
 
 @njit(cache=True)
-def admit(fast, loop, requests, first):
+def admit(fast, views, loop, requests, first):
     """The waiting requests, FCFS (``Scheduler._schedule_prefills``). ``first``:
     this is the step's first call (a call that goes on after a stop does not
     look at the budget anew, as the loop it continues did not). Returns
@@ -298,10 +298,10 @@ def admit(fast, loop, requests, first):
     q = Q.WAITING_QUEUE
     while Q.size(loop, q):
         r = Q.at(loop, q, 0)
-        if not room_to_admit(fast, loop, requests, r):
+        if not room_to_admit(fast, views, loop, requests, r):
             return False
-        uncached, cached = new_tokens(fast, loop, requests, r, True)
-        status = B.can_allocate(fast, loop, requests, r)
+        uncached, cached = new_tokens(fast, views, loop, requests, r, True)
+        status = B.can_allocate(views, loop, requests, r)
         if status == rules.LATER:
             log(loop, LATER, r)
             B.untrack(requests, r)
@@ -309,7 +309,7 @@ def admit(fast, loop, requests, first):
         if status == rules.NEVER:
             Q.pop_front(loop, q)
             B.untrack(requests, r)
-            finish_all(fast, loop, requests, r, IGNORED, False)
+            finish_all(fast, views, loop, requests, r, IGNORED, False)
             log(loop, IGNORED_EVENT, r)
             continue
         if loop.meta[BUDGET_TOKENS] >= loop.config[MAX_TOKENS] or uncached == 0 or not can_schedule(loop, uncached, 1):
@@ -326,7 +326,7 @@ def admit(fast, loop, requests, first):
 
 
 @njit(cache=True)
-def room_to_admit(fast, loop, requests, r):
+def room_to_admit(fast, views, loop, requests, r):
     """Room for what looking at waiting request ``r`` can take: the keys
     of its unkeyed full blocks (beyond those the step's start reserved for
     the metadata pass) and a tracker row (with caching), a table row, and
@@ -354,16 +354,16 @@ def room_to_admit(fast, loop, requests, r):
 
 # -- block traffic of one group ------------------------------------------------------------
 @njit(cache=True, inline="always")
-def append_slots(fast, loop, requests, r):
-    count = B.append(fast, loop, requests, r, loop.copies, 2 * loop.meta[NUM_COPIES])
+def append_slots(fast, views, loop, requests, r):
+    count = B.append(fast, views, loop, requests, r, loop.copies, 2 * loop.meta[NUM_COPIES])
     loop.meta[NUM_COPIES] += count
 
 
 @njit(cache=True, inline="always")
-def preempt(fast, loop, requests, r):
+def preempt(fast, views, loop, requests, r):
     """Take ``r`` off the GPU: SWAPPED_OUT, PREEMPTED (by recompute) or
     ABORTED_EVENT (the Python policy's "swap", "recompute", "abort")."""
-    if loop.config[SWAP_MODE] and swap_out(fast, loop, requests, r):
+    if loop.config[SWAP_MODE] and swap_out(fast, views, loop, requests, r):
         return SWAPPED_OUT
     requests.status[r] = WAITING
     B.free(fast, loop, requests, r)
@@ -374,7 +374,7 @@ def preempt(fast, loop, requests, r):
 
 
 @njit(cache=True, inline="always")
-def swap_out(fast, loop, requests, r):
+def swap_out(fast, views, loop, requests, r):
     if B.swap_status(fast, loop, requests, r, False) != rules.OK:
         return False
     count = B.swap(fast, loop, requests, r, False, loop.swap_out, 2 * loop.meta[NUM_SWAP_OUT])
@@ -387,7 +387,7 @@ def swap_out(fast, loop, requests, r):
 
 
 @njit(cache=True, inline="always")
-def finish_all(fast, loop, requests, r, status, has_blocks):
+def finish_all(fast, views, loop, requests, r, status, has_blocks):
     """End the request with ``status``, freeing its blocks if it has any."""
     if requests.status[r] < FINISHED:
         requests.status[r] = status
@@ -399,7 +399,7 @@ def finish_all(fast, loop, requests, r, status, has_blocks):
 
 # -- the metadata pass (calls.py) ------------------------------------------------------------
 @njit(cache=True)
-def touch(fast, loop, requests, now):
+def touch(fast, views, loop, requests, now):
     """Access times and computed blocks of the batch, prefills then decodes;
     with RECORD the step's digest of tables and block traffic."""
     record = loop.config[RECORD]
@@ -415,7 +415,7 @@ def touch(fast, loop, requests, now):
                 entry = D.add(entry, D.ints(fast.tables.blocks[row], n))
                 tables_acc = D.add(tables_acc, D.finish(entry, 2))
                 num_tables += 1
-            B.touch(fast, loop, requests, r, now)
+            B.touch(fast, views, loop, requests, r, now)
     if Q.length(loop, PREFILLS) or Q.length(loop, DECODES):
         B.mark_computed(fast, loop)
     if record:
