@@ -71,7 +71,7 @@ def test_an_unwritable_out_is_refused_first(tmp_path, capsys, nothing_timed):
 
 ROW = re.compile(
     r"^\| 20 \| (?P<mocker>[-0-9.]+) \| (?P<replay>[0-9.]+) \| (?P<command>[0-9.]+) \| (?P<ratio>\S+) "
-    r"\| (?P<floor>[0-9.]+) \| (?P<floor_ratio>\S+) \|$",
+    r"\| (?P<python>[0-9.]+) \| (?P<python_ratio>\S+) \| (?P<floor>[0-9.]+) \| (?P<floor_ratio>\S+) \|$",
     re.M,
 )
 
@@ -84,17 +84,19 @@ def test_a_tiny_run_prints_the_table_and_writes_it(monkeypatch, tmp_path, capsys
     assert out.read_text() == printed
     row = ROW.search(printed)
     assert row, printed
-    replay, command = float(row["replay"]), float(row["command"])
+    replay, command, python = float(row["replay"]), float(row["command"]), float(row["python"])
     assert 0 < replay < command  # the replay is part of the command's wall time
-    assert 0 < float(row["floor"]) < replay  # making the prompts' tokens is part of the replay
+    assert 0 < float(row["floor"]) < python  # making the prompts' tokens is part of the Python engine's replay
     if peer.mocker_installed():
-        mocker, ratio = float(row["mocker"]), row["ratio"]
-        assert mocker > 0 and re.fullmatch(r"[0-9]+\.[0-9]x", ratio), printed
-        assert float(ratio[:-1]) == pytest.approx(replay / mocker, rel=0.1, abs=0.1)  # the table's rounding
+        mocker = float(row["mocker"])
+        assert mocker > 0, printed
+        for engine_s, ratio in ((replay, row["ratio"]), (python, row["python_ratio"])):
+            assert re.fullmatch(r"[0-9]+\.[0-9]{2}x", ratio), printed
+            assert float(ratio[:-1]) == pytest.approx(engine_s / mocker, rel=0.1, abs=0.01)  # the table's rounding
         assert row["floor_ratio"].endswith("x")
         assert "not installed" not in printed
     else:
-        assert row["mocker"] == "-" and row["ratio"] == "-" and row["floor_ratio"] == "-"
+        assert row["mocker"] == row["ratio"] == row["python_ratio"] == row["floor_ratio"] == "-"
         assert printed.count("the mocker is not installed") == 1
 
 
@@ -105,9 +107,10 @@ def test_without_the_mocker_ours_is_timed_alone_and_said_once(monkeypatch, capsy
     figures = json.loads(capsys.readouterr().out)
     assert figures["mocker"] is False and peer.INSTALL in figures["note"]
     (row,) = figures["rows"]
-    assert row["requests"] == 5 and "mocker" not in row and "ratio" not in row and "floor_ratio" not in row
-    assert 0 < row["token_floor_s"] < row["blockspace"]["replay_s"]
-    assert row["blockspace"]["finished"] == 5 and row["blockspace"]["replay_s"] > 0
+    assert row["requests"] == 5 and "mocker" not in row and "ratios" not in row and "floor_ratio" not in row
+    assert 0 < row["token_floor_s"] < row["python"]["replay_s"]
+    for engine in peer.ENGINES:
+        assert row[engine]["finished"] == 5 and row[engine]["replay_s"] > 0
 
 
 def test_a_failed_replay_exits_1(monkeypatch, capsys):

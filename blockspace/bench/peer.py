@@ -8,12 +8,15 @@ with prefix caching that replays a Mooncake trace offline (in Rust, shipped
 on PyPI as ai-dynamo-runtime). Its speed is the yardstick for ours, and this
 says how far apart the two are, measured the same way on the same machine.
 
-For each size (the first N requests of the trace), each round runs ours and
-then theirs, so a slow spell of a shared machine slows both alike:
+For each size (the first N requests of the trace), each round runs ours on
+each engine and then theirs, so a slow spell of a shared machine slows all
+alike:
 
 - ours as a user runs it: ``python -m blockspace simulate ... --no-plot
-  --quiet`` as a subprocess, timed whole (start-up, loading, reporting), and
-  the replay's own wall time read from the simulation.json it writes;
+  --quiet`` as a subprocess, once with ``--engine compiled`` (the default)
+  and once with ``--engine python``, each timed whole (start-up, loading,
+  reporting), and the replay's own wall time read from the simulation.json
+  it writes;
 - theirs: ``dynamo._core.run_mocker_trace_replay`` in offline mode (simulated
   time: nothing sleeps), in a subprocess too, timed around the call.
 
@@ -27,10 +30,11 @@ a token (docs/simulator.md, *Where a step's time goes*).
 
 Both get block size 16, 49,152 GPU blocks, at most 256 sequences and 2,048
 batched tokens per step, prefix caching and chunked prefill on (see
-``mocker_replay``). Each figure is the best of its rounds; the ratio is our
-replay's wall time over the mocker's call, and the floor's ratio the token
-floor's over the mocker's call. Without the mocker installed ours
-is still timed, and the ratio left out. A benchmark, not a test: nothing here
+``mocker_replay``). Each figure is the best of its rounds; a ratio is an
+engine's replay wall time over the mocker's call, and the floor's ratio the
+token floor's over the mocker's call (the compiled engine makes no token
+list, so the floor bounds only the Python engine). Without the mocker
+installed ours is still timed, and the ratios left out. A benchmark, not a test: nothing here
 asserts a speed; the exit status is 1 only when a run fails.
 """
 
@@ -171,10 +175,13 @@ class RunFailed(Exception):
     """A replay's subprocess failed: the command exits 1 with this message."""
 
 
-def time_ours(trace_file: str, size: int, total: int, folder: Path) -> dict[str, Any]:
-    """``blockspace simulate`` on the first ``size`` requests, as a subprocess:
-    the command's wall time and the replay's, from its simulation.json."""
-    command = [sys.executable, "-m", "blockspace", "simulate", "--trace", trace_file]
+ENGINES = ("compiled", "python")  # ours, each timed in every round
+
+
+def time_ours(trace_file: str, size: int, total: int, folder: Path, engine: str) -> dict[str, Any]:
+    """``blockspace simulate --engine ENGINE`` on the first ``size`` requests,
+    as a subprocess: the command's wall time and the replay's, from its simulation.json."""
+    command = [sys.executable, "-m", "blockspace", "simulate", "--trace", trace_file, "--engine", engine]
     if size < total:
         command += ["--max-requests", str(size)]
     command += [
@@ -238,21 +245,24 @@ def measure(trace_file: str, lines: list[str], sizes: list[int], rounds: int, mo
     with tempfile.TemporaryDirectory(prefix="blockspace-peer-") as scratch:
         folder = Path(scratch)
         for size in sizes:
-            ours: list[dict[str, Any]] = []
+            ours: dict[str, list[dict[str, Any]]] = {engine: [] for engine in ENGINES}
             theirs: list[dict[str, Any]] = []
             floors: list[float] = []
             for round_number in range(1, rounds + 1):
-                print(f"[peer] {size:,} requests, round {round_number}: blockspace ...", file=sys.stderr, flush=True)
-                ours.append(time_ours(trace_file, size, len(lines), folder / "simulate"))
+                for engine in ENGINES:
+                    say = f"[peer] {size:,} requests, round {round_number}: blockspace, {engine} engine ..."
+                    print(say, file=sys.stderr, flush=True)
+                    ours[engine].append(time_ours(trace_file, size, len(lines), folder / "simulate", engine))
                 floors.append(token_floor(trace_file, size))
                 if mocker:
                     print(f"[peer] {size:,} requests, round {round_number}: mocker ...", file=sys.stderr, flush=True)
                     theirs.append(time_theirs(lines, size, folder))
-            row: dict[str, Any] = {"requests": size, "blockspace": _best(ours), "token_floor_s": min(floors)}
+            row: dict[str, Any] = {"requests": size, "token_floor_s": min(floors)}
+            row.update({engine: _best(ours[engine]) for engine in ENGINES})
             if mocker:
                 row["mocker"] = _best(theirs)
                 mocker_s = max(row["mocker"]["call_s"], 1e-9)
-                row["ratio"] = row["blockspace"]["replay_s"] / mocker_s
+                row["ratios"] = {engine: row[engine]["replay_s"] / mocker_s for engine in ENGINES}
                 row["floor_ratio"] = row["token_floor_s"] / mocker_s
             rows.append(row)
     return rows
@@ -260,18 +270,19 @@ def measure(trace_file: str, lines: list[str], sizes: list[int], rounds: int, mo
 
 def table(rows: list[dict[str, Any]], mocker: bool) -> str:
     lines = [
-        "| requests | mocker s | blockspace replay s | blockspace command s | ratio (ours/theirs) "
-        "| token floor s | floor / theirs |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| requests | mocker s | compiled replay s | compiled command s | compiled / mocker | python replay s "
+        "| python / mocker | token floor s | floor / mocker |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        ours = row["blockspace"]
+        compiled, python = row["compiled"], row["python"]
         theirs = f"{row['mocker']['call_s']:.3f}" if mocker else "-"
-        ratio = f"{row['ratio']:.1f}x" if mocker else "-"
+        ratio = {engine: f"{row['ratios'][engine]:.2f}x" if mocker else "-" for engine in ENGINES}
         floor_ratio = f"{row['floor_ratio']:.1f}x" if mocker else "-"
         lines.append(
-            f"| {row['requests']:,} | {theirs} | {ours['replay_s']:.2f} | {ours['command_s']:.2f} | {ratio} "
-            f"| {row['token_floor_s']:.3f} | {floor_ratio} |"
+            f"| {row['requests']:,} | {theirs} | {compiled['replay_s']:.3f} | {compiled['command_s']:.2f} "
+            f"| {ratio['compiled']} | {python['replay_s']:.2f} | {ratio['python']} | {row['token_floor_s']:.3f} "
+            f"| {floor_ratio} |"
         )
     return "\n".join(lines)
 
@@ -280,7 +291,9 @@ def notes(rows: list[dict[str, Any]], mocker: bool) -> list[str]:
     """What a reader of the table must know: where the two did not finish the same requests."""
     said = []
     for row in rows:
-        finished = row["blockspace"]["finished"]
+        finished = row["compiled"]["finished"]
+        if row["python"]["finished"] != finished:
+            said.append(f"{row['requests']:,} requests: the engines finished {finished} and {row['python']['finished']}")
         if mocker and row["mocker"]["finished"] != finished:
             said.append(
                 f"{row['requests']:,} requests: the mocker finished {row['mocker']['finished']}, blockspace {finished}"
