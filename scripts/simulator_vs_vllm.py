@@ -9,7 +9,10 @@ step) and through the simulator with a step-time model of exactly
 step it compares the scheduled groups with their chunk sizes (in batch
 order), the preempted and ignored requests, and every scheduled sequence's
 block table. It prints the first step that differs, or that none does
-(exit status 0).
+(exit status 0). The simulator's compiled engine is then held to its Python
+engine, record for record (decisions, and block tables, copy-on-write pairs
+and swap mappings by their digest), so both engines are checked against
+vLLM on every run.
 
 With ``--n N`` > 1 each trace request samples N sequences, as vLLM 0.9.2's
 engine adds such a request: ``ParallelSampleSequenceGroup.add_request``
@@ -34,12 +37,15 @@ import importlib.util
 import itertools
 import sys
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, Simulation, SimulationConfig
+from blockspace.simulator.compiled.engine import run_compiled
 from blockspace.simulator.gpu import StepTimeModel
+from blockspace.simulator.report import first_difference
 from blockspace.workloads import load_trace, output_token_id
 
 BENCH = Path(__file__).resolve().parent / "vllm_scheduler_bench.py"
@@ -121,9 +127,9 @@ def vllm_steps(bench: Any, settings: Any, requests: list, caching: bool, n: int 
     return steps
 
 
-def simulator_steps(settings: Any, trace: list, caching: bool, n: int = 1) -> list[tuple]:
-    """The same per step of the simulator (fast manager, a step of ``step_s``)."""
-    config = SimulationConfig(
+def simulator_config(settings: Any, caching: bool, n: int) -> SimulationConfig:
+    """The simulator's configuration for vLLM's settings (fast manager, a step of ``step_s``)."""
+    return SimulationConfig(
         num_gpu_blocks=settings.num_gpu_blocks,
         num_cpu_blocks=settings.num_cpu_blocks,
         scheduler=SchedulerConfig(
@@ -137,7 +143,11 @@ def simulator_steps(settings: Any, trace: list, caching: bool, n: int = 1) -> li
         step_time=StepTimeModel(settings.step_s * 1000.0, 0.0, 0.0, 0.0, 0.0),
         num_samples=n,
     )
-    simulation = Simulation(trace, load_manager_class("fast"), config)
+
+
+def simulator_steps(settings: Any, trace: list, caching: bool, n: int = 1) -> tuple[list[tuple], list[Any]]:
+    """The same per step of the simulator's Python engine, and its records."""
+    simulation = Simulation(trace, load_manager_class("fast"), simulator_config(settings, caching, n))
     path, tables = simulation.scheduler.path, []
     touch = path.touch
 
@@ -148,10 +158,19 @@ def simulator_steps(settings: Any, trace: list, caching: bool, n: int = 1) -> li
 
     path.touch = touch_and_keep  # type: ignore[method-assign]  # this run's path only
     records = simulation.run().records
-    return [
+    steps = [
         (record.scheduled, sorted(record.preempted + record.swapped_out), record.ignored, table)
         for record, table in zip(records, tables)
     ]
+    return steps, records
+
+
+def compiled_difference(settings: Any, trace: list, caching: bool, n: int, records: list[Any]) -> str | None:
+    """Where the compiled engine's records part from the Python engine's
+    (``records``), None if nowhere: its tables are compared by their digest,
+    so with the Python engine equal to vLLM, so is the compiled one."""
+    config = replace(simulator_config(settings, caching, n), engine="compiled")
+    return first_difference(records, run_compiled(trace, load_manager_class("fast"), config).records)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.n < 1:
         parser.error(f"--n must be >= 1, got {args.n}")
     theirs = vllm_steps(bench, settings, bench.make_requests(trace), caching, args.n)
-    ours = simulator_steps(settings, trace, caching, args.n)
+    ours, records = simulator_steps(settings, trace, caching, args.n)
     parts = ("scheduled (request, chunk)", "preempted", "ignored", "block tables")
     for step, (a, b) in enumerate(zip(theirs, ours)):
         for name, x, y in zip(parts, a, b):
@@ -191,10 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(theirs) != len(ours):
         print(f"vLLM took {len(theirs)} steps, the simulator {len(ours)}")
         return 1
+    difference = compiled_difference(settings, trace, caching, args.n, records)
+    if difference is not None:
+        print(f"the compiled engine parts from the Python engine (and so from vLLM): {difference}")
+        return 1
     print(
         f"{len(trace)} requests, n={args.n}, prefix caching {args.caching}, {settings.preemption_mode or 'recompute'}"
         f" preemption: {len(ours):,} steps, {sum(len(step[1]) for step in ours):,} preemptions, "
-        "every decision and block table identical"
+        "every decision and block table identical (both engines)"
     )
     return 0
 

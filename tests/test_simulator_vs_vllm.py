@@ -37,7 +37,7 @@ def compare(*argv: str) -> int:
 @pytest.mark.parametrize("caching", ["on", "off"])
 def test_the_simulator_decides_as_vllms_scheduler(caching, capsys):
     assert compare("--requests", "60", "--caching", caching) == 0
-    assert "every decision and block table identical" in capsys.readouterr().out
+    assert "every decision and block table identical (both engines)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("caching", ["on", "off"])
@@ -47,7 +47,7 @@ def test_parallel_sampling_decides_as_vllms_scheduler(caching, capsys):
     same ids, order and sequence ids (block tables are compared by them)."""
     assert compare("--requests", "40", "--n", "3", "--caching", caching) == 0
     out = capsys.readouterr().out
-    assert "40 requests, n=3" in out and "every decision and block table identical" in out
+    assert "40 requests, n=3" in out and "every decision and block table identical (both engines)" in out
 
 
 def test_parallel_sampling_with_swapping_decides_as_vllm(tmp_path, capsys):
