@@ -293,7 +293,8 @@ def notes(rows: list[dict[str, Any]], mocker: bool) -> list[str]:
     for row in rows:
         finished = row["compiled"]["finished"]
         if row["python"]["finished"] != finished:
-            said.append(f"{row['requests']:,} requests: the engines finished {finished} and {row['python']['finished']}")
+            python = row["python"]["finished"]
+            said.append(f"{row['requests']:,} requests: the compiled engine finished {finished}, the python {python}")
         if mocker and row["mocker"]["finished"] != finished:
             said.append(
                 f"{row['requests']:,} requests: the mocker finished {row['mocker']['finished']}, blockspace {finished}"
