@@ -120,20 +120,27 @@ def num_cached_tokens(fast, views, loop, requests, r):
     known = views.num_keys[row]
     num_full = requests.seq_len[r] // block_size
     if num_full <= known:
-        if frozen:
-            return views.num_cached[row]
-        count = block_size * K.count_cached(
-            views.tracker_keys[row], known, views.key_block, views.refcount, views.computed, views.heap_pos,
-            views.gpu_meta[P.FIRST_ID],
-        )  # fmt: skip
-        views.num_cached[row] = count
-        return count
+        return count_known(views, row, frozen, block_size)
     start, end = known * block_size, max(known, num_full) * block_size
     tokens = write_tokens(requests, loop.chunks, r, start, end, loop.tokens)
     count = K.num_cached_tokens(fast.gpu, fast.keys, fast.tracker, row, tokens, num_full, 0, -1, frozen)
     if count < 0:
         fail(loop, count)
         return 0
+    return count
+
+
+@njit(cache=True, inline="always")
+def count_known(views, row, frozen, block_size):
+    """``num_cached_tokens`` of a tracker row with nothing new to key: its
+    last count while frozen, else the tracker kernel's own search, on the views."""
+    if frozen:
+        return views.num_cached[row]
+    count = block_size * K.count_cached(
+        views.tracker_keys[row], views.num_keys[row], views.key_block, views.refcount, views.computed,
+        views.heap_pos, views.gpu_meta[P.FIRST_ID],
+    )  # fmt: skip
+    views.num_cached[row] = count
     return count
 
 

@@ -172,39 +172,42 @@ def step_seconds(model, num_prefill_tokens, num_decodes, num_context_tokens, num
 
 
 @njit(cache=True, inline="always")
-def gap(loop, requests, r, now):
+def gap(gaps, meta, last_token, r, now):
     """A token at ``now``: the gap since the request's previous one."""
-    if not np.isnan(requests.last_token[r]):
-        loop.gaps[loop.meta[NUM_GAPS]] = now - requests.last_token[r]
-        loop.meta[NUM_GAPS] += 1
-    requests.last_token[r] = now
+    if not np.isnan(last_token[r]):
+        gaps[meta[NUM_GAPS]] = now - last_token[r]
+        meta[NUM_GAPS] += 1
+    last_token[r] = now
 
 
 @njit(cache=True, inline="always")
-def sample(loop, requests, r):
+def sample(seq_len, num_output, out_len, r):
     """The request takes its next token; True when it has all it wanted."""
-    requests.seq_len[r] += 1
-    requests.num_output[r] += 1
-    return requests.num_output[r] >= requests.out_len[r]
+    seq_len[r] += 1
+    num_output[r] += 1
+    return num_output[r] >= out_len[r]
 
 
 @njit(cache=True)
 def run_model(fast, views, loop, requests):
     """Advance the clock by the batch's cost, then compute and sample
-    (decodes first, then prefills, as ``_run_model``); free what finished."""
-    meta, clock = loop.meta, loop.clock
+    (decodes first, then prefills, as ``_run_model``); free what finished.
+    The per-request arrays are read once (``policy.take_decode`` says why)."""
+    meta, clock, lists, lens, gaps = loop.meta, loop.clock, loop.lists, loop.list_lens, loop.gaps
+    seq_len, num_output, out_len, computed = requests.seq_len, requests.num_output, requests.out_len, requests.computed
+    last_token, first_token, decoding = requests.last_token, requests.first_token, requests.decoding
     num_prefill_tokens = 0
-    for i in range(Q.length(loop, PREFILLS)):
-        num_prefill_tokens += loop.uncached[Q.item(loop, PREFILLS, i)]
-    num_decodes = Q.length(loop, DECODES)
+    for i in range(lens[PREFILLS]):
+        num_prefill_tokens += loop.uncached[lists[PREFILLS, i]]
+    num_decodes = lens[DECODES]
     num_context = 0
     finished = np.empty(num_decodes, np.int64)
     num_finished_decodes = 0
     for i in range(num_decodes):  # decodes that finish go after the prefills that do: kept apart
-        r = Q.item(loop, DECODES, i)
-        num_context += requests.seq_len[r]
-        requests.computed[r] += 1
-        if sample(loop, requests, r):
+        r = lists[DECODES, i]
+        num_context += seq_len[r]
+        computed[r] += 1
+        if sample(seq_len, num_output, out_len, r):
             finished[num_finished_decodes] = r
             num_finished_decodes += 1
     step_s = step_seconds(
@@ -213,20 +216,20 @@ def run_model(fast, views, loop, requests):
     clock[0] += step_s
     now = clock[0]
     for i in range(num_decodes):
-        gap(loop, requests, Q.item(loop, DECODES, i), now)
-    done_order = np.empty(Q.length(loop, PREFILLS) + num_finished_decodes, np.int64)
+        gap(gaps, meta, last_token, lists[DECODES, i], now)
+    done_order = np.empty(lens[PREFILLS] + num_finished_decodes, np.int64)
     num_done = 0
-    for i in range(Q.length(loop, PREFILLS)):
-        r = Q.item(loop, PREFILLS, i)
-        requests.computed[r] += loop.chunk[r]
-        if requests.computed[r] == requests.seq_len[r]:
-            requests.decoding[r] = 1
-        if not requests.decoding[r]:
+    for i in range(lens[PREFILLS]):
+        r = lists[PREFILLS, i]
+        computed[r] += loop.chunk[r]
+        if computed[r] == seq_len[r]:
+            decoding[r] = 1
+        if not decoding[r]:
             continue  # a prefill chunk that does not end the prompt samples nothing
-        if np.isnan(requests.first_token[r]):
-            requests.first_token[r] = now
-        gap(loop, requests, r, now)
-        if sample(loop, requests, r):
+        if np.isnan(first_token[r]):
+            first_token[r] = now
+        gap(gaps, meta, last_token, r, now)
+        if sample(seq_len, num_output, out_len, r):
             done_order[num_done] = r
             num_done += 1
     for i in range(num_finished_decodes):

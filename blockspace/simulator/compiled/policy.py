@@ -21,7 +21,9 @@ import numpy as np
 from numba import njit
 
 from blockspace.fast import content as C
+from blockspace.fast import pool as P
 from blockspace.fast import rules
+from blockspace.fast import table as T
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import digest as D
 from blockspace.simulator.compiled import queues as Q
@@ -218,6 +220,12 @@ def schedule_running(fast, views, loop, requests):
     q = Q.RUNNING_QUEUE
     while Q.size(loop, q):
         r = Q.at(loop, q, 0)
+        if requests.decoding[r]:
+            taken = take_decode(fast, views, loop, requests, r)
+            if taken == 0:
+                break  # the budget is spent
+            if taken == 1:
+                continue
         num_tokens, _ = new_tokens(fast, views, loop, requests, r, True)
         if num_tokens == 0:
             break  # the budget is spent
@@ -246,6 +254,52 @@ def schedule_running(fast, views, loop, requests):
             else:
                 Q.append(loop, RUNNING_DECODES, r)
             charge(loop, requests, r, num_tokens, 0)
+
+
+@njit(cache=True)
+def take_decode(fast, views, loop, requests, r):
+    """The running head ``r``, decoding, taken as ``schedule_running`` takes
+    any request, when no one is preempted: 1 if it was (its token counted
+    in, its append done, on the RUNNING_DECODES list), 0 if the budget is
+    spent, 2 if its append does not fit (the general path then preempts).
+
+    Why written apart, on arrays read once: it is the common case, ~40
+    requests a step, and the general path's helpers take the state's
+    tuples, whose every pass counts each of their arrays' references up and
+    down; done that way the decode is about three times dearer. The rules
+    are the general path's own: ``chunk`` for the budget (a decode's token
+    cut to whole blocks), ``rules.blocks_touched`` for ``can_append_slots``,
+    ``T.writes_in_place`` for the append."""
+    meta, config, table_row, seq_len = loop.meta, loop.config, requests.table_row, requests.seq_len
+    num_filled, gpu_meta = views.num_filled, views.gpu_meta
+    block_size, caching = config[BLOCK_SIZE], config[CACHING]
+    left = config[MAX_TOKENS] - meta[BUDGET_TOKENS]
+    if caching:
+        left = left // block_size * block_size
+    if left < 1:
+        return 0
+    row = table_row[r]
+    filled = num_filled[row]
+    touched = rules.blocks_touched(filled, max(0, seq_len[r] - filled), 0, block_size)
+    if touched > gpu_meta[P.NUM_FREE_IDS] + gpu_meta[P.NUM_IDLE]:
+        return 2
+    Q.pop_front(loop, Q.RUNNING_QUEUE)
+    if T.writes_in_place(
+        views.refcount, gpu_meta[P.FIRST_ID], views.blocks, views.num_blocks, num_filled, row, seq_len[r] - filled,
+        0, block_size, caching,
+    ):  # fmt: skip
+        num_filled[row] = seq_len[r]
+    else:
+        append_slots(fast, views, loop, requests, r)
+    lists, lens = loop.lists, loop.list_lens
+    lists[RUNNING_DECODES, lens[RUNNING_DECODES]] = r
+    lens[RUNNING_DECODES] += 1
+    budget_step = requests.budget_step
+    if budget_step[r] != meta[STEP]:  # charge(r, 1, 0)
+        budget_step[r] = meta[STEP]
+        meta[BUDGET_TOKENS] += 1
+        meta[BUDGET_SEQS] += 1
+    return 1
 
 
 @njit(cache=True)
@@ -400,22 +454,37 @@ def finish_all(fast, views, loop, requests, r, status, has_blocks):
 # -- the metadata pass (calls.py) ------------------------------------------------------------
 @njit(cache=True)
 def touch(fast, views, loop, requests, now):
-    """Access times and computed blocks of the batch, prefills then decodes;
-    with RECORD the step's digest of tables and block traffic."""
-    record = loop.config[RECORD]
+    """Access times and computed blocks of the batch, prefills then decodes
+    (``B.touch``; a row with nothing new to key is counted on the arrays,
+    read once: ``take_decode`` says why); with RECORD the step's digest of
+    tables and block traffic."""
+    record, caching, block_size = loop.config[RECORD], loop.config[CACHING], loop.config[BLOCK_SIZE]
+    lists, lens = loop.lists, loop.list_lens
+    table_row, seq_id, seq_len = requests.table_row, requests.seq_id, requests.seq_len
+    tracker_row, tracked, decoding = requests.tracker_row, requests.tracked, requests.decoding
+    access_time, accessed, num_keys = requests.access_time, requests.accessed, views.num_keys
     tables_acc = D.start()
     num_tables = 0
     for k in (PREFILLS, DECODES):
-        for i in range(Q.length(loop, k)):
-            r = Q.item(loop, k, i)
+        for i in range(lens[k]):
+            r = lists[k, i]
             if record:
-                row = requests.table_row[r]
-                n = fast.tables.num_blocks[row]
-                entry = D.add(D.start(), np.uint64(requests.seq_id[r]))
-                entry = D.add(entry, D.ints(fast.tables.blocks[row], n))
+                row = table_row[r]
+                entry = D.add(D.start(), np.uint64(seq_id[r]))
+                entry = D.add(entry, D.ints(views.blocks[row], views.num_blocks[row]))
                 tables_acc = D.add(tables_acc, D.finish(entry, 2))
                 num_tables += 1
-            B.touch(fast, views, loop, requests, r, now)
+            if not caching:
+                continue
+            row = tracker_row[r]
+            if row >= 0 and seq_len[r] // block_size <= num_keys[row]:  # nothing new to key
+                access_time[r] = now
+                accessed[r] = 1
+                frozen = tracked[r] == 1 and decoding[r] == 0
+                tracked[r] = 1
+                B.count_known(views, row, frozen, block_size)
+            else:
+                B.touch(fast, views, loop, requests, r, now)
     if Q.length(loop, PREFILLS) or Q.length(loop, DECODES):
         B.mark_computed(fast, loop)
     if record:
