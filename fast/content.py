@@ -155,3 +155,25 @@ def remap_keys(stored: np.ndarray, remap: np.ndarray) -> None:
     """Rewrite stored keys in place (negative values mean no key and stay)."""
     named = stored >= 0
     stored[named] = remap[stored[named]]
+
+
+@njit(cache=True)
+def mark_named(stored, lengths, live):
+    """Mark live each key the rows name: ``stored[row, :lengths[row]]``.
+    Past its length a row's entries are stale (a freed table, a tracker row
+    opened again) and never read, so they name nothing; walking only the
+    named entries costs their number, not the arrays' size."""
+    for row in range(stored.shape[0]):
+        for index in range(min(lengths[row], stored.shape[1])):
+            if stored[row, index] >= 0:
+                live[stored[row, index]] = True
+
+
+@njit(cache=True)
+def remap_named(stored, lengths, remap):
+    """``remap_keys`` of the entries the rows name (``mark_named``); the
+    stale ones past a row's length stay as they are, never read."""
+    for row in range(stored.shape[0]):
+        for index in range(min(lengths[row], stored.shape[1])):
+            if stored[row, index] >= 0:
+                stored[row, index] = remap[stored[row, index]]

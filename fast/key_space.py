@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from blockspace.fast import pool as P
-from blockspace.fast.content import collect_keys, grow_keys, remap_keys
+from blockspace.fast.content import collect_keys, grow_keys, mark_named, remap_keys, remap_named
 from blockspace.fast.saving import SavedFields
 from blockspace.fast.store import Store
 
@@ -64,24 +64,19 @@ class KeySpace(SavedFields):
             return
         store.keys, remap = collect_keys(store.keys, live, num_more)
         self.num_keys_after_collect = int(store.keys.count[0])
-        remap_keys(store.tables.keys, remap)
-        remap_keys(store.tracker.keys, remap)
+        remap_named(store.tables.keys, store.tables.num_blocks, remap)
+        remap_named(store.tracker.keys, store.tracker.num_keys, remap)
         store.gpu, store.cpu = self._remapped(store.gpu, remap), self._remapped(store.cpu, remap)
 
     def _live(self) -> np.ndarray:
-        """Keys named by a cached block, a table entry or a tracker row (rows
-        never used or freed hold no entries, or keys still valid)."""
+        """Keys named by a cached block, a table entry or a tracker row (a
+        row names keys up to its length only: ``mark_named``)."""
         store = self.store
         live = np.zeros(int(store.keys.count[0]), np.bool_)
         for pool in (store.gpu, store.cpu):
             live[pool.block_key[pool.block_key >= 0]] = True
-        for stored, lengths in (
-            (store.tables.keys, store.tables.num_blocks),
-            (store.tracker.keys, store.tracker.num_keys),
-        ):
-            in_row = np.arange(stored.shape[1])[None, :] < lengths[:, None]
-            named = stored[in_row]
-            live[named[named >= 0]] = True
+        mark_named(store.tables.keys, store.tables.num_blocks, live)
+        mark_named(store.tracker.keys, store.tracker.num_keys, live)
         return live
 
     def _remapped(self, pool: P.Pool, remap: np.ndarray) -> P.Pool:
