@@ -219,13 +219,11 @@ def record_scheduled(loop):
 def schedule_running(fast, views, loop, requests):
     q = Q.RUNNING_QUEUE
     while Q.size(loop, q):
+        if take_decodes(fast, views, loop, requests) == 0:
+            break  # the budget is spent
+        if not Q.size(loop, q):
+            break
         r = Q.at(loop, q, 0)
-        if requests.decoding[r]:
-            taken = take_decode(fast, views, loop, requests, r)
-            if taken == 0:
-                break  # the budget is spent
-            if taken == 1:
-                continue
         num_tokens, _ = new_tokens(fast, views, loop, requests, r, True)
         if num_tokens == 0:
             break  # the budget is spent
@@ -257,48 +255,60 @@ def schedule_running(fast, views, loop, requests):
 
 
 @njit(cache=True)
-def take_decode(fast, views, loop, requests, r):
-    """The running head ``r``, decoding, taken as ``schedule_running`` takes
-    any request, when no one is preempted: 1 if it was (its token counted
-    in, its append done, on the RUNNING_DECODES list), 0 if the budget is
-    spent, 2 if its append does not fit (the general path then preempts).
+def take_decodes(fast, views, loop, requests):
+    """The decoding requests at the running queue's head, taken as
+    ``schedule_running`` takes any request while no one is preempted (each
+    token counted in, each append done, each on the RUNNING_DECODES list),
+    up to the first that is not decoding or whose append does not fit (the
+    general path takes that one, and preempts). Returns 0 when the budget
+    is spent, else 1.
 
-    Why written apart, on arrays read once: it is the common case, ~40
-    requests a step, and the general path's helpers take the state's
-    tuples, whose every pass counts each of their arrays' references up and
-    down; done that way the decode is about three times dearer. The rules
-    are the general path's own: ``chunk`` for the budget (a decode's token
-    cut to whole blocks), ``rules.blocks_touched`` for ``can_append_slots``,
-    ``T.writes_in_place`` for the append."""
+    Why written apart, on arrays read once, one call for the run: it is the
+    common case, ~40 requests a step, and the general path's helpers take
+    the state's tuples, whose every pass counts each of their arrays'
+    references up and down; done that way a decode costs several times
+    more. The rules are the general path's own: ``chunk`` for the budget (a
+    decode's token cut to whole blocks), ``rules.blocks_touched`` for
+    ``can_append_slots``, ``T.writes_in_place`` for the append, ``charge``."""
     meta, config, table_row, seq_len = loop.meta, loop.config, requests.table_row, requests.seq_len
-    num_filled, gpu_meta = views.num_filled, views.gpu_meta
-    block_size, caching = config[BLOCK_SIZE], config[CACHING]
-    left = config[MAX_TOKENS] - meta[BUDGET_TOKENS]
-    if caching:
-        left = left // block_size * block_size
-    if left < 1:
-        return 0
-    row = table_row[r]
-    filled = num_filled[row]
-    touched = rules.blocks_touched(filled, max(0, seq_len[r] - filled), 0, block_size)
-    if touched > gpu_meta[P.NUM_FREE_IDS] + gpu_meta[P.NUM_IDLE]:
-        return 2
-    Q.pop_front(loop, Q.RUNNING_QUEUE)
-    if T.writes_in_place(
-        views.refcount, gpu_meta[P.FIRST_ID], views.blocks, views.num_blocks, num_filled, row, seq_len[r] - filled,
-        0, block_size, caching,
-    ):  # fmt: skip
-        num_filled[row] = seq_len[r]
-    else:
-        append_slots(fast, views, loop, requests, r)
-    lists, lens = loop.lists, loop.list_lens
-    lists[RUNNING_DECODES, lens[RUNNING_DECODES]] = r
-    lens[RUNNING_DECODES] += 1
-    budget_step = requests.budget_step
-    if budget_step[r] != meta[STEP]:  # charge(r, 1, 0)
-        budget_step[r] = meta[STEP]
-        meta[BUDGET_TOKENS] += 1
-        meta[BUDGET_SEQS] += 1
+    decoding, budget_step, lists, lens = requests.decoding, requests.budget_step, loop.lists, loop.list_lens
+    num_filled, gpu_meta, refcount, blocks, num_blocks = (
+        views.num_filled,
+        views.gpu_meta,
+        views.refcount,
+        views.blocks,
+        views.num_blocks,
+    )
+    queues, ends = loop.queues, loop.queue_ends
+    q, capacity = Q.RUNNING_QUEUE, loop.queues.shape[1]
+    block_size, caching, first_id = config[BLOCK_SIZE], config[CACHING], gpu_meta[P.FIRST_ID]
+    while ends[q, 1]:
+        r = queues[q, ends[q, 0]]
+        if not decoding[r]:
+            return 1
+        left = config[MAX_TOKENS] - meta[BUDGET_TOKENS]
+        if caching:
+            left = left // block_size * block_size
+        if left < 1:
+            return 0
+        row = table_row[r]
+        filled = num_filled[row]
+        touched = rules.blocks_touched(filled, max(0, seq_len[r] - filled), 0, block_size)
+        if touched > gpu_meta[P.NUM_FREE_IDS] + gpu_meta[P.NUM_IDLE]:
+            return 1
+        ends[q, 0] = (ends[q, 0] + 1) % capacity  # Q.pop_front
+        ends[q, 1] -= 1
+        new = seq_len[r] - filled
+        if T.writes_in_place(refcount, first_id, blocks, num_blocks, num_filled, row, new, 0, block_size, caching):
+            num_filled[row] = seq_len[r]
+        else:
+            append_slots(fast, views, loop, requests, r)
+        lists[RUNNING_DECODES, lens[RUNNING_DECODES]] = r
+        lens[RUNNING_DECODES] += 1
+        if budget_step[r] != meta[STEP]:  # charge(r, 1, 0)
+            budget_step[r] = meta[STEP]
+            meta[BUDGET_TOKENS] += 1
+            meta[BUDGET_SEQS] += 1
     return 1
 
 
