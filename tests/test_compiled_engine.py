@@ -239,3 +239,67 @@ def test_the_command_compares_the_two_engines(tmp_path, capsys):
     assert "identical" in printed and "wall time of the replay FastBlockSpaceManager (compiled) /" in printed
     document = json.loads((tmp_path / "simulation.json").read_text())
     assert [run["engine"] for run in document["runs"]] == ["compiled", "python"]
+
+
+# -- keys made from chunk ids -----------------------------------------------------------------
+def edge_trace() -> list[TraceRequest]:
+    """Prompts around the chunk edges: a token, a chunk less one, a chunk, a
+    chunk and one, two chunks, and a last partial chunk of every length mod 16."""
+    lengths = [1, 15, 16, 17, 511, 512, 513, 1023, 1024, 1025, 1500, *range(2 * 512 + 1, 2 * 512 + 17)]
+    return [TraceRequest(i, 0.0, n, 5, tuple((i * 7 + c) % 5 for c in range(-(-n // 512)))) for i, n in enumerate(lengths)]
+
+
+def random_trace(seed: int) -> list[TraceRequest]:
+    rng = random.Random(seed)
+    lengths = [rng.randint(1, 4 * 512) for _ in range(30)]
+    return [TraceRequest(i, 0.0, n, 5, tuple(rng.randrange(6) for _ in range(-(-n // 512)))) for i, n in enumerate(lengths)]
+
+
+def block_contents(manager, keys: np.ndarray) -> list[tuple[int, ...]]:
+    """What each key of a row stands for: its block's tokens, and that its
+    parent is the row's previous key (the root for the first): content,
+    whatever numbers the two key tables gave it."""
+    table = manager.store.keys
+    for index, key in enumerate(keys.tolist()):
+        assert table.parent[key] == (keys[index - 1] if index else -1)
+    return [tuple(table.tokens[key].tolist()) for key in keys.tolist()]
+
+
+@pytest.mark.parametrize("block_size", [1, 16, 48, 64, 100, 512])
+@pytest.mark.parametrize("name", ["the sample", "random traces", "the chunk edges"])
+def test_keys_made_from_chunk_ids_are_the_token_paths_block_for_block(name, block_size):
+    """The compiled engine keys a prompt's full blocks from token ids it
+    makes from the chunk ids (``tokens.write_tokens``), never a token list;
+    fast's manager keys them from the list a ``Sequence`` holds. Block for
+    block, the two keys stand for the same content (the same tokens, after
+    the same parent): block sizes that divide a chunk and those that do
+    not, the last partial chunk and its partial block alike."""
+    from blockspace import Sequence
+    from blockspace.fast import table as T
+    from blockspace.fast import tracker as K
+    from blockspace.fast.manager import FastBlockSpaceManager
+
+    trace = {"the sample": lambda: load_trace(None, 40 if block_size > 1 else 8),
+             "random traces": lambda: random_trace(block_size), "the chunk edges": edge_trace}[name]()  # fmt: skip
+    by_list = FastBlockSpaceManager(block_size, 100_000, 0, enable_caching=True)
+    by_chunks = FastBlockSpaceManager(block_size, 100_000, 0, enable_caching=True)
+    requests, chunks = S.new_requests(trace, 1, None)
+    store = by_chunks.store
+    out = np.zeros(max(entry.input_length for entry in trace) + block_size, np.int64)
+    for r, entry in enumerate(trace):
+        seq = Sequence(r, entry.prompt_token_ids())
+        by_list.get_num_cached_tokens(seq)
+        row = by_list.tracker.tracked[r]
+        num_full = entry.input_length // block_size
+        tokens = write_tokens(requests, chunks, r, 0, num_full * block_size, out)  # as blocks.num_cached_tokens
+        store.tracker = K.grow_tracker(store.tracker, num_rows=r + 1, num_cols=num_full + 1)
+        K.open_row(store.tracker_ref, r)
+        while (
+            K.num_cached_tokens(store.gpu_ref, store.keys_ref, store.tracker_ref, r, tokens, num_full, 0, -1, False)
+            == T.NO_KEY_ROOM
+        ):
+            by_chunks.key_space.make_room(num_full)
+        listed = by_list.store.tracker.keys[row, : by_list.store.tracker.num_keys[row]]
+        made = store.tracker.keys[r, : store.tracker.num_keys[r]]
+        assert len(made) == len(listed) == num_full
+        assert block_contents(by_chunks, made) == block_contents(by_list, listed), (name, block_size, r)
