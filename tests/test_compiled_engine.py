@@ -246,13 +246,15 @@ def edge_trace() -> list[TraceRequest]:
     """Prompts around the chunk edges: a token, a chunk less one, a chunk, a
     chunk and one, two chunks, and a last partial chunk of every length mod 16."""
     lengths = [1, 15, 16, 17, 511, 512, 513, 1023, 1024, 1025, 1500, *range(2 * 512 + 1, 2 * 512 + 17)]
-    return [TraceRequest(i, 0.0, n, 5, tuple((i * 7 + c) % 5 for c in range(-(-n // 512)))) for i, n in enumerate(lengths)]
+    chunks = [tuple((i * 7 + c) % 5 for c in range(-(-n // 512))) for i, n in enumerate(lengths)]
+    return [TraceRequest(i, 0.0, n, 5, ids) for i, (n, ids) in enumerate(zip(lengths, chunks))]
 
 
 def random_trace(seed: int) -> list[TraceRequest]:
     rng = random.Random(seed)
     lengths = [rng.randint(1, 4 * 512) for _ in range(30)]
-    return [TraceRequest(i, 0.0, n, 5, tuple(rng.randrange(6) for _ in range(-(-n // 512)))) for i, n in enumerate(lengths)]
+    chunks = [tuple(rng.randrange(6) for _ in range(-(-n // 512))) for n in lengths]
+    return [TraceRequest(i, 0.0, n, 5, ids) for i, (n, ids) in enumerate(zip(lengths, chunks))]
 
 
 def block_contents(manager, keys: np.ndarray) -> list[tuple[int, ...]]:

@@ -21,8 +21,9 @@ The points, in the order of a step:
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from blockspace.enums import SequenceStatus
 from blockspace.simulator.decisions import StepOutput
@@ -30,6 +31,38 @@ from blockspace.simulator.request import SimRequest
 
 if TYPE_CHECKING:
     from blockspace.simulator.slo import SLO
+
+
+class EndedSequence(Protocol):
+    """What a request's record reads of its sequence once the run is over."""
+
+    @property
+    def status(self) -> SequenceStatus: ...
+
+    def get_output_len(self) -> int: ...
+
+
+class ArrivedRequest(Protocol):
+    """What the records read of a request (a sample): a ``SimRequest`` of
+    the Python engine, or the compiled engine's ``ReplayedRequest``."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def sample(self) -> int: ...
+
+    @property
+    def arrival_s(self) -> float: ...
+
+    @property
+    def num_prompt_tokens(self) -> int: ...
+
+    @property
+    def seq(self) -> EndedSequence: ...
 
 
 @dataclass
@@ -133,7 +166,7 @@ class Metrics:
     def __init__(self) -> None:
         self.timeline = Timeline()
         self.counts = Counts()
-        self.requests: list[SimRequest] = []  # every sample, in arrival order
+        self.requests: list[ArrivedRequest] = []  # every sample, in arrival order
         self.first_token_s: dict[str, float] = {}  # request id -> simulated time of its first token
         self.finish_s: dict[str, float] = {}  # request id -> simulated time it finished
         self.admitted_s: dict[str, list[float]] = {}  # request id -> each admission (re-admissions after recompute)
@@ -150,7 +183,7 @@ class Metrics:
         self.wall_s = 0.0  # the replay's wall time
 
     # -- the points of a step ------------------------------------------------------------
-    def arrived(self, samples: list[SimRequest]) -> None:
+    def arrived(self, samples: Iterable[ArrivedRequest]) -> None:
         self.requests += samples
 
     def decided(self, output: StepOutput) -> None:
@@ -220,12 +253,12 @@ class Metrics:
     # -- what the readers take -------------------------------------------------------------
     def outcomes(self) -> list[TraceOutcome]:
         """The samples grouped by trace request, in trace order."""
-        by_index: dict[int, list[SimRequest]] = {}
+        by_index: dict[int, list[ArrivedRequest]] = {}
         for request in self.requests:
             by_index.setdefault(request.index, []).append(request)
         return [self._outcome(index, samples) for index, samples in by_index.items()]
 
-    def _outcome(self, index: int, samples: list[SimRequest]) -> TraceOutcome:
+    def _outcome(self, index: int, samples: list[ArrivedRequest]) -> TraceOutcome:
         records = [self.request_record(request) for request in samples]
         statuses = {record["status"] for record in records}
         status = next((s for s in ("ignored", "aborted", "unfinished") if s in statuses), "finished")
@@ -242,7 +275,7 @@ class Metrics:
             max(record["tpot_s"] for record in records) if finished else None,
         )
 
-    def request_record(self, request: SimRequest) -> dict[str, Any]:
+    def request_record(self, request: ArrivedRequest) -> dict[str, Any]:
         """Everything that happened to one request (one sample), as plain
         data: the ``--requests-out`` line (its schema: docs/simulator.md)."""
         request_id = request.request_id
@@ -292,4 +325,14 @@ class Metrics:
         return [{**self.request_record(request), "met_slo": met.get(request.index)} for request in self.requests]
 
 
-__all__ = ["REASONS", "REQUEST_SCHEMA", "Counts", "Metrics", "TraceOutcome", "Timeline", "tpot"]
+__all__ = [
+    "REASONS",
+    "REQUEST_SCHEMA",
+    "ArrivedRequest",
+    "Counts",
+    "EndedSequence",
+    "Metrics",
+    "TraceOutcome",
+    "Timeline",
+    "tpot",
+]

@@ -259,6 +259,7 @@ def format_comparison(summaries: list[dict[str, Any]]) -> str:
     for index, (label, _) in enumerate(table[0]):
         values = [rows[index][1] for rows in table]
         lines.append(f"  {label:<{width}}  " + "  ".join(f"{value:<{column}}" for value in values))
+    key: tuple[str, ...]
     if all(summary["engine"] == "python" for summary in summaries):
         what, key = "inside the manager", ("manager_time", "total_s")
     else:  # a compiled step does not time its manager calls apart
