@@ -131,9 +131,9 @@ def small_trace(count: int) -> list[TraceRequest]:
 
 # Issue #41's list, small enough for CI (the full sizes: test_the_listed_configurations_in_full).
 LISTED = {
-    "the bundled sample": (lambda: load_trace(None, 60), config_of()),
-    "caching off": (lambda: load_trace(None, 60), config_of(enable_prefix_caching=False)),
-    "recompute, a tight pool": (lambda: load_trace(None, 60), config_of(num_gpu_blocks=900)),
+    "the bundled sample": (lambda: load_trace(None, 25), config_of()),
+    "caching off": (lambda: load_trace(None, 25), config_of(enable_prefix_caching=False)),
+    "recompute, a tight pool": (lambda: load_trace(None, 40), config_of(num_gpu_blocks=900)),
     "swap, a tight pool": (
         lambda: small_trace(40),
         config_of(40, 400, preemption_mode="swap", max_num_batched_tokens=512),
@@ -146,8 +146,8 @@ LISTED = {
         lambda: small_trace(40),
         replace(config_of(60, 400, max_num_batched_tokens=512), num_samples=3),
     ),
-    "n = 3": (lambda: load_trace(None, 30), replace(config_of(num_gpu_blocks=2_000), num_samples=3)),
-    "time scale 4": (lambda: scale_arrivals(load_trace(None, 60), 4.0), config_of(num_gpu_blocks=3_000)),
+    "n = 3": (lambda: load_trace(None, 12), replace(config_of(num_gpu_blocks=2_000), num_samples=3)),
+    "time scale 4": (lambda: scale_arrivals(load_trace(None, 25), 4.0), config_of(num_gpu_blocks=3_000)),
     "block size 48, small budget": (
         lambda: load_trace(None, 40),
         config_of(num_gpu_blocks=900, block_size=48, max_num_batched_tokens=480),
@@ -169,7 +169,7 @@ def test_the_compiled_engine_decides_as_the_python_one(name):
 def test_a_stall_is_the_same_stall():
     """Swap mode with a pool too tight for its swapped groups to come back:
     the Python engine stalls, and so does the compiled one, with the same words."""
-    trace, config = load_trace(None, 100), config_of(num_gpu_blocks=500, preemption_mode="swap")
+    trace, config = load_trace(None, 15), config_of(num_gpu_blocks=400, preemption_mode="swap")
     config = replace(config, num_samples=3)
     fast = load_manager_class("fast")
     with pytest.raises(SimulationStalledError) as python:
@@ -217,7 +217,7 @@ def test_only_fast_runs_compiled_and_auto_picks_it_only_there():
 
 def test_progress_is_reported_and_reaches_every_request():
     seen: list[int] = []
-    trace = load_trace(None, 40)
+    trace = load_trace(None, 12)
     result = replay(trace, load_manager_class("fast"), replace(config_of(), engine="compiled"), on_progress=seen.append)
     assert seen and seen == sorted(seen) and seen[-1] == len(trace)
     assert result.config.engine == "compiled"
