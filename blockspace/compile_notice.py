@@ -1,8 +1,9 @@
 """A one-line notice on stderr while the fast manager's kernels compile.
 
 Why: the fast manager's Numba kernels (``@njit(cache=True)``) compile the
-first time they are called on a machine, about 20 s in all, and a command
-silent for that long looks hung. Numba keeps them in its on-disk cache
+first time they are called on a machine, about 20 s in all (40 s with the
+simulator's compiled engine, which compiles with them: ``numba_cache.py``
+stamps both with the same files), and a command silent for that long looks hung. Numba keeps them in its on-disk cache
 afterwards, and the next runs load them in a fraction of a second.
 
 How a cold cache is told apart, at no cost: Numba broadcasts the event
@@ -23,7 +24,7 @@ from typing import Any, TextIO
 
 from numba.core import event as numba_event
 
-NOTICE = "compiling the fast manager's kernels (first run on this machine, ~20 s)"
+NOTICE = "compiling the fast manager's kernels (first run on this machine, up to a minute)"
 KERNELS = "blockspace.fast"  # the package whose kernels the notice is about
 
 
