@@ -20,7 +20,8 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -150,13 +151,8 @@ class Simulation:
         stays referenced until it ends, so a collection finds nothing to free,
         yet full ones walk all of it again and again (about 7 % of the replay
         on the first 1,000 conversation requests)."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             return self._replay()
-        finally:
-            if collecting:
-                gc.enable()
 
     def _replay(self) -> SimulationResult:
         startup_s = warm_up(type(self.manager), self.manager_kwargs())
@@ -254,6 +250,18 @@ class Simulation:
         if not self.config.scheduler.enable_prefix_caching:
             return 0.0
         return float(self.manager.get_prefix_cache_hit_rate(Device.GPU))
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a replay, back as it was after (``Simulation.run`` says why)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def warm_up(manager_class: type, manager_kwargs: dict[str, Any]) -> float:

@@ -96,6 +96,20 @@ def fail(loop, code):
 
 
 @njit(cache=True, inline="always")
+def take_row(stack, meta, count):
+    """A row off a free stack (``meta[count]`` rows on it; the driver keeps it from running out)."""
+    meta[count] -= 1
+    return stack[meta[count]]
+
+
+@njit(cache=True, inline="always")
+def give_row(stack, meta, count, row):
+    """A row back on a free stack."""
+    stack[meta[count]] = row
+    meta[count] += 1
+
+
+@njit(cache=True, inline="always")
 def num_free_gpu(views):
     """Free GPU blocks, uncached plus idle cached (``P.num_free``)."""
     return views.gpu_meta[P.NUM_FREE_IDS] + views.gpu_meta[P.NUM_IDLE]
@@ -112,8 +126,7 @@ def num_cached_tokens(fast, views, loop, requests, r):
     frozen = requests.tracked[r] == 1 and requests.decoding[r] == 0
     row = requests.tracker_row[r]
     if row < 0:
-        loop.meta[FREE_TRACKER_ROWS] -= 1
-        row = loop.free_tracker_rows[loop.meta[FREE_TRACKER_ROWS]]
+        row = take_row(loop.free_tracker_rows, loop.meta, FREE_TRACKER_ROWS)
         K.open_row(fast.tracker, row)
         requests.tracker_row[r] = row
     requests.tracked[r] = 1
@@ -155,8 +168,7 @@ def forget(loop, requests, r):
     """The request's tracker row, parked or not, is free again."""
     row = requests.tracker_row[r]
     if row >= 0:
-        loop.free_tracker_rows[loop.meta[FREE_TRACKER_ROWS]] = row
-        loop.meta[FREE_TRACKER_ROWS] += 1
+        give_row(loop.free_tracker_rows, loop.meta, FREE_TRACKER_ROWS, row)
         requests.tracker_row[r] = -1
     requests.tracked[r] = 0
 
@@ -183,8 +195,7 @@ def allocate(fast, loop, requests, r):
             keyed = fast.tracker.keys[tracker_row, :num_full]
         else:
             tokens = write_tokens(requests, loop.chunks, r, 0, seq_len, loop.tokens)
-    loop.meta[FREE_TABLE_ROWS] -= 1
-    row = loop.free_table_rows[loop.meta[FREE_TABLE_ROWS]]
+    row = take_row(loop.free_table_rows, loop.meta, FREE_TABLE_ROWS)
     result = T.allocate(fast.gpu, fast.keys, fast.tables, row, tokens, 0, -1, keyed, NO_ROWS, -1, NO_ROWS, 0, loop.info)
     if result != 0:
         fail(loop, result)
@@ -202,8 +213,7 @@ def free(fast, loop, requests, r):
     fast.tables.accessed[row] = requests.accessed[r] == 1
     fast.tables.last_access[row] = requests.access_time[r] if requests.accessed[r] else P.NEVER_ACCESSED
     T.free(fast.gpu, fast.cpu, fast.tables, row, loop.config[BLOCK_SIZE])
-    loop.free_table_rows[loop.meta[FREE_TABLE_ROWS]] = row
-    loop.meta[FREE_TABLE_ROWS] += 1
+    give_row(loop.free_table_rows, loop.meta, FREE_TABLE_ROWS, row)
     requests.table_row[r] = -1
     requests.accessed[r] = 0
 

@@ -13,7 +13,6 @@ left as the Python engine leaves its manager, and ``check_invariants`` holds.
 
 from __future__ import annotations
 
-import gc
 import time
 from array import array
 from collections.abc import Callable
@@ -35,7 +34,12 @@ from blockspace.simulator.compiled.digest import signed
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.metrics import Metrics
 from blockspace.simulator.request import request_id_of
-from blockspace.simulator.simulation import SimulationConfig, SimulationResult, SimulationStalledError
+from blockspace.simulator.simulation import (
+    SimulationConfig,
+    SimulationResult,
+    SimulationStalledError,
+    collector_paused,
+)
 from blockspace.workloads import TraceRequest
 
 PROGRESS_STEPS = 2000  # steps between two progress reports, when someone listens
@@ -87,13 +91,8 @@ class CompiledSimulation:
 
     def run(self) -> SimulationResult:
         """Replay the trace (Python's collector paused, as the Python engine does)."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             return self._replay()
-        finally:
-            if collecting:
-                gc.enable()
 
     def _replay(self) -> SimulationResult:
         startup_s = warm_up(self.manager_class, self.config)
