@@ -143,7 +143,6 @@ class Run:
         store = self.manager.store
         store.tables = T.grow_tables(store.tables, num_cols=num_cols)
         store.tracker = K.grow_tracker(store.tracker, num_cols=num_cols)
-        self.stopped: int | None = None
 
     def num_done(self) -> int:
         return int(self.loop.meta[S.NUM_DONE])
@@ -171,6 +170,10 @@ class Run:
         return int(why)
 
     def _make_room(self) -> None:
+        """What the loop asked for (``meta[NEED_*]``): keys (the manager's
+        collector, or a larger table), table and tracker rows (the arrays
+        grown, the new rows onto the free stacks; at the first call every row
+        joins, the fresh manager having used none), and log entries."""
         meta, store = self.loop.meta, self.manager.store
         if meta[S.NEED_KEYS] and not C.has_room(store.keys, int(meta[S.NEED_KEYS])):
             self.manager.key_space.make_room(int(meta[S.NEED_KEYS]))
