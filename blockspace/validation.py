@@ -361,6 +361,14 @@ def check_output_file(path: str | Path, option: str) -> None:
     _check_writable(path.absolute().parent, option, path)
 
 
+def write_output(path: str | Path, text: str) -> None:
+    """Write a checked output file (``check_output_file``), making its
+    missing folders: the check accepted them as makeable."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
 def _check_writable(folder: Path, option: str, named: Path) -> None:
     """``folder`` exists and takes a new file, or its nearest existing parent
     does (it will be made); ``named`` is the option's value, for the message.

@@ -56,7 +56,7 @@ def grow_keys(keys: Keys, num_more: int) -> Keys:
     return grown
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _hash(parent, tokens, start, block_size, extra):
     h = (parent & MASK) ^ ((extra & MASK) * 31)
     for j in range(block_size):
@@ -64,13 +64,12 @@ def _hash(parent, tokens, start, block_size, extra):
     return h ^ (h >> 21)
 
 
-@njit(cache=True)
-def _same(keys, key, parent, tokens, start, extra):
-    if keys.parent[key] != parent or keys.extra[key] != extra:
+@njit(cache=True, inline="always")
+def _same(parents, extras, stored, key, parent, tokens, start, extra):
+    if parents[key] != parent or extras[key] != extra:
         return False
-    stored = keys.tokens[key]
-    for j in range(stored.shape[0]):
-        if stored[j] != tokens[start + j]:
+    for j in range(stored.shape[1]):
+        if stored[key, j] != tokens[start + j]:
             return False
     return True
 
@@ -91,27 +90,49 @@ def has_room(keys, num_new):
     return keys.count[0] + num_new <= keys.parent.shape[0]
 
 
+@njit(cache=True, inline="always")
+def _intern(parents, extras, stored, slots, count, parent, tokens, start, extra):
+    """``intern`` on the table's arrays. Why arrays: each read of a field
+    of a handle counts the array's reference up and down (two atomic
+    operations), and one probe reads five fields; a chain of blocks reads
+    them once (``key_chain``)."""
+    block_size = stored.shape[1]
+    mask = slots.shape[0] - 1
+    slot = _hash(parent, tokens, start, block_size, extra) & mask
+    while slots[slot] >= 0:
+        key = slots[slot]
+        if _same(parents, extras, stored, key, parent, tokens, start, extra):
+            return key
+        slot = (slot + 1) & mask
+    key = count[0]
+    count[0] = key + 1
+    parents[key] = parent
+    extras[key] = extra
+    for j in range(block_size):
+        stored[key, j] = tokens[start + j]
+    slots[slot] = key
+    return key
+
+
 @njit(cache=True)
 def intern(keys, parent, tokens, start, extra):
     """The key of the block ``tokens[start:start + block_size]`` after the
     block keyed ``parent``; a new key if this content was never seen (the
     caller has checked ``has_room``)."""
-    block_size = keys.tokens.shape[1]
-    mask = keys.slots.shape[0] - 1
-    slot = _hash(parent, tokens, start, block_size, extra) & mask
-    while keys.slots[slot] >= 0:
-        key = keys.slots[slot]
-        if _same(keys, key, parent, tokens, start, extra):
-            return key
-        slot = (slot + 1) & mask
-    key = keys.count[0]
-    keys.count[0] = key + 1
-    keys.parent[key] = parent
-    keys.extra[key] = extra
-    for j in range(block_size):
-        keys.tokens[key, j] = tokens[start + j]
-    keys.slots[slot] = key
-    return key
+    return _intern(keys.parent, keys.extra, keys.tokens, keys.slots, keys.count, parent, tokens, start, extra)
+
+
+@njit(cache=True)
+def key_chain(keys, root, tokens, extra, out, first, last):
+    """Key blocks ``first .. last - 1`` of a sequence into ``out``: block
+    ``index``'s tokens are ``tokens[(index - first) * block_size:]``, its
+    parent ``out[index - 1]`` (``root`` for block 0). The caller has checked
+    ``has_room`` for ``last - first`` keys."""
+    parents, extras, stored, slots, count = keys.parent, keys.extra, keys.tokens, keys.slots, keys.count
+    block_size = stored.shape[1]
+    for index in range(first, last):
+        parent = out[index - 1] if index else root
+        out[index] = _intern(parents, extras, stored, slots, count, parent, tokens, (index - first) * block_size, extra)
 
 
 @njit(cache=True)

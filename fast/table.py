@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from blockspace.fast import pool as P
-from blockspace.fast.content import has_room, intern
+from blockspace.fast.content import has_room, intern, key_chain
 from blockspace.fast.rules import blocks_to_add, blocks_touched, cdiv
 
 GPU = 0
@@ -176,12 +176,10 @@ def allocate(
     if caching and not reuse and not has_room(keys, num_full):
         return NO_KEY_ROOM
     chunk_keys = keyed.copy() if reuse else np.full(num_full, -1, np.int64)
+    if caching and not reuse:
+        key_chain(keys, root, tokens, extra, chunk_keys, 0, num_full)
     need = 0
     for index in range(num_full):
-        if caching and not reuse:
-            chunk_keys[index] = intern(
-                keys, chunk_keys[index - 1] if index else root, tokens, index * block_size, extra
-            )
         need += P.fill_cost(pool, chunk_keys[index])
     if tokens.shape[0] % block_size:
         need += 1

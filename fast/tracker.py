@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from blockspace.fast import pool as P
-from blockspace.fast.content import has_room, intern
+from blockspace.fast.content import has_room, key_chain
 from blockspace.fast.table import NO_KEY_ROOM, NO_ROOM
 
 
@@ -113,9 +113,7 @@ def num_computed_rows(gpu, keys, tracker, tables, table_rows, rows, tokens, toke
 def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, frozen):
     block_size = keys.tokens.shape[1]
     known = tracker.num_keys[row]
-    for index in range(known, num_full):
-        parent = tracker.keys[row, index - 1] if index else root
-        tracker.keys[row, index] = intern(keys, parent, tokens, (index - known) * block_size, extra)
+    key_chain(keys, root, tokens, extra, tracker.keys[row], known, num_full)
     tracker.num_keys[row] = max(known, num_full)
     if frozen:
         return tracker.num_cached[row]

@@ -33,7 +33,7 @@ from blockspace.bench.replay import replay_throughput
 from blockspace.bench.report import kept_preamble, markdown
 from blockspace.bench.startup import machine, startup
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
-from blockspace.validation import check_distinct_outputs, check_output_file, command_parser, refuse
+from blockspace.validation import check_distinct_outputs, check_output_file, command_parser, refuse, write_output
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,9 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     report = markdown(results)
     print(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        write_output(args.json, json.dumps(results, indent=2))
     if args.markdown:
-        Path(args.markdown).write_text(preamble + report)
+        write_output(args.markdown, preamble + report)
     return 0
 
 

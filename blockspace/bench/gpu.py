@@ -41,7 +41,7 @@ from blockspace.errors import BlockSpaceError
 from blockspace.fast.device_table import DeviceBlockTable, gpu_available
 from blockspace.fast.kv_copy import BlockMover, move_blocks_torch
 from blockspace.fast.table_deltas import TableDeltas
-from blockspace.validation import check_output_file, check_ranges, refuse
+from blockspace.validation import check_output_file, check_ranges, refuse, write_output
 
 TABLE_TARGET_US = 20.0
 BANDWIDTH_TARGET = 0.80
@@ -504,8 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:  # after each part: a crash later keeps what was measured
         report["seconds"] = round(time.perf_counter() - began, 1)
         if args.json:
-            with open(args.json, "w") as out:
-                json.dump(report, out, indent=2)
+            write_output(args.json, json.dumps(report, indent=2))
 
     num_seqs = args.seqs or (1024 if on_gpu else 64)
     num_steps = args.steps or (300 if on_gpu else 20)

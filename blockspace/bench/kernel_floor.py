@@ -31,7 +31,7 @@ from typing import Any
 from blockspace.errors import BlockSpaceError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
-from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse
+from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse, write_output
 from blockspace.workloads import TRACE_ENV, load_trace_option, trace_source
 
 RANGES = {"max_requests": Range(least=1)}
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = measure(trace, config)
     print(table(figures))
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=1))
+        write_output(args.json, json.dumps(figures, indent=1))
     return 0
 
 

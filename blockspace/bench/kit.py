@@ -28,7 +28,7 @@ from blockspace.conformance.check import REPRO
 from blockspace.conformance.runner import capabilities_of, checks_for, with_changes
 from blockspace.errors import BlockSpaceError
 from blockspace.kit_options import PROFILES, Profile
-from blockspace.validation import check_output_file, command_parser, load_manager, refuse
+from blockspace.validation import check_output_file, command_parser, load_manager, refuse, write_output
 
 BEFORE = {"shrink_seconds": 300.0, "reduce_repro": False}  # Hypothesis' own limit, as the kit had it
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{correct['failed']} failed"
     )
     if args.json:
-        args.json.write_text(json.dumps({"broken": rows, "correct": correct}, indent=1))
+        write_output(args.json, json.dumps({"broken": rows, "correct": correct}, indent=1))
     return 0
 
 

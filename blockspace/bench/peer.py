@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
-from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse
+from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse, write_output
 from blockspace.workloads import TRACE_ENV, TraceError, load_trace, trace_file, trace_source
 
 INSTALL = "pip install --no-deps ai-dynamo-runtime"  # the mocker; never a dependency of blockspace
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         text = "\n".join([header, "", table(rows, mocker), *notes(rows, mocker), *([missing] if missing else [])])
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_output(args.out, text + "\n")
     return 0
 
 

@@ -28,7 +28,15 @@ from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
 from blockspace.simulator.report import first_difference
 from blockspace.simulator.scheduler import STEP_PATHS
-from blockspace.validation import Range, check_output_file, check_ranges, command_parser, load_manager, refuse
+from blockspace.validation import (
+    Range,
+    check_output_file,
+    check_ranges,
+    command_parser,
+    load_manager,
+    refuse,
+    write_output,
+)
 from blockspace.workloads import load_trace_option, trace_source
 
 
@@ -167,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(step_table(best))
     if args.json:
-        args.json.write_text(json.dumps({"requests": len(trace), "caching": caching, "ways": best}, indent=1))
+        write_output(args.json, json.dumps({"requests": len(trace), "caching": caching, "ways": best}, indent=1))
     return 0
 
 
