@@ -30,6 +30,16 @@ class Profile:
     scopes: tuple[str, ...] = ()  # scopes the explorer exhausts (explore.py), by name (scope.SCOPES)
 
 
+# The exhaustive profile's scopes (conformance/scope.py defines each): every family, and every mechanism
+# the spec names (lookahead, fork and copy-on-write, adapters and salts, hit-rate buckets, the window,
+# swaps, cross tables), each exhausted; together they reach every situation of conformance/situations.py
+# (tests/test_situations.py), in minutes on two cores (docs/conformance.md, *The standard set*).
+STANDARD_SCOPES = (
+    "default", "plain_single", "wide", "big_steps", "evictions", "stale_pair", "shared_writes", "adapter_rows",
+    "salts", "key_room", "long_tables", "step_tails", "two_buckets", "sliding_window_single", "swap_single",
+    "encoder_decoder_single",
+)  # fmt: skip
+
 PROFILES = {
     # Not derandomized: Hypothesis' derandomized examples were far less varied
     # here (a tenth of the appends); a failure prints its repro anyway.
@@ -38,10 +48,11 @@ PROFILES = {
     "symbolic": Profile("symbolic", max_examples=25, step_count=12, trace_requests=0, derandomize=True, symbolic=True),
     # Breadth-first and exhaustive: no sampling, so nothing to derandomize or shrink.
     "exhaustive": Profile("exhaustive", max_examples=0, step_count=0, trace_requests=0, derandomize=True,
-                          scopes=("default",)),
+                          scopes=STANDARD_SCOPES),
 }  # fmt: skip
 
 RANGES = {
+    "budget": Range(above=0),
     "examples": Range(least=1),
     "shrink_budget": Range(above=0),
     "workers": Range(least=1),
@@ -121,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         action="append",
         help="a scope the explorer exhausts, under any profile, e.g. default; its check explore[NAME] must be "
-        "among those --only keeps; a wrong name lists them all (default: none; the exhaustive profile's: default)",
+        "among those --only keeps; a wrong name lists them all (default: none; the exhaustive profile's: the "
+        "standard set)",
     )
     add(
         "--scope-set",
@@ -130,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="change a value of every --scope (with no --scope: of the profile's scopes, or default), e.g. "
         "num_gpu_blocks=5, alphabet=1,2, max_depth=8; only where the explorer runs (default: none)",
+    )
+    add(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="the explorer's wall time over all its scopes: a scope still running when it is spent is cut at the "
+        "depth it reached, and one not begun is skipped, each said in the report; only where the explorer runs "
+        "(default: no bound)",
     )
     add(
         "--workers",

@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         "capabilities": plan.capabilities,
         "passed": checked > 0 and all(r.status != "failed" for r in results),
         "checks": check_entries(results),
+        "situations": situation_coverage(check_entries(results)),
         "totals": {
             "checks": len(results),
             "failed": sum(r.status == "failed" for r in results),
@@ -118,14 +119,14 @@ def prepare(args: Any, given: frozenset[str] = frozenset()) -> Plan:
         names[1] += " (2)"
     impls = {names[0]: against_cls, names[1]: impl_cls}
     reporter = Reporter(profile.shrink_seconds)
-    every_check = checks_for(impls, profile, capabilities, reporter.found, scopes, args.workers)
+    every_check = checks_for(impls, profile, capabilities, reporter.found, scopes, args.workers, args.budget)
     unmatched = [text for text in args.only or () if not any(text in check.name for check in every_check)]
     if unmatched:
         known = ", ".join(check.name for check in every_check)
         raise InvalidArgumentError(f"--only {unmatched[0]!r} names no check of the {args.profile} profile ({known})")
     checks = [c for c in every_check if not args.only or any(t in c.name for t in args.only)]
     check_choice(args, given, checks, scopes, capabilities_of(impl_cls), capabilities)
-    settings = {**asdict(profile), "scopes": [scope.name for scope in scopes]}
+    settings = {**asdict(profile), "scopes": [scope.name for scope in scopes], "budget_s": args.budget}
     return Plan(checks, reporter, capabilities, settings)
 
 
@@ -154,6 +155,7 @@ READ_BY = {
                                   "shrinks)"),
     "scope_set": ("explore[", "changes the scopes the explorer exhausts (explore[...])"),
     "workers": ("explore[", "sets the explorer's processes (explore[...])"),
+    "budget": ("explore[", "bounds the explorer's wall time (explore[...])"),
 }  # fmt: skip
 
 
@@ -218,6 +220,29 @@ def listed(names: Sequence[str]) -> str:
     if len(names) <= 4:
         return "it runs " + ", ".join(names) if names else "it runs no check"
     return f"it runs {len(names)} checks: {', '.join(names[:3])}, ..."
+
+
+def situation_coverage(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Which situations of the spec (``situations.py``) the explorer's
+    scopes of this run reached, each with the scopes and the shallowest
+    depth; None when no scope was explored."""
+    from blockspace.conformance.situations import SITUATIONS
+
+    explored = [entry for entry in entries if "situations" in entry]
+    if not explored:
+        return None
+    reached: dict[str, dict[str, Any]] = {}
+    for entry in explored:
+        for name, depth in entry["situations"].items():
+            seen = reached.setdefault(name, {"depth": depth, "scopes": []})
+            seen["depth"] = min(seen["depth"], depth)
+            seen["scopes"].append(entry["scope"])
+    return {
+        "registered": len(SITUATIONS),
+        "reached": {s.name: reached[s.name] for s in SITUATIONS if s.name in reached},
+        "not_reached": [s.name for s in SITUATIONS if s.name not in reached],
+        "scopes_exhausted": [entry["scope"] for entry in explored if entry.get("exhausted")],
+    }
 
 
 def check_entries(results: list[CheckResult]) -> list[dict[str, Any]]:
@@ -368,6 +393,11 @@ def print_summary(report: dict[str, Any]) -> None:
     for check in checks:
         if "theorem" in check and check["status"] == "passed":
             say(f"{check['name']}: {check['theorem']}")
+    if (coverage := report.get("situations")) is not None:
+        missed = coverage["not_reached"]
+        say(f"situations of the spec reached: {len(coverage['reached'])} of {coverage['registered']} "
+            f"(conformance/situations.py); " + (f"not reached by these scopes: {', '.join(missed)}" if missed
+                                                 else "every one"))  # fmt: skip
     for check in checks:
         if check["status"] == "failed" and "same_failure_as" not in check:
             console.rule(f"[bold red]{escape(check['name'])}")

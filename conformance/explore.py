@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from blockspace.conformance import invariants
+from blockspace.conformance import invariants, situations
 from blockspace.conformance.check import Check, CheckResult
 from blockspace.conformance.lockstep import (
     REPRO_HEADING,
@@ -58,10 +58,12 @@ from blockspace.conformance.lockstep import (
 from blockspace.conformance.protocol import Move, ScriptedWorld, World, keep_device_tables, make, moves, observe
 from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
 from blockspace.conformance.script import Script
+from blockspace.conformance.situations import SITUATIONS, Transition
 from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, table_arrays
 from blockspace.conformance.vllm_manager import Excluded
 from blockspace.extras import missing_modules
 from blockspace.interfaces import load_manager_class, offers_rows
+from blockspace.reference.rules import window_blocks
 from blockspace.saved_state import SavedState
 from blockspace.snapshot import diff
 
@@ -114,6 +116,7 @@ class LeanLock:
         self.changed = False  # has a call changed the state since the snapshots were taken?
         self.raised = ""  # the first call that raised since then, if one did (it must change nothing)
         self.num_calls = 0
+        self.log: list[tuple[str, Any, str]] = []  # the move's calls: (what, value, error class or ""), for situations
 
     def _take(self) -> dict[str, Any]:
         snapshots = {}
@@ -164,13 +167,14 @@ class LeanLock:
             except Exception as error:  # noqa: BLE001 - every error is part of the comparison
                 outcomes[name] = Outcome(error=error)
         self.num_calls += 1
+        first = next(iter(outcomes.values()))
+        self.log.append((what, first.value, type(first.error).__name__ if first.raised else ""))
         if excluded := [o.error for o in outcomes.values() if isinstance(o.error, Excluded)]:
             if pure:  # a question vLLM cannot be asked here: not asked
                 return next(iter(outcomes.values()))
             raise excluded[0]
         if problems := disagreements(outcomes):
             raise Finding(f"{what} disagrees:\n  " + "\n  ".join(problems))
-        first = next(iter(outcomes.values()))
         if pure:
             return first
         if first.raised:
@@ -288,6 +292,7 @@ class Expansion:
     excluded: Counter[str] = field(default_factory=Counter)  # moves a manager cannot be compared on, by reason
     calls: int = 0
     failure: tuple[tuple, str] | None = None  # (path, message) of the first failure
+    situations: dict[str, int] = field(default_factory=dict)  # situation -> depth, first reached in this chunk
 
 
 class Keeper:
@@ -296,6 +301,7 @@ class Keeper:
     (the same objects, their state replaced), else a pickle loaded."""
 
     def __init__(self, impls: Mapping[str, Any], scope: Scope) -> None:
+        self.scope = scope
         self.managers = build(impls, scope)
 
     def blob(self, world: World, managers: Mapping[str, Any], mirrors: dict[str, DeviceMirror]) -> bytes:
@@ -323,11 +329,14 @@ def expand(
     successors: bool = True,
     histories: int = 1,
     found: Counter[bytes] | None = None,
+    reached_before: Mapping[str, int] | None = None,
 ) -> Expansion:
     """Check each state of ``chunk`` and (``successors``) play every move
     enabled in it; keep the successors whose state ``seen`` and ``found``
     (the states this process kept from the layer's chunks so far) hold
-    fewer than ``histories`` times. Stops at the first failure.
+    fewer than ``histories`` times. Stops at the first failure. Each
+    transition is matched against the situations not reached before
+    (``reached_before``) nor earlier in the chunk (``situations.py``).
 
     Why ``found`` may span chunks: the layer is merged in chunk order, so a
     state this process already kept ``histories`` times from earlier chunks
@@ -335,6 +344,9 @@ def expand(
     a third of the pickles (``default`` to depth 9), for any number of workers."""
     out = Expansion()
     found = Counter() if found is None else found
+    reached = dict(reached_before or {})  # situations reached so far: the shallowest depth is the first
+    scope = keeper.scope
+    window = window_blocks(scope.sliding_window, scope.block_size)
     for blob, path in chunk:
         places, saved = pickle.loads(blob)
         world, managers, mirrors = keeper.load(places, saved)
@@ -354,7 +366,7 @@ def expand(
             if dirty:
                 world, managers, mirrors = keeper.load(places, saved)
                 lock = LeanLock(managers, parent_snapshots, mirrors)
-            lock.num_calls = 0
+            lock.num_calls, lock.log = 0, []
             try:
                 try:
                     make(move, world, lock)
@@ -381,6 +393,11 @@ def expand(
                     return out
             out.transitions += 1
             out.calls += lock.num_calls
+            if len(reached) < len(SITUATIONS):
+                transition = Transition(move, parent_snapshots[lock.snapshotting[0]], lock.yardstick,
+                                        tuple(lock.log), scope.block_size, window, scope.enable_caching)  # fmt: skip
+                for name in situations.reached(transition, reached.keys()):
+                    reached[name] = out.situations[name] = len(path) + 1
             if dirty and seen[key] + found[key] < histories:
                 found[key] += 1
                 out.new.append((key, keeper.blob(world, lock.managers, lock.mirrors), path + (move,)))
@@ -390,11 +407,14 @@ def expand(
 _SEEN: Counter[bytes] = Counter()  # the states of earlier layers (histories kept), as a forked worker inherits them
 _FOUND: Counter[bytes] = Counter()  # the states this process kept from the layer's chunks so far (``expand``)
 _KEEPER: Keeper | None = None  # the search's managers, as a forked worker inherits them
+_REACHED: dict[str, int] = {}  # the situations earlier layers reached, as a forked worker inherits them
 
 
 def _expand_chunk(job: tuple[list[tuple[bytes, tuple]], bool, int]) -> Expansion:
     assert _KEEPER is not None
-    return expand(job[0], _SEEN, _KEEPER, job[1], job[2], _FOUND)
+    out = expand(job[0], _SEEN, _KEEPER, job[1], job[2], _FOUND, _REACHED)
+    _REACHED.update(out.situations)  # one process's later chunks need not look for them again
+    return out
 
 
 def expand_layer(
@@ -404,12 +424,14 @@ def expand_layer(
     workers: int,
     successors: bool,
     histories: int = 1,
+    reached: Mapping[str, int] | None = None,
 ) -> list[Expansion]:
     """The frontier's chunks expanded, in order, by ``workers`` processes
-    (forked, so each inherits ``seen`` and the managers without copying them over)."""
-    global _SEEN, _FOUND, _KEEPER
+    (forked, so each inherits ``seen``, the situations ``reached`` and the
+    managers without copying them over)."""
+    global _SEEN, _FOUND, _KEEPER, _REACHED
     jobs = [(frontier[i : i + CHUNK], successors, histories) for i in range(0, len(frontier), CHUNK)]
-    _SEEN, _FOUND, _KEEPER = seen, Counter(), keeper
+    _SEEN, _FOUND, _KEEPER, _REACHED = seen, Counter(), keeper, dict(reached or {})
     if workers <= 1 or len(jobs) <= 1:
         return [_expand_chunk(job) for job in jobs]
     with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
@@ -436,6 +458,7 @@ class Report:
     failure: str = ""  # the first failure, with its runnable repro
     path: tuple = ()
     histories: int = 0  # histories gone on from (the states, when the scope keeps one a state)
+    situations: dict[str, int] = field(default_factory=dict)  # situation reached -> shallowest depth (situations.py)
 
     @property
     def passed(self) -> bool:
@@ -477,6 +500,7 @@ class Report:
             "cut": self.cut, "histories": self.histories, "seconds": round(self.seconds, 2), "workers": self.workers,
             "layers": self.layers, "transitions_per_s_per_worker": round(self.rate()), "excluded": dict(self.excluded),
             "theorem": self.theorem(), "failure_moves": len(self.path) if self.failure else None,
+            "situations": dict(sorted(self.situations.items(), key=lambda item: (item[1], item[0]))),
         }  # fmt: skip
 
 
@@ -532,10 +556,18 @@ class Search:
         at_bound = scope.max_depth is not None and report.depth >= scope.max_depth
         out_of_time = self.max_seconds is not None and report.seconds > self.max_seconds
         results = expand_layer(
-            self.frontier, self.seen, self.keeper, self.workers, not (at_bound or out_of_time), scope.histories
+            self.frontier,
+            self.seen,
+            self.keeper,
+            self.workers,
+            not (at_bound or out_of_time),
+            scope.histories,
+            report.situations,
         )
         new = []
         for result in results:
+            for name, depth in result.situations.items():
+                report.situations[name] = min(depth, report.situations.get(name, depth))
             report.transitions += result.transitions
             report.calls += result.calls
             report.excluded.update(result.excluded)
@@ -601,12 +633,32 @@ def describe(move: Move) -> str:
 
 
 # -- as a check of the kit ----------------------------------------------------------------------
+class Budget:
+    """The explorer's wall time over several scopes (``--budget``), counted
+    from when the first of them begins."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.started: float | None = None
+
+    def left(self) -> float:
+        if self.started is None:
+            self.started = time.monotonic()
+        return self.seconds - (time.monotonic() - self.started)
+
+
 def explore_check(
-    impls: Mapping[str, Any], scope: Scope | str, capabilities: Mapping[str, bool], workers: int | None = None
+    impls: Mapping[str, Any],
+    scope: Scope | str,
+    capabilities: Mapping[str, bool],
+    workers: int | None = None,
+    budget: Budget | None = None,
 ) -> Check:
-    """``explore[<scope>]``: the scope exhausted (or cut by its ``max_depth``);
-    passed with its theorem, failed with the first failure's repro; skipped
-    when the implementation lacks the family's capability."""
+    """``explore[<scope>]``: the scope exhausted (or cut by its ``max_depth``,
+    or by what is left of ``budget``: its theorem then holds to the depth
+    reached); passed with its theorem, failed with the first failure's
+    repro; skipped when the implementation lacks the family's capability,
+    or when the budget was spent before it began."""
     scope = SCOPES[scope] if isinstance(scope, str) else scope
     name = f"explore[{scope.name}]"
 
@@ -614,8 +666,11 @@ def explore_check(
         needed = FAMILY_CAPABILITY[scope.family]
         if needed is not None and not capabilities.get(needed, True):
             return CheckResult(name, "skipped", detail=f"{needed} is False")
+        left = budget.left() if budget is not None else None
+        if budget is not None and left is not None and left <= 0:
+            return CheckResult(name, "skipped", detail=f"not begun: the --budget of {budget.seconds:g} s was spent")
         try:
-            report = explore(impls, scope, workers)
+            report = explore(impls, scope, workers, left)
         except (TypeError, RecursionError, pickle.PicklingError) as error:  # no snapshot() on the yardstick; no pickle
             return CheckResult(name, "failed", detail=f"cannot explore: {type(error).__name__}: {error}")
         detail = report.theorem() + ("\n" + report.failure if report.failure else "")

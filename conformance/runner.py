@@ -67,10 +67,12 @@ def checks_for(
     on_failure: FirstFailure | None = None,
     scopes: Sequence[Any] = (),
     workers: int | None = None,
+    budget: float | None = None,
 ) -> list[Check]:
     """Every check of a profile, in the order they run (``scopes``: the
     explorer's, instead of the profile's, as names or ``Scope``s, explored
-    by ``workers`` processes, default one per core)."""
+    by ``workers`` processes, default one per core, all of them within
+    ``budget`` seconds when one is given)."""
     checks = machine_checks(impls, profile, capabilities, on_failure) if profile.max_examples else []
     if profile.trace_requests:
         checks += trace.trace_checks(impls, profile.trace_requests, capabilities)
@@ -78,7 +80,8 @@ def checks_for(
         checks += sweeps.sweep_checks(impls, capabilities)
     if profile.symbolic:
         checks += symbolic.symbolic_checks(impls, profile)
-    checks += [explore.explore_check(impls, scope, capabilities, workers) for scope in scopes or profile.scopes]
+    shared = explore.Budget(budget) if budget is not None else None
+    checks += [explore.explore_check(impls, scope, capabilities, workers, shared) for scope in scopes or profile.scopes]
     return checks
 
 

@@ -209,6 +209,18 @@ SCOPES = {
     "big_steps": Scope(name="big_steps", family="plain", block_size=1, num_gpu_blocks=45, num_cpu_blocks=0,
                        max_requests=1, samples=(1, 2), max_seqs=3, prompt_lengths=(1,), alphabet=(1,), max_len=17,
                        new_tokens=(16,), step_tokens=(16,), max_preemptions=0),
+    # Three requests of one sequence each on two blocks: two fill their blocks at times of their own and
+    # leave them idle, so the third's admission evicts by time (the oldest), or, where both were freed
+    # at one time, by the tie-break (§6.3); the ``caching`` scope reaches this too, in minutes.
+    "evictions": Scope(name="evictions", family="caching", block_size=2, num_gpu_blocks=2, num_cpu_blocks=0,
+                       enable_caching=True, max_requests=3, max_seqs=1, prompt_lengths=(1,), alphabet=(0, 1),
+                       max_len=2, max_preemptions=0),
+    # Example 4 of the spec: a request's one-token prompt forked, and another's prompt of a full block
+    # of the same tokens cached; the first sequence's append fills its shared block, which is copied
+    # and then folded into the cached one in the same call: the copy's pair is stale (§14.1).
+    "stale_pair": Scope(name="stale_pair", family="caching", block_size=2, num_gpu_blocks=3, num_cpu_blocks=0,
+                        enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1, 2), alphabet=(1,),
+                        max_len=2, max_preemptions=0),
     "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                   max_len=2, max_preemptions=1),
@@ -224,6 +236,12 @@ SCOPES = {
                                    max_seqs=2, prompt_lengths=(1, 3), alphabet=(1,), max_len=3, lookaheads=(0, 2),
                                    max_preemptions=1),
 }  # fmt: skip
+
+# Each family's scope with one request: its own mechanism (a fork makes the sharing, preemptions the
+# swaps and recomputes) exhausted in seconds, where the two-request scope takes minutes. The
+# standard set (blockspace/kit_options.py) takes these; the two-request ones stay for a longer proof.
+SCOPES.update({f"{name}_single": replace(SCOPES[name], name=f"{name}_single", max_requests=1)
+               for name in ("plain", "sliding_window", "swap", "encoder_decoder")})  # fmt: skip
 
 FAMILY_CAPABILITY = {  # the capability a scope's family needs from a manager (None: every manager)
     "plain": None,

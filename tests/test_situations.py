@@ -1,0 +1,99 @@
+"""The situations registry (conformance/situations.py): held to the spec,
+and reached by the explorer where docs/conformance.md says it is."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from blockspace.conformance import cli
+from blockspace.conformance.explore import explore
+from blockspace.conformance.scope import SCOPES
+from blockspace.conformance.situations import BY_NAME, NOT_TRANSITIONS, SITUATIONS
+from blockspace.kit_options import PROFILES, STANDARD_SCOPES
+
+DOCS = Path(__file__).parents[1] / "docs"
+PAIR = {"reference": "reference", "fast": "fast"}
+
+
+def spec_anchors() -> set[str]:
+    """Every section of docs/semantics.md that holds a [verified] claim, and every §14 item."""
+    anchors, section = set(), ""
+    for line in (DOCS / "semantics.md").read_text(encoding="utf-8").splitlines():
+        if heading := re.match(r"#{2,3} (\d+(?:\.\d+)?)\.? ", line):
+            section = "§" + heading.group(1)
+        if item := re.match(r"- \*\*(14\.\d+) ", line):
+            anchors.add("§" + item.group(1))
+        elif "[verified" in line.lower() and section and not section.startswith("§14"):  # past the preface
+            anchors.add(section)
+    return anchors
+
+
+def documented_table() -> dict[str, tuple[str, set[str], int]]:
+    """docs/conformance.md's situation table: name -> (sections, scopes, shallowest depth)."""
+    rows = {}
+    for line in (DOCS / "conformance.md").read_text(encoding="utf-8").splitlines():
+        if match := re.match(r"\| `(\w+)` \| ([^|]+) \| ([^|]+) \| ([^|]+) \| (\d+) \|$", line):
+            name, sections, _, scopes, depth = match.groups()
+            rows[name] = (sections.strip(), set(re.findall(r"`(\w+)`", scopes)), int(depth))
+    return rows
+
+
+def test_every_verified_section_and_surprise_has_a_situation_or_a_reason():
+    anchors = spec_anchors()
+    assert len(anchors) > 30 and {"§6.3", "§9.7", "§14.1", "§14.23"} <= anchors  # the parse found them
+    covered = {section for s in SITUATIONS for section in s.sections} | set(NOT_TRANSITIONS)
+    assert sorted(anchors - covered) == []
+    assert len(BY_NAME) == len(SITUATIONS)  # names are unique
+
+
+def test_the_table_in_the_docs_lists_every_situation_with_its_sections():
+    table = documented_table()
+    assert set(table) == set(BY_NAME)
+    for name, (sections, scopes, _) in table.items():
+        assert sections == ", ".join(BY_NAME[name].sections), name
+        assert scopes and scopes <= set(STANDARD_SCOPES), name
+
+
+def test_the_standard_set_has_a_scope_of_every_family():
+    assert PROFILES["exhaustive"].scopes == STANDARD_SCOPES
+    assert {SCOPES[name].family for name in STANDARD_SCOPES} == {"plain", "caching", "sliding_window", "swap",
+                                                                   "encoder_decoder"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["default", "swap_single", "sliding_window_single", "encoder_decoder_single"])
+def test_a_scope_reaches_what_the_table_says_at_the_depth_it_says(name):
+    """Each situation the table gives this scope, this scope reaches; where
+    the table's shallowest depth is this scope's, at that depth."""
+    report = explore(PAIR, SCOPES[name], workers=2)
+    assert report.exhausted and report.passed, report.failure
+    for situation, (_, scopes, depth) in documented_table().items():
+        assert (situation in report.situations) == (name in scopes), situation
+        if name in scopes:
+            assert report.situations[situation] >= depth, situation
+
+
+def test_a_situation_is_found_from_the_values_of_the_moves_calls():
+    before = {"tables": {}, "cross_tables": {}, "blocks": [(1, False, False, -1.0)] * 3, "null_block": None,
+              "free": {"GPU": [], "CPU": []}, "evictable": {"GPU": [], "CPU": []}, "touched": [],
+              "hit_stats": {"GPU": (0, 0.0, 0, 0), "CPU": (0, 0.0, 0, 0)}, "tracker": {}}  # fmt: skip
+    from blockspace.conformance.situations import Transition, reached
+
+    swap = Transition(("swap_out", "r0"), before, before, (("swap_out", [(0, 3), (0, 4)], ""),), 2, None, False)
+    assert {"swap_out", "swap_unshares"} <= set(reached(swap))
+    refused = Transition(("swap_out", "r0"), before, before, (("can_swap_out", True, ""), ("swap_out", None,
+                         "NoFreeBlocksError")), 2, None, False)  # fmt: skip
+    assert "swap_out_fails_after_ok" in reached(refused) and "swap_out" not in reached(refused)
+
+
+@pytest.mark.slow
+def test_the_standard_set_is_exhausted_and_reaches_every_situation(tmp_path):
+    """``--profile exhaustive`` with no other option (about 10 minutes on two cores)."""
+    path = tmp_path / "report.json"
+    assert cli.main(["--impl", "fast", "--profile", "exhaustive", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    assert sorted(report["situations"]["scopes_exhausted"]) == sorted(STANDARD_SCOPES)
+    assert report["situations"]["not_reached"] == []
