@@ -167,9 +167,13 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
         "examples": [["--profile", "exhaustive", "--examples", "3"], ["--only", "sweep", "--examples", "3"]],
         "shrink_budget": [["--only", "explore", "--scope", "plain", "--shrink-budget", "5"]],
         "workers": [["--workers", "2"], ["--profile", "symbolic", "--workers", "2"]],
-        "fail_fast": [["--only", "machine[plain]", "--fail-fast"], ["--profile", "exhaustive", "--fail-fast"]],
+        "fail_fast": [
+            ["--only", "machine[plain]", "--fail-fast"],
+            ["--profile", "exhaustive", "--scope", "default", "--fail-fast"],
+        ],
+        "budget": [["--budget", "60"], ["--budget", "0"], ["--profile", "full", "--budget", "60"]],
         "without": [
-            ["--profile", "exhaustive", "--without", "caching"],  # it skips the only check
+            ["--profile", "exhaustive", "--scope", "default", "--without", "caching"],  # it skips the only check
             ["--only", "machine[plain]", "--without", "caching"],  # it skips nothing
             ["--only", "machine[caching]", "--only", "sweep[salts]", "--without", "caching"],
         ],

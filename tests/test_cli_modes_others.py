@@ -457,8 +457,8 @@ CONFORMANCE = Command(
             ["--without", "caching"],
             lambda o: (
                 report(o)["capabilities"]["supports_caching"] is False
-                and statuses(o)["sweep[salts]"] == "skipped"
-                and "passed" in statuses(o).values()
+                and statuses(o).get("sweep[salts]", "skipped") == "skipped"
+                and {"skipped", "passed"} <= set(statuses(o).values())
             ),
         ),
         "scope": Probe(["--scope", "swap"], lambda o: [c["scope"] for c in explorers(o)] == ["swap"]),
@@ -468,6 +468,14 @@ CONFORMANCE = Command(
         "workers": Probe(
             ["--workers", "3"], lambda o: bool(explorers(o)) and all(c["workers"] == 3 for c in explorers(o))
         ),
+        "budget": Probe(
+            ["--budget", "0.001"],  # spent while the first scope starts: it is cut at once, the others not begun
+            lambda o: (
+                report(o)["settings"]["budget_s"] == 0.001
+                and explorers(o)[0]["cut"] == "time"
+                and all("not begun" in c["detail"] for c in explorers(o)[1:])
+            ),
+        ),
     },
     refused={
         ("examples", "quick+scope"),  # no state machine: --examples, --shrink-budget read nothing
@@ -475,11 +483,12 @@ CONFORMANCE = Command(
         ("examples", "exhaustive"),
         ("shrink_budget", "exhaustive"),
         ("fail_fast", "symbolic"),  # one check: nothing after it to stop
-        ("fail_fast", "exhaustive"),
         ("without", "symbolic"),  # machine[plain] needs no caching
-        ("without", "exhaustive"),  # it would skip explore[default], the only check
-        ("only", "exhaustive"),  # no check of the exhaustive profile has "plain" in its name
-        *((dest, mode) for dest in ("scope", "scope_set", "workers") for mode in ("quick", "full", "symbolic")),
+        *(
+            (dest, mode)
+            for dest in ("scope", "scope_set", "workers", "budget")
+            for mode in ("quick", "full", "symbolic")
+        ),
     },  # no explorer there (--only leaves it out)
 )
 
@@ -654,15 +663,16 @@ def test_each_check_is_skipped_exactly_without_the_capability_it_is_said_to_need
 
 
 def test_a_run_that_would_check_nothing_is_refused_naming_what_skips_it(workspace, capsys):
-    """A manager without prefix caching, under the exhaustive profile (whose
-    scope is of the caching family): before, exit 0 and one skipped check."""
+    """A manager without prefix caching, exploring the default scope (of the
+    caching family) alone: before, exit 0 and one skipped check."""
     (Path("no_caching.py")).write_text(
         "from blockspace.reference import ReferenceBlockSpaceManager\n\n\n"
         "class NoCaching(ReferenceBlockSpaceManager):\n    supports_caching = False\n"
     )
-    assert conformance.main(["--impl", "no_caching:NoCaching", "--profile", "exhaustive", "--json", "c.json"]) == 2
+    argv = ["--impl", "no_caching:NoCaching", "--profile", "exhaustive", "--scope", "default", "--json", "c.json"]
+    assert conformance.main(argv) == 2
     assert capsys.readouterr().err == (
-        "error: --impl no_caching:NoCaching lacks what every check of --profile exhaustive needs"
+        "error: --impl no_caching:NoCaching lacks what every check of --profile exhaustive --scope default needs"
         " (explore[default]: supports_caching is False): nothing would be checked\n"
     )
     assert not Path("c.json").exists()

@@ -35,8 +35,8 @@ def test_the_default_scope_is_exhausted_and_the_theorem_says_so() -> None:
 def test_any_number_of_workers_finds_the_same_states() -> None:
     scope = scope_from("caching", ["max_depth=3"])
     one, two = (explore(PAIR, scope, workers=n) for n in (1, 2))
-    figures = [(r.states, r.transitions, r.calls, r.layers, r.depth) for r in (one, two)]
-    assert figures[0] == figures[1]
+    figures = [(r.states, r.transitions, r.calls, r.layers, r.depth, r.situations) for r in (one, two)]
+    assert figures[0] == figures[1] and figures[0][-1]  # the same situations, at the same depths
 
 
 def test_layers_of_many_chunks_keep_the_same_histories_for_any_number_of_workers() -> None:
