@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
-from blockspace.conformance.lockstep import REPRO_HEADING, Divergence
+from blockspace.conformance.lockstep import EXCLUDED, REPRO_HEADING, Divergence
 from blockspace.conformance.machine import machine_for
 from blockspace.conformance.reduce import shorten
 from blockspace.kit_options import Profile
@@ -93,8 +94,26 @@ class Check:
     needs: str | None = None
     reads: frozenset[str] = frozenset()
 
+    def __post_init__(self) -> None:
+        self.run = _with_exclusions(self.run)
+
     def capabilities_read(self) -> frozenset[str]:
         return self.reads | ({self.needs} if self.needs else frozenset())
+
+
+def _with_exclusions(run: Callable[[], CheckResult]) -> Callable[[], CheckResult]:
+    """``run`` whose result names, under ``not_compared``, the calls a
+    manager refused to be compared on while it ran, by reason
+    (``lockstep.EXCLUDED``; the explorer reports its own as ``excluded``)."""
+
+    def counted() -> CheckResult:
+        before = Counter(EXCLUDED)
+        result = run()
+        if refused := EXCLUDED - before:
+            result.extra["not_compared"] = dict(refused.most_common())
+        return result
+
+    return counted
 
 
 def scripted_check(

@@ -393,6 +393,12 @@ def print_summary(report: dict[str, Any]) -> None:
     for check in checks:
         if "theorem" in check and check["status"] == "passed":
             say(f"{check['name']}: {check['theorem']}")
+    for check in checks:
+        if refused := check.get("not_compared"):
+            say(
+                f"{check['name']}: not compared on {sum(refused.values()):,} call(s) a manager refused, by reason: "
+                + "; ".join(f"{reason}: {count:,}" for reason, count in refused.items())
+            )
     if (coverage := report.get("situations")) is not None:
         missed = coverage["not_reached"]
         say(f"situations of the spec reached: {len(coverage['reached'])} of {coverage['registered']} "

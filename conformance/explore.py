@@ -47,6 +47,7 @@ from typing import Any
 from blockspace.conformance import invariants, situations
 from blockspace.conformance.check import Check, CheckResult
 from blockspace.conformance.lockstep import (
+    PURE,
     REPRO_HEADING,
     Divergence,
     Lockstep,
@@ -68,10 +69,6 @@ from blockspace.saved_state import SavedState
 from blockspace.snapshot import diff
 
 CHUNK = 32  # frontier states a worker expands at a time (fixed, so results do not depend on the workers)
-PURE = frozenset({  # calls that change nothing (spec §9): no snapshot after them
-    "can_allocate", "can_append_slots", "can_swap_in", "can_swap_out", "get_block_table",
-    "get_cross_block_table", "get_num_free_gpu_blocks", "get_num_free_cpu_blocks", "get_prefix_cache_hit_rate",
-})  # fmt: skip
 
 
 class Finding(Exception):

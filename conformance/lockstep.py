@@ -11,24 +11,40 @@ error is raised before any change).
 
 Any disagreement raises ``Divergence`` with the runnable call log (a
 ``Script``) that led to it, so a failure is its own bug report.
+
+A manager may refuse to be compared on a call by raising ``Excluded``
+(vLLM's own manager does, where vLLM crashes, half-changes its state, is
+nondeterministic or reads an input it never checks: spec §14, §15). A
+question (it changes nothing) is then not compared; any other call has
+already changed the managers asked before it, so the excluded manager
+leaves the lockstep and the rest of the run is compared without it. Each
+exclusion is counted by its reason in ``EXCLUDED``, which every check reads
+(``check.Check``), as the explorer counts its own.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from blockspace.conformance.script import Script
 from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, running, table_arrays
+from blockspace.conformance.vllm_manager import Excluded
 from blockspace.extras import missing_modules
 from blockspace.interfaces import BATCH_API, ROW_API, load_manager_class, offers_rows
 from blockspace.protocols import SequenceGroupLike
 from blockspace.snapshot import diff
 
 REPRO_HEADING = "\n\nRepro (runnable):\n"  # between a Divergence's message and its script
+PURE = frozenset({  # calls that change nothing (spec §9)
+    "can_allocate", "can_append_slots", "can_swap_in", "can_swap_out", "get_block_table",
+    "get_cross_block_table", "get_num_free_gpu_blocks", "get_num_free_cpu_blocks", "get_prefix_cache_hit_rate",
+})  # fmt: skip
+EXCLUDED: Counter[str] = Counter()  # calls a manager refused to be compared on, by reason, in this process
 
 
 class Divergence(AssertionError):
@@ -320,6 +336,8 @@ class Lockstep:
             except Exception as error:  # noqa: BLE001 - every error is part of the comparison
                 outcomes[name] = Outcome(error=error)
         self.num_calls += 1
+        if excluded := {name for name, outcome in outcomes.items() if isinstance(outcome.error, Excluded)}:
+            return self._exclude(what, line, outcomes, excluded)
         first_name, first = next(iter(outcomes.items()))
         self.script.add(line, comment="" if quiet else f"{first_name} {first.describe()}", quiet=quiet)
         problems = disagreements(outcomes)
@@ -328,6 +346,20 @@ class Lockstep:
                 self.script.add(line)
             self.fail(f"{what} disagrees:\n  " + "\n  ".join(problems))
         return first
+
+    def _exclude(self, what: str, line: str, outcomes: Mapping[str, Outcome], excluded: set[str]) -> Outcome:
+        """A call some managers refused to be compared on (module docstring):
+        counted by its reason; after a call that may change state, those
+        managers leave the lockstep (unless none would be left). The answer
+        is that of the first manager that stays."""
+        reason = str(next(outcomes[name].error for name in outcomes if name in excluded))
+        EXCLUDED[reason] += 1
+        self.script.add(line, comment=f"not compared: {reason}")
+        if what not in PURE and len(excluded) < len(self.managers):
+            self.managers = {name: m for name, m in self.managers.items() if name not in excluded}
+            self.snapshots = {name: s for name, s in self.snapshots.items() if name not in excluded}
+            self.script.add(f"# {', '.join(sorted(excluded))} left the lockstep here ({reason})")
+        return next((o for name, o in outcomes.items() if name not in excluded), next(iter(outcomes.values())))
 
     def device_tables(self, groups: list[Any]) -> None:
         """``check_device_tables`` as a call of its own (the explorer's

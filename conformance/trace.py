@@ -22,7 +22,7 @@ from typing import Any
 from blockspace.conformance.check import Check, CheckResult
 from blockspace.conformance.lockstep import Divergence, Lockstep
 from blockspace.conformance.script import Script
-from blockspace.enums import AllocStatus, SequenceStatus
+from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
 from blockspace.workloads import TraceError, TraceRequest, load_trace, trace_source
 
@@ -130,7 +130,7 @@ def replay(
             preempt_latest()
         for group in running:
             lock.value("mark_blocks_as_computed", group, seq(group).data.get_num_uncomputed_tokens())
-        for device in ("GPU", "CPU"):
+        for device in (Device.GPU, Device.CPU):  # as vLLM's scheduler names them
             lock.value("get_prefix_cache_hit_rate", device)
         for group in list(running):  # the model step: the whole prompt, then one token per step
             s = seq(group)
@@ -146,7 +146,7 @@ def replay(
                 script.do(f"{name(group)}.append_token_id({7 + token})")
     for index in range(len(requests)):
         lock.value("get_num_cached_tokens", script.get(f"s{index}"))
-    for device in ("GPU", "CPU"):
+    for device in (Device.GPU, Device.CPU):  # as vLLM's scheduler names them
         lock.value("get_prefix_cache_hit_rate", device)
     lock.value("reset_prefix_cache")
     lock.checkpoint("the end of the trace")

@@ -22,6 +22,10 @@ What is normalised, as the spec maps it:
 * the state: ``snapshot()`` reads vLLM's internals into blockspace's form
   (``vllm_snapshot``), so whole states are compared, not only answers.
 
+Not vLLM's at all, so excluded too: a request with a cache salt
+(blockspace's tenant isolation, docs/reliability.md; vLLM 0.9.2's v0
+manager keys none).
+
 What is excluded (§14: vLLM's crashes, half-done operations and
 nondeterminism, which blockspace does not reproduce): a call that would
 meet one raises ``Excluded`` naming the item *before* vLLM runs, or after a
@@ -38,6 +42,7 @@ from typing import Any
 
 from blockspace.block_ids import EMPTY, BlockIds
 from blockspace.enums import AllocStatus, Device, SequenceStatus
+from blockspace.validation import cache_salt
 
 
 class Excluded(Exception):
@@ -119,6 +124,9 @@ def _ids(value: Any) -> BlockIds:
 
 
 NO_FREE_BLOCKS = (ValueError,)  # vLLM's NoFreeBlocksError: raised after partial changes wherever it comes (§15)
+# A swap into a pool with no free id fails on the pool's own assert, after the source ids were released (§14.6)
+SWAP_RAN_DRY = (ValueError, AssertionError)
+UNSALTED = "a cache salt (blockspace's tenant isolation: vLLM 0.9.2's v0 manager keys no salt)"
 
 
 class VllmManager:
@@ -189,6 +197,9 @@ class VllmManager:
                 raise Excluded(f"§15 {type(error).__name__} after partial changes") from None
             raise ForeignError(error) from None
 
+    def _unsalted(self, seqs: list[Any]) -> None:
+        self._exclude_if(any(cache_salt(seq) is not None for seq in seqs), UNSALTED)
+
     def _lookahead(self, num_lookahead_slots: int) -> None:
         self._exclude_if(type(num_lookahead_slots) is not int or num_lookahead_slots < 0,
                          "a lookahead that is no int or negative (vLLM does not check it)")  # fmt: skip
@@ -196,11 +207,13 @@ class VllmManager:
     # -- the interface ----------------------------------------------------------------------------
     def can_allocate(self, seq_group: Any, num_lookahead_slots: int = 0) -> AllocStatus:
         self._lookahead(num_lookahead_slots)
+        self._unsalted(seq_group.get_seqs())
         status = self._run(self.vllm.can_allocate, seq_group, num_lookahead_slots)
         return AllocStatus[status.name]
 
     def allocate(self, seq_group: Any) -> None:
         waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
+        self._unsalted(seq_group.get_seqs())
         self._exclude_if(any(type(t) is not int or t < 0 for s in waiting for t in s.get_token_ids()),
                          "a token id that is no int or negative (vLLM does not check it)")  # fmt: skip
         self._exclude_if(
@@ -257,7 +270,7 @@ class VllmManager:
             for s in seq_group.get_seqs()
             for b in getattr(self.vllm.block_tables.get(s.seq_id), "physical_block_ids", [])
         ]
-        pairs = self._run(swap, seq_group, half_done=NO_FREE_BLOCKS)
+        pairs = self._run(swap, seq_group, half_done=SWAP_RAN_DRY)
         if len(ids) != len(set(ids)):
             self.unshared.update(s.seq_id for s in seq_group.get_seqs())
         return pairs
@@ -321,6 +334,7 @@ class VllmManager:
         return self._run(self.vllm.reset_prefix_cache, self._device(device))
 
     def get_num_cached_tokens(self, seq: Any) -> int:
+        self._unsalted([seq])
         return self._run(self.vllm.get_num_cached_tokens, seq)
 
     def remove_seq_from_computed_blocks_tracker(self, seq: Any) -> None:
