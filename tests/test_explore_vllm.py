@@ -34,3 +34,20 @@ def test_a_wrong_manager_disagrees_with_vllm_too() -> None:
         {"vllm": VLLM, "broken": "blockspace.conformance.broken:FifoFreeList"}, SCOPES["default"], workers=1
     )
     assert not report.passed and "free" in report.failure
+
+
+def test_vllm_passes_the_quick_profile_with_each_exclusion_named(tmp_path) -> None:
+    """Every check of the default profile compares vLLM's manager with the
+    reference; the calls vLLM cannot be compared on are counted by reason."""
+    from blockspace.conformance import cli
+
+    path = tmp_path / "report.json"
+    assert cli.main(["--impl", VLLM, "--against", "reference", "--json", str(path)]) == 0
+    import json
+
+    report = json.loads(path.read_text())
+    assert report["passed"] and len(report["checks"]) == 19
+    refused = {reason for check in report["checks"] for reason in check.get("not_compared", {})}
+    assert any(reason.startswith("a cache salt") for reason in refused)
+    assert all(reason.startswith(("§14", "§15", "a ", "an ", "device ")) for reason in refused), refused
+    assert not report["checks"][4].get("not_compared", {}).get("device 'GPU' (vLLM takes its own Device only)")
