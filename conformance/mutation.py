@@ -267,7 +267,7 @@ def probe(target: str, profile: str = "quick") -> int:
     def killed_by_traces(num_requests: int) -> bool:
         return killed_by([*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})])
 
-    if profile == "exhaustive":  # the explorer alone: the CI scope whole, every family's to a depth
+    if profile == "exhaustive":  # the explorer alone: the standard set, every scope exhausted
         return 1 if killed_by_exploring(impls) else print("survived") or 0
     if killed_by(sweep_checks(impls, {})):  # deterministic and the cheapest: first
         return 1
@@ -285,31 +285,25 @@ def probe(target: str, profile: str = "quick") -> int:
     return 0
 
 
-MUTATION_DEPTH = 10  # the family scopes' cut for a mutant (the default scope is exhausted whole)
 # A layer of a mutant's scope takes at most about a minute (one worker); one that takes this long is a hang.
 HANG_SECONDS = 120
 
 
 def killed_by_exploring(impls: dict[str, str]) -> bool:
-    """The explorer against a mutant: ``default`` exhausted (as CI runs it)
-    with two histories a state (a mutant of private layout shows after one
-    the canonical form merges away), every other scope cut at
-    ``MUTATION_DEPTH`` moves, on one worker (the campaign runs mutants side
+    """The explorer against a mutant: the exhaustive profile's standard set
+    (``kit_options.STANDARD_SCOPES``), each scope exhausted, as a user runs
+    ``--profile exhaustive``, on one worker (the campaign runs mutants side
     by side). The scopes are searched side by side, the one whose next
     layer is smallest first, so the small scopes are exhausted in seconds
     and a kill in any scope comes without waiting for the large scopes'
     deep layers (each scope's failure is still one of its shortest). A
     layer that runs past ``HANG_SECONDS`` ends the process as a hang
     (``faulthandler``)."""
-    from dataclasses import replace
-
     from blockspace.conformance.explore import Search
     from blockspace.conformance.scope import SCOPES
+    from blockspace.kit_options import STANDARD_SCOPES
 
-    scopes = [replace(SCOPES["default"], histories=2)] + [
-        replace(scope, max_depth=MUTATION_DEPTH) for name, scope in SCOPES.items() if name != "default"
-    ]
-    searches = [Search(impls, scope, workers=1) for scope in scopes]
+    searches = [Search(impls, SCOPES[name], workers=1) for name in STANDARD_SCOPES]
     while live := [search for search in searches if not search.done]:
         search = min(live, key=lambda search: len(search.frontier))
         faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)
