@@ -20,8 +20,9 @@ explorer's business; this says where it was checked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 from blockspace.enums import AllocStatus
@@ -134,6 +135,10 @@ def _unshares(pairs: list[tuple[int, int]]) -> bool:
     return len(set(sources)) < len(sources)
 
 
+def _answered(method: str, answer: Any, t: Transition) -> bool:
+    return answer in _values(t, method)
+
+
 def _moved(t: Transition, *names: str) -> bool:
     return t.move[0] in names
 
@@ -228,7 +233,7 @@ SITUATIONS = (
               and table["last_access"] is not None and any(_refs(t.before, b) > 1 for b in table["blocks"])),
     # -- the questions' answers (§9.1, §9.3, §9.15)
     *(Situation(f"can_allocate_{status.name.lower()}", ("§9.1",), f"can_allocate answers {status.name}",
-                lambda t, s=status: s in _values(t, "can_allocate")) for status in AllocStatus),
+                partial(_answered, "can_allocate", status)) for status in AllocStatus),
     Situation("can_append_false", ("§9.3",), "can_append_slots answers False",
               lambda t: False in _values(t, "can_append_slots")),
     Situation("common_nothing", ("§14.7", "§9.15"), "get_common_computed_block_ids has nothing in common: []",
@@ -293,6 +298,6 @@ NOT_TRANSITIONS = {  # parts of the spec no transition shows, and where they are
 BY_NAME = {situation.name: situation for situation in SITUATIONS}
 
 
-def reached(t: Transition, skip: set[str] | frozenset[str] = frozenset()) -> list[str]:
+def reached(t: Transition, skip: Collection[str] = frozenset()) -> list[str]:
     """The situations ``t`` reaches, of those not in ``skip``."""
     return [s.name for s in SITUATIONS if s.name not in skip and s.reached(t)]

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @njit(cache=True)
-def _hash_blocks(tokens, num_blocks, block_size):
+def _hash_blocks(tokens, num_blocks, block_size):  # type: ignore[no-untyped-def]  # compiled: typed by Numba
     """The content hash of each block, and nothing else (the arithmetic's share)."""
     total = 0
     for index in range(num_blocks):
