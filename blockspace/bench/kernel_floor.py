@@ -21,18 +21,18 @@ here asserts a speed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from blockspace.bench.timing import report, trace_command
 from blockspace.errors import BlockSpaceError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
-from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse, write_output
-from blockspace.workloads import TRACE_ENV, load_trace_option, trace_source
+from blockspace.validation import Range, command_parser, refuse
+from blockspace.workloads import TRACE_ENV, trace_source
 
 RANGES = {"max_requests": Range(least=1)}
 WARM_UP_REQUESTS = 50
@@ -135,11 +135,7 @@ def table(figures: dict[str, Any], top: int = 10) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0; 2 for a bad option, said before anything is timed."""
     try:
-        args = build_parser().parse_args(argv)
-        check_ranges(args, RANGES)
-        if args.json:
-            check_output_file(args.json, "--json")
-        trace = load_trace_option(args.trace, args.max_requests)
+        args, trace = trace_command(build_parser(), argv, RANGES)
     except BlockSpaceError as error:
         return refuse(error)
     config = SimulationConfig(
@@ -147,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"{trace_source(args.trace)}, prefix caching {'on' if args.enable_prefix_caching else 'off'}", flush=True)
     figures = measure(trace, config)
-    print(table(figures))
-    if args.json:
-        write_output(args.json, json.dumps(figures, indent=1))
+    report(table(figures), figures, args.json)
     return 0
 
 

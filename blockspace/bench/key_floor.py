@@ -17,7 +17,6 @@ on memory. A benchmark, not a test: nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -26,11 +25,12 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from blockspace.bench.timing import report, trace_command
 from blockspace.errors import BlockSpaceError
 from blockspace.fast import content as C
 from blockspace.fast.handles import handle
-from blockspace.validation import Range, check_output_file, check_ranges, command_parser, refuse, write_output
-from blockspace.workloads import TRACE_ENV, load_trace_option, trace_source
+from blockspace.validation import Range, command_parser, refuse
+from blockspace.workloads import TRACE_ENV, trace_source
 
 RANGES = {"max_requests": Range(least=1), "block_size": Range(least=1)}
 
@@ -99,19 +99,13 @@ def table(figures: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0; 2 for a bad option, said before anything is timed."""
     try:
-        args = build_parser().parse_args(argv)
-        check_ranges(args, RANGES)
-        if args.json:
-            check_output_file(args.json, "--json")
-        trace = load_trace_option(args.trace, args.max_requests)
+        args, trace = trace_command(build_parser(), argv, RANGES)
     except BlockSpaceError as error:
         return refuse(error)
     print(trace_source(args.trace), flush=True)
     prompts = [np.array(request.prompt_token_ids(), np.int64) for request in trace]
     figures = measure(prompts, args.block_size)
-    print(table(figures))
-    if args.json:
-        write_output(args.json, json.dumps(figures, indent=1))
+    report(table(figures), figures, args.json)
     return 0
 
 

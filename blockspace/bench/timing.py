@@ -1,11 +1,16 @@
 """Timing helpers shared by the benchmarks: the best of several runs, a
-wrapper that clocks every call into a manager, and the two implementations."""
+wrapper that clocks every call into a manager, the two implementations,
+and the checked arguments and output of a benchmark over a trace."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from blockspace.validation import Range, check_output_file, check_ranges, write_output
+from blockspace.workloads import TraceRequest, load_trace_option
 
 
 def best_time(run: Callable[[], Any], repeats: int) -> float:
@@ -78,3 +83,23 @@ class Clocked:
         wrapped = min(through_wrapper() for _ in range(5))
         bare = min(called_directly() for _ in range(5))
         return max(0.0, wrapped - bare) / num_calls
+
+
+def trace_command(
+    parser: Any, argv: Sequence[str] | None, ranges: Mapping[str, Range]
+) -> tuple[Any, list[TraceRequest]]:
+    """A trace benchmark's arguments (``--trace``, ``--max-requests``,
+    ``--json`` and the ranges named), all checked, and its trace, read and
+    checked before anything is timed; ``BlockSpaceError`` names the wrong option."""
+    args = parser.parse_args(argv)
+    check_ranges(args, ranges)
+    if args.json:
+        check_output_file(args.json, "--json")
+    return args, load_trace_option(args.trace, args.max_requests)
+
+
+def report(text: str, figures: dict[str, Any], json_path: Any) -> None:
+    """A benchmark's table printed, and its figures written to ``--json`` when given."""
+    print(text)
+    if json_path:
+        write_output(json_path, json.dumps(figures, indent=1))
