@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         return refuse(error)
     results = run_with_progress(plan.checks, plan.reporter, args.fail_fast)
     checked = sum(r.status != "skipped" for r in results)
+    entries = check_entries(results)
     report = {
         "impl": args.impl,
         "against": args.against,
@@ -67,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": plan.settings,
         "capabilities": plan.capabilities,
         "passed": checked > 0 and all(r.status != "failed" for r in results),
-        "checks": check_entries(results),
-        "situations": situation_coverage(check_entries(results)),
+        "checks": entries,
+        "situations": situation_coverage(entries),
         "totals": {
             "checks": len(results),
             "failed": sum(r.status == "failed" for r in results),

@@ -20,7 +20,8 @@ one for each family, and a few more that each reach one thing the
 family's cannot (two shared blocks written in one append, adapters, cache salts,
 adapters in recycled rows, blocks of one token, prompts of 500 blocks and of 1,000, tables of three full
 blocks, steps of two tokens a sequence, more content keys than the key table's
-first size, three sequences of one request); ``scope_from`` builds one from a name and ``key=value``
+first size, three sequences of one request, evictions decided by time, the spec's stale copy-on-write
+pair), each family's scope with one request (``*_single``); ``scope_from`` builds one from a name and ``key=value``
 changes, and says which key or value is wrong.
 """
 
