@@ -28,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from blockspace.conformance import invariants
 from blockspace.conformance.configs import Config, family_configs
 from blockspace.conformance.lockstep import REPRO_HEADING, Divergence, Lockstep
-from blockspace.conformance.protocol import BAD_LOOKAHEADS, BAD_PROMPTS
+from blockspace.conformance.protocol import BAD_APPENDS, BAD_LOOKAHEADS, BAD_PROMPTS
 from blockspace.conformance.script import Script
 from blockspace.conformance.steps import WAYS, calls_step
 from blockspace.enums import AllocStatus, Device, SequenceStatus
@@ -506,7 +506,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.lock.call("mark_blocks_as_computed", group, data.draw(st.integers(0, 8), label="chunk"))
 
     # -- calls the protocol forbids -------------------------------------------------------------
-    @rule(data=st.data(), kind=st.integers(0, 9))
+    @rule(data=st.data(), kind=st.integers(0, 10))
     def illegal(self, data: st.DataObject, kind: int) -> None:
         """A forbidden call: the same error everywhere, and no change."""
         self.forbidden_step = True
@@ -543,6 +543,15 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.lock.call("allocate", bad)
         elif kind == 9:
             self.lock.call("get_prefix_cache_hit_rate", "tpu")
+        elif kind == 10 and self.live(RUNNING):  # a twin of a running sequence with bad new tokens
+            seq = data.draw(st.sampled_from(self.live(RUNNING)))
+            tokens = list(seq.get_token_ids()) + data.draw(st.sampled_from(BAD_APPENDS))
+            twin = self.scratch(f"Sequence({seq.seq_id}, {tokens!r}, status=SequenceStatus.RUNNING)")
+            if data.draw(st.booleans(), label="batched"):
+                group = self.scratch(f"SequenceGroup('bad{self.num_scratch}', [x{self.num_scratch}])")
+                self.lock.row_step([group], 0, 1.0, False, "batch")
+            else:
+                self.lock.call("append_slots", twin, 0)
         self.illegal_encoder_decoder(data, fresh_id)
 
     def illegal_encoder_decoder(self, data: st.DataObject, fresh_id: int) -> None:

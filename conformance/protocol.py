@@ -78,13 +78,17 @@ RUNNING, SWAPPED, WAITING = SequenceStatus.RUNNING, SequenceStatus.SWAPPED, Sequ
 Move = tuple  # ("name", *arguments): plain data, so a path pickles and prints
 ILLEGAL = (
     "append_unknown", "table_unknown", "append_swapped", "bad_lookahead", "append_negative",
-    "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bad_device", "encoder_unsupported",
-    "empty_shared", "access_unknown",
+    "allocate_twin", "allocate_running", "fork_onto_live", "bad_token", "bad_append", "bad_device",
+    "encoder_unsupported", "empty_shared", "access_unknown",
 )  # fmt: skip
 # Prompts that hold a value that is no token id: a negative one, one that is no int, and True (an
 # int to Python): short, and long enough (over 32 tokens) for the fast manager's vectorised check.
 BAD_PROMPTS: tuple[list[Any], ...] = ([1, -1, 2], [1, 0.5], [True, 2], [2] * 40 + [True])
 BAD_LOOKAHEADS = (-1, 1.5)
+# New tokens that hold a value that is no token id, appended to a running sequence's: the first of two
+# (a check of the last token alone lets it through), two floats (no int among them to send the
+# per-token path to the full check), and one bad token alone, as a decode step samples it.
+BAD_APPENDS: tuple[list[Any], ...] = ([-1, 2], [0.5, 1.5], [-1])
 
 
 SEQ_IDS = 10  # request k's sequences are 10k, 10k+1, ... and its encoder 10k+9
@@ -138,7 +142,8 @@ class World:
         seqs = [Sequence(seq_id, prompt, lora_int_id=lora, cache_salt=salt) for seq_id in decoder_ids]
         return SequenceGroup(request_id, seqs, Sequence(ids[-1], encoder) if encoder is not None else None)
 
-    def set_status(self, seqs: list[Any], status: SequenceStatus) -> None:
+    def set_status(self, seqs: list[Any], status: SequenceStatus, name: str = "s") -> None:
+        """``name``: what a script calls the sequences (``ScriptedWorld``)."""
         for seq in seqs:
             seq.status = status
 
@@ -249,9 +254,9 @@ class ScriptedWorld(World):
         self.script.do(f"{request_id} = SequenceGroup({request_id!r}, [{names}]{cross})")
         return self.script.get(request_id)
 
-    def set_status(self, seqs: list[Any], status: SequenceStatus) -> None:
+    def set_status(self, seqs: list[Any], status: SequenceStatus, name: str = "s") -> None:
         for seq in seqs:
-            self.script.do(f"s{seq.seq_id}.status = SequenceStatus.{status.name}")
+            self.script.do(f"{name}{seq.seq_id}.status = SequenceStatus.{status.name}")
 
     def sample(self, seq: Any, token: int) -> None:
         uncomputed = seq.data.get_num_uncomputed_tokens()
@@ -343,7 +348,7 @@ def _illegal_enabled(world: World, kind: str) -> bool:
     scope = world.scope
     if kind == "append_swapped":
         return bool(world.seqs(SWAPPED))
-    if kind in ("append_negative", "allocate_twin"):
+    if kind in ("append_negative", "allocate_twin", "bad_append"):
         return bool(world.seqs(RUNNING))
     if kind == "bad_lookahead":
         return bool(world.groups)
@@ -586,6 +591,13 @@ def _illegal(world: World, lock: Any, kind: str) -> None:
     elif kind == "bad_token":
         for prompt in BAD_PROMPTS:
             lock.call("allocate", world.make_group("bad", [stranger], prompt, None, "x"))
+    elif kind == "bad_append":  # a twin of a running sequence, its tokens and bad new ones, on its table
+        seq = running[0]
+        for tokens in BAD_APPENDS:
+            twin = world.make_group("bad", [seq.seq_id], list(seq.get_token_ids()) + tokens, None, "x")
+            lock.call("append_slots", twin.seqs[0], 0)
+        world.set_status(twin.seqs, RUNNING, "x")  # the last, one bad token: a decode step, batched too
+        lock.row_step([twin], 0, world.clock, False, "batch")
     elif kind == "bad_device":
         lock.call("get_prefix_cache_hit_rate", "tpu")
     elif kind == "encoder_unsupported":

@@ -26,9 +26,11 @@ longest table's, as documented, so the width is compared too.
 
 ``row_misuse`` makes row-API calls at the edge of what is allowed, for
 managers that offer it (the reference has no rows to compare with): rows
-that are no live sequence's must raise ``UnknownSequenceError``, a group
-of no rows fits, and with prefix caching token ids that do not match a
-row's length raise ``InvalidArgumentError``.
+that are no live sequence's must raise ``UnknownSequenceError``; a 2-D row
+array, a pad past int32 and ``seq_lens=None`` raise ``InvalidArgumentError``;
+rows as unsigned ints are the same rows; a group of no rows fits; and with
+prefix caching token ids that do not match a row's length, or that are
+floats, raise ``InvalidArgumentError``.
 
 ``DeviceMirror`` is a host copy of a device block table fed only by a
 manager's ``table_delta()`` answers, for managers that keep one in sync.
@@ -204,38 +206,49 @@ def row_misuse(manager: Any, seqs: list[Any]) -> list[str]:
 def _edge_problems(manager: Any, seqs: list[Any]) -> list[str]:
     rows = manager.rows_of(seqs)
     lengths = [seq.get_len() for seq in seqs]
-    problems = []
+    problems: list[str] = []
     for bad in (-1, 1 << 30):
-        try:
-            manager.block_table_array(np.append(rows, bad), -1)
-            problems.append(f"block_table_array accepted row {bad}, which is no live sequence's")
-        except UnknownSequenceError:
-            pass
-        except Exception as error:  # noqa: BLE001 - the wrong error is a finding
-            problems.append(f"block_table_array of row {bad} raised {type(error).__name__}, not UnknownSequenceError")
+        _refused(problems, f"block_table_array of row {bad} (no live sequence's)",
+                 lambda bad=bad: manager.block_table_array(np.append(rows, bad), -1), UnknownSequenceError)  # fmt: skip
+    _refused(problems, "block_table_array of a 2-D row array", lambda: manager.block_table_array(rows[None, :], -1))
+    for pad in (2**31, -(2**31) - 1):  # just past int32: the table is handed out as int32
+        _refused(problems, f"block_table_array padded with {pad}", lambda pad=pad: manager.block_table_array(rows, pad))
+    _refused(problems, "can_append_slots_rows with seq_lens=None", lambda: manager.can_append_slots_rows(rows, None, 0))
     try:
+        padded = manager.block_table_array(rows, -1).tolist()
+        unsigned = manager.block_table_array(rows.astype(np.uint64), -1).tolist()
         together = manager.can_append_slots_rows(rows, lengths, 0, [len(rows)]).tolist()
         with_empty = manager.can_append_slots_rows(rows, lengths, 0, [0, len(rows)]).tolist()
     except Exception as error:  # noqa: BLE001
-        return [*problems, f"can_append_slots_rows with an empty first group raised {type(error).__name__}: {error}"]
+        return [*problems, f"block_table_array or can_append_slots_rows raised {type(error).__name__}: {error}"]
+    if unsigned != padded:
+        problems.append(f"block_table_array of the rows as uint64 gave {unsigned}, as int64 {padded}")
     if with_empty != [True, *together]:
         problems.append(
             f"can_append_slots_rows with an empty first group answered {with_empty}, not {[True, *together]}"
         )
-    if getattr(manager, "enable_caching", False):  # each row's token ids must be as long as its length says
+    if getattr(manager, "enable_caching", False):  # each row's token ids: as long as its length says, and ids
         for i in range(len(seqs)):
             wrong = [seq.get_token_ids() + ([1] if j == i else []) for j, seq in enumerate(seqs)]
-            try:
-                manager.append_slots_rows(rows, lengths, 0, token_ids=wrong, num_computed_tokens=lengths)
-                problems.append(f"append_slots_rows accepted token_ids[{i}] one longer than seq_lens[{i}]")
-            except InvalidArgumentError:
-                pass
-            except Exception as error:  # noqa: BLE001
-                problems.append(
-                    f"append_slots_rows with a wrong token_ids[{i}] raised {type(error).__name__}, "
-                    "not InvalidArgumentError"
-                )
+            _refused(problems, f"append_slots_rows with token_ids[{i}] one longer than seq_lens[{i}]",
+                     lambda wrong=wrong: manager.append_slots_rows(rows, lengths, 0, token_ids=wrong,
+                                                                   num_computed_tokens=lengths))  # fmt: skip
+        floats = [np.array([*seqs[0].get_token_ids(), 1], np.float64), *(seq.get_token_ids() for seq in seqs[1:])]
+        _refused(problems, "append_slots_rows with token_ids[0] an array of floats",
+                 lambda: manager.append_slots_rows(rows, [lengths[0] + 1, *lengths[1:]], 0, token_ids=floats,
+                                                   num_computed_tokens=lengths))  # fmt: skip
     return problems
+
+
+def _refused(problems: list[str], what: str, call: Callable[[], Any], error: type = InvalidArgumentError) -> None:
+    """``call()`` must raise ``error``; else ``problems`` says what it did."""
+    try:
+        call()
+        problems.append(f"{what} was accepted")
+    except error:
+        pass
+    except Exception as other:  # noqa: BLE001 - the wrong error is a finding
+        problems.append(f"{what} raised {type(other).__name__}, not {error.__name__}")
 
 
 class DeviceMirror:

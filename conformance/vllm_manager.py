@@ -200,6 +200,10 @@ class VllmManager:
     def _unsalted(self, seqs: list[Any]) -> None:
         self._exclude_if(any(cache_salt(seq) is not None for seq in seqs), UNSALTED)
 
+    def _tokens(self, tokens: list[Any]) -> None:
+        self._exclude_if(any(type(t) is not int or t < 0 for t in tokens),
+                         "a token id that is no int or negative (vLLM does not check it)")  # fmt: skip
+
     def _lookahead(self, num_lookahead_slots: int) -> None:
         self._exclude_if(type(num_lookahead_slots) is not int or num_lookahead_slots < 0,
                          "a lookahead that is no int or negative (vLLM does not check it)")  # fmt: skip
@@ -214,8 +218,7 @@ class VllmManager:
     def allocate(self, seq_group: Any) -> None:
         waiting = seq_group.get_seqs(status=SequenceStatus.WAITING)
         self._unsalted(seq_group.get_seqs())
-        self._exclude_if(any(type(t) is not int or t < 0 for s in waiting for t in s.get_token_ids()),
-                         "a token id that is no int or negative (vLLM does not check it)")  # fmt: skip
+        self._tokens([t for s in waiting for t in s.get_token_ids()])
         self._exclude_if(
             len(waiting) > 1 and not waiting[0].get_token_ids(), "§15 an empty prompt for several sequences"
         )
@@ -232,6 +235,8 @@ class VllmManager:
         table = self.vllm.block_tables.get(seq.seq_id)
         on_cpu = table is not None and any(b >= self.num_total_gpu_blocks for b in table.physical_block_ids)
         self._exclude_if(on_cpu, "an append to a swapped-out sequence (vLLM does not check it)")
+        if table is not None:  # the tokens past those its table holds are the new ones
+            self._tokens(seq.get_token_ids()[table._num_full_slots :])
         self._after_unsharing(seq)
         return self._run(self.vllm.append_slots, seq, num_lookahead_slots, half_done=NO_FREE_BLOCKS)
 

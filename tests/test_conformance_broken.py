@@ -8,6 +8,7 @@ run of 300 examples once missed ``LateSlots``). The kit's quick profile
 itself stays random, for variety across runs."""
 
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -290,9 +291,87 @@ def test_table_arrays_compare_the_width_and_row_misuse_the_edges():
         lock.table_arrays([empty])
     assert raises_as_printed(repro_of(str(failure.value))).startswith("table_arrays disagrees")
     lock, (empty, full) = empty_and_full({"reference": "reference", "broken": AcceptsDeadRows})
-    with pytest.raises(Divergence, match="block_table_array accepted row -1") as failure:
+    with pytest.raises(Divergence, match=r"block_table_array of row -1 \(no live sequence's\) was accepted") as failure:
         lock.row_misuse([full])
     assert raises_as_printed(repro_of(str(failure.value))).startswith("invariant broken in broken's row API")
+
+
+class TokensUnchecked(FastBlockSpaceManager):
+    """``append_slots`` lets new tokens that are no token ids through (read
+    as 0), as a quick path that checks only the last new token would."""
+
+    def append_slots(self, seq, num_lookahead_slots=0):
+        return super().append_slots(_cleaned(seq), num_lookahead_slots)
+
+
+class BatchTokensUnchecked(FastBlockSpaceManager):
+    """The same, in the batched step only."""
+
+    def append_slots_batch(self, seqs, num_lookahead_slots=0):
+        return super().append_slots_batch([_cleaned(seq) for seq in seqs], num_lookahead_slots)
+
+
+def _cleaned(seq):
+    tokens = [t if type(t) is int and t >= 0 else 0 for t in seq.get_token_ids()]
+    return Sequence(seq.seq_id, tokens, status=seq.status)
+
+
+@pytest.mark.parametrize("broken", [TokensUnchecked, BatchTokensUnchecked], ids=lambda cls: cls.__name__)
+def test_the_explorer_appends_tokens_that_are_no_token_ids(broken):
+    report = explore({"fast": "fast", "broken": broken}, SCOPES["plain_single"], workers=1, max_seconds=60)
+    assert report.path[-1] == ("illegal", "bad_append"), report.path
+    assert "disagrees" in report.failure, report.failure[:300]
+
+
+class LooseRowArgs(FastBlockSpaceManager):
+    """The row API's argument checks, each loosened or tightened by one
+    edge (``edge``): what ``row_misuse`` must tell from the documented answers."""
+
+    edge = ""
+
+    def block_table_array(self, seqs, pad=0):
+        if isinstance(seqs, np.ndarray):
+            if self.edge == "2-D rows":
+                seqs = seqs.reshape(-1)
+            if self.edge == "no unsigned rows" and seqs.dtype.kind == "u":
+                raise TypeError("unsigned")
+        if self.edge == "wide pads" and abs(pad) > 2**31 - 1:
+            return super().block_table_array(seqs, -1)
+        return super().block_table_array(seqs, pad)
+
+    def can_append_slots_rows(self, rows, seq_lens, num_lookahead_slots, group_ends=None):
+        if self.edge == "no lengths" and seq_lens is None:
+            seq_lens = np.zeros(len(rows), np.int64)
+        return super().can_append_slots_rows(rows, seq_lens, num_lookahead_slots, group_ends)
+
+    def append_slots_rows(self, rows, seq_lens, num_lookahead_slots, *, token_ids=None, num_computed_tokens=None):
+        if self.edge == "float tokens" and token_ids is not None:
+            token_ids = [np.asarray(ids).astype(np.int64) for ids in token_ids]
+        return super().append_slots_rows(rows, seq_lens, num_lookahead_slots, token_ids=token_ids,
+                                         num_computed_tokens=num_computed_tokens)  # fmt: skip
+
+
+ROW_EDGES = {  # the loosened edge -> what row_misuse says of it
+    "2-D rows": "block_table_array of a 2-D row array was accepted",
+    "no unsigned rows": "block_table_array or can_append_slots_rows raised TypeError",
+    "wide pads": "block_table_array padded with 2147483648 was accepted",
+    "no lengths": "can_append_slots_rows with seq_lens=None was accepted",
+    "float tokens": "append_slots_rows with token_ids[0] an array of floats was accepted",
+}
+
+
+@pytest.mark.parametrize("edge", ROW_EDGES)
+def test_row_misuse_tells_each_loosened_edge(edge):
+    broken = type("LooseRowArgs", (LooseRowArgs,), {"edge": edge})
+    for impls in ({"reference": "reference", "fast": "fast"}, {"reference": "reference", "broken": broken}):
+        lock = Lockstep.build(impls, block_size=2, num_gpu_blocks=4, num_cpu_blocks=0, enable_caching=True)
+        seq = Sequence(1, [1, 2, 3])
+        lock.call("allocate", SequenceGroup("g1", [seq]))
+        seq.status = SequenceStatus.RUNNING
+        if "broken" not in impls:
+            lock.row_misuse([seq])  # the documented answers: no failure
+    with pytest.raises(Divergence, match=re.escape(ROW_EDGES[edge])):
+        lock.row_misuse([seq])
 
 
 class SwapInOneBlockShort(ReferenceBlockSpaceManager):
