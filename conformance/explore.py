@@ -29,6 +29,15 @@ it has, where loading a pickle made every array and kernel handle anew. **Worker
 chunks of a fixed size, expanded by one forked process per core; their
 results are merged in frontier order, so the states, the counts and the
 first failure are the same for any number of workers.
+
+**Forbidden moves at once** (``all_refused``): most of a state's moves are
+forbidden calls (``illegal(kind)``), each of which must raise alike and
+change nothing. They are made one after another on the state's managers
+and compared once, with one pair of snapshots where one by one each takes
+its own, and their transitions are counted one by one. Where any of them
+answers otherwise, each is made again on its own, as any move, so a
+failure's path names the move that failed. ``tests/test_explore.py``
+checks that the two ways give the same report.
 """
 
 from __future__ import annotations
@@ -358,8 +367,27 @@ def expand(
             continue
         parent_snapshots, parent = lock.snapshots, canonical(lock.yardstick, world)
         parent_world = world.state()
-        dirty = False
-        for move in moves(world, latest_time(lock.yardstick)):
+
+        def seen_as(move: Move, lock: LeanLock, before: Any = parent_snapshots, depth: int = len(path) + 1) -> None:
+            """The situations the transition by ``move`` reaches first."""
+            if len(reached) < len(SITUATIONS):
+                transition = Transition(move, before[lock.snapshotting[0]], lock.yardstick,
+                                        tuple(lock.log), scope.block_size, window, scope.enable_caching)  # fmt: skip
+                for name in situations.reached(transition, reached.keys()):
+                    reached[name] = out.situations[name] = depth
+
+        enabled = moves(world, latest_time(lock.yardstick))
+        forbidden = [move for move in enabled if move[0] == "illegal"]
+        refused = all_refused(forbidden, world, lock, (parent_snapshots[lock.snapshotting[0]], parent_world))
+        if refused is not None:  # each forbidden move checked; only the others are left to make
+            compared = [move for move in forbidden if move not in refused]
+            out.transitions += len(compared)
+            out.calls += lock.num_calls
+            out.excluded.update(refused.values())
+            seen_as(("illegal", *(move[1] for move in compared)), lock)
+            enabled = [move for move in enabled if move[0] != "illegal"]
+        dirty = bool(forbidden) and (refused is None or bool(refused))  # managers a try may have changed
+        for move in enabled:
             if dirty:
                 world, managers, mirrors = keeper.load(places, saved)
                 lock = LeanLock(managers, parent_snapshots, mirrors)
@@ -390,15 +418,44 @@ def expand(
                     return out
             out.transitions += 1
             out.calls += lock.num_calls
-            if len(reached) < len(SITUATIONS):
-                transition = Transition(move, parent_snapshots[lock.snapshotting[0]], lock.yardstick,
-                                        tuple(lock.log), scope.block_size, window, scope.enable_caching)  # fmt: skip
-                for name in situations.reached(transition, reached.keys()):
-                    reached[name] = out.situations[name] = len(path) + 1
+            seen_as(move, lock)
             if dirty and seen[key] + found[key] < histories:
                 found[key] += 1
                 out.new.append((key, keeper.blob(world, lock.managers, lock.mirrors), path + (move,)))
     return out
+
+
+def all_refused(forbidden: list[Move], world: World, lock: LeanLock, parent: tuple[Any, Any]) -> dict[Move, str] | None:
+    """The forbidden moves of a state made one after another on its managers
+    and compared once, where one by one each would take its own pair of
+    snapshots (they are most of a state's moves). Sound because each must
+    raise alike and change nothing: then they commute, and a state left as
+    it was after all of them was left so by each (but for a call that
+    changed the state and a later one that changed it back, both of them
+    refused calls). Returns the moves a manager cannot be compared on,
+    with the reason (``Excluded``), their calls dropped from the log; or
+    None where any move answered otherwise (a call that worked, a
+    disagreement, a changed state): the caller then makes each on its own,
+    as any move, and a failure's path names its move. ``parent``: the
+    state's yardstick snapshot and world."""
+    if not forbidden:
+        return None
+    excluded: dict[Move, str] = {}
+    lock.num_calls, lock.log = 0, []
+    try:
+        for move in forbidden:
+            logged, calls = len(lock.log), lock.num_calls
+            try:
+                make(move, world, lock)
+            except Excluded as reason:
+                excluded[move] = str(reason)
+                del lock.log[logged:]
+                lock.num_calls = calls
+        lock.changed = lock.changed or bool(excluded)  # a manager may have half-run an excluded call: look
+        lock.settle()
+    except (Finding, MoveAgain, Excluded):
+        return None
+    return excluded if (lock.yardstick, world.state()) == parent else None
 
 
 _SEEN: Counter[bytes] = Counter()  # the states of earlier layers (histories kept), as a forked worker inherits them

@@ -25,6 +25,7 @@ exclusion is counted by its reason in ``EXCLUDED``, which every check reads
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -421,12 +422,20 @@ class Lockstep:
                 self.fail(f"invariant broken in {name}:\n  " + "\n  ".join(problems[:12]))
 
 
+@functools.cache
+def _deltas_readable() -> bool:
+    """Are the ``[gpu]`` extra's modules there? Asked once a process: the
+    explorer asks after every move that changes a state, and looking for a
+    module that is not imported searches the path each time."""
+    return not missing_modules("gpu")
+
+
 def device_table_problems(managers: Mapping[str, Any], mirrors: dict[str, DeviceMirror], groups: list[Any]) -> str:
     """Where a manager's ``table_delta()`` answers, applied to its mirror
     (made on the first call, which starts the deltas), do not rebuild the
     running tables of ``groups`` ('' where they all do, or without the
     ``[gpu]`` extra the deltas need)."""
-    if missing_modules("gpu"):
+    if not _deltas_readable():
         return ""
     for name, manager in managers.items():
         if callable(getattr(manager, "table_delta", None)):

@@ -266,7 +266,7 @@ SITUATIONS = (
               lambda t: _moved(t, "admit", "force") and len(t.after["cross_tables"]) > len(t.before["cross_tables"])),
     Situation("encoder_refused_first", ("§14.18", "§9.2", "§15"),
               "an encoder-decoder allocation refused before any table is made",
-              lambda t: t.move == ("illegal", "encoder_unsupported") and _raised(t, "allocate")),
+              lambda t: _moved(t, "illegal") and "encoder_unsupported" in t.move[1:] and _raised(t, "allocate")),
     # -- the sliding window (§11)
     Situation("window_drops", ("§11",), "a table's oldest block dropped to the null block",
               lambda t: t.after["null_block"] is not None and any(

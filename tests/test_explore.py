@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from blockspace.conformance import Divergence
+from blockspace.conformance import explore as explore_module
 from blockspace.conformance.explore import CHUNK, Finding, LeanLock, MoveAgain, Search, build, canonical, explore
 from blockspace.conformance.protocol import ScriptedWorld, World, make, moves
 from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
@@ -37,6 +38,18 @@ def test_any_number_of_workers_finds_the_same_states() -> None:
     one, two = (explore(PAIR, scope, workers=n) for n in (1, 2))
     figures = [(r.states, r.transitions, r.calls, r.layers, r.depth, r.situations) for r in (one, two)]
     assert figures[0] == figures[1] and figures[0][-1]  # the same situations, at the same depths
+
+
+def test_forbidden_moves_made_at_once_give_the_report_made_one_by_one(monkeypatch) -> None:
+    """``all_refused`` compares a state's forbidden moves once; made one by
+    one (as where one of them answers otherwise) the figures, the situations
+    and their depths are the same."""
+    scope = scope_from("swap", ["max_depth=4"])
+    at_once = explore(PAIR, scope, workers=1)
+    monkeypatch.setattr(explore_module, "all_refused", lambda *args: None)
+    one_by_one = explore(PAIR, scope, workers=1)
+    figures = [(r.states, r.transitions, r.calls, r.layers, r.situations, r.excluded) for r in (at_once, one_by_one)]
+    assert figures[0] == figures[1] and "refused_unchanged" in at_once.situations
 
 
 def test_layers_of_many_chunks_keep_the_same_histories_for_any_number_of_workers() -> None:
