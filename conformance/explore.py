@@ -68,7 +68,7 @@ from blockspace.conformance.lockstep import (
 from blockspace.conformance.protocol import Move, ScriptedWorld, World, keep_device_tables, make, moves, observe
 from blockspace.conformance.scope import FAMILY_CAPABILITY, SCOPES, Scope
 from blockspace.conformance.script import Script
-from blockspace.conformance.situations import SITUATIONS, Transition
+from blockspace.conformance.situations import Transition
 from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, table_arrays
 from blockspace.conformance.vllm_manager import Excluded
 from blockspace.extras import missing_modules
@@ -353,6 +353,7 @@ def expand(
     reached = dict(reached_before or {})  # situations reached so far: the shallowest depth is the first
     scope = keeper.scope
     window = window_blocks(scope.sliding_window, scope.block_size)
+    sought = situations.possible(scope)
     for blob, path in chunk:
         places, saved = pickle.loads(blob)
         world, managers, mirrors = keeper.load(places, saved)
@@ -370,10 +371,10 @@ def expand(
 
         def seen_as(move: Move, lock: LeanLock, before: Any = parent_snapshots, depth: int = len(path) + 1) -> None:
             """The situations the transition by ``move`` reaches first."""
-            if len(reached) < len(SITUATIONS):
+            if len(reached) < len(sought):
                 transition = Transition(move, before[lock.snapshotting[0]], lock.yardstick,
                                         tuple(lock.log), scope.block_size, window, scope.enable_caching)  # fmt: skip
-                for name in situations.reached(transition, reached.keys()):
+                for name in situations.reached(transition, reached.keys(), sought):
                     reached[name] = out.situations[name] = depth
 
         enabled = moves(world, latest_time(lock.yardstick))

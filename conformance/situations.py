@@ -297,7 +297,34 @@ NOT_TRANSITIONS = {  # parts of the spec no transition shows, and where they are
 
 BY_NAME = {situation.name: situation for situation in SITUATIONS}
 
+# What a situation needs of a scope, where a scope without it can never reach it: not looked for
+# there (``possible``), which spares each transition the situations of other families.
+FEATURES: dict[str, Callable[[Any], bool]] = {  # a feature -> whether a scope has it
+    "caching": lambda scope: scope.enable_caching,
+    "cpu": lambda scope: scope.num_cpu_blocks > 0 and scope.max_preemptions > 0,  # swaps that move blocks
+    "window": lambda scope: scope.sliding_window is not None,
+    "encoder": lambda scope: scope.encoder_decoder,
+}
+NEEDS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("evict_by_time", "evict_by_depth", "evict_equal_times", "hit_in_use", "revive_idle",
+                     "promote_duplicate", "cow_stale_pair", "mark_computed", "idle_counts_computed",
+                     "bucket_completes", "reset_forgets", "reset_refused", "reset_reorders", "count_past_hole",
+                     "free_untracked", "free_to_idle"), ("caching",)),
+    **dict.fromkeys(("swap_out", "swap_in", "swap_unshares", "swap_out_fails_after_ok", "can_swap_in_later",
+                     "free_swapped", "reset_both_with_cpu_in_use"), ("cpu",)),
+    "swapped_time_minus_one": ("cpu", "caching"),
+    "cross_not_swapped": ("cpu", "encoder"),
+    "cross_table_made": ("encoder",),
+    **dict.fromkeys(("window_drops", "window_null_block", "window_cap_only_asked", "window_fork_after_drop"),
+                    ("window",)),
+}  # fmt: skip
 
-def reached(t: Transition, skip: Collection[str] = frozenset()) -> list[str]:
-    """The situations ``t`` reaches, of those not in ``skip``."""
-    return [s.name for s in SITUATIONS if s.name not in skip and s.reached(t)]
+
+def possible(scope: Any) -> tuple[Situation, ...]:
+    """The situations ``scope`` may reach: those whose ``NEEDS`` it has."""
+    return tuple(s for s in SITUATIONS if all(FEATURES[need](scope) for need in NEEDS.get(s.name, ())))
+
+
+def reached(t: Transition, skip: Collection[str] = frozenset(), among: Collection[Situation] = SITUATIONS) -> list[str]:
+    """The situations ``t`` reaches, of those ``among`` not in ``skip``."""
+    return [s.name for s in among if s.name not in skip and s.reached(t)]

@@ -12,7 +12,7 @@ import pytest
 from blockspace.conformance import cli
 from blockspace.conformance.explore import explore
 from blockspace.conformance.scope import SCOPES
-from blockspace.conformance.situations import BY_NAME, NOT_TRANSITIONS, SITUATIONS
+from blockspace.conformance.situations import BY_NAME, FEATURES, NEEDS, NOT_TRANSITIONS, SITUATIONS, possible
 from blockspace.kit_options import PROFILES, STANDARD_SCOPES
 
 DOCS = Path(__file__).parents[1] / "docs"
@@ -56,6 +56,16 @@ def test_the_table_in_the_docs_lists_every_situation_with_its_sections():
     for name, (sections, scopes, _) in table.items():
         assert sections == ", ".join(BY_NAME[name].sections), name
         assert scopes and scopes <= set(STANDARD_SCOPES), name
+
+
+def test_a_situation_is_sought_in_every_scope_the_table_says_reaches_it():
+    """``NEEDS`` spares a scope the situations it cannot reach; every scope
+    that reached one (the table, from the standard set's run) has its needs."""
+    assert set(NEEDS) <= set(BY_NAME) and {need for needs in NEEDS.values() for need in needs} == set(FEATURES)
+    for name, (_, scopes, _) in documented_table().items():
+        for scope in scopes:
+            assert BY_NAME[name] in possible(SCOPES[scope]), (name, scope)
+    assert len(possible(SCOPES["plain_single"])) < len(possible(SCOPES["default"])) < len(SITUATIONS)
 
 
 def test_the_standard_set_has_a_scope_of_every_family():
