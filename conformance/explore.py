@@ -17,7 +17,10 @@ abstraction: access times are replaced by their ranks. Managers only ever
 compare times with each other (the evictor's order, the blocks' ages), so
 two states whose times are in the same order behave the same; the moves
 that use a time take it from the state (``moves``), never from the clock.
-``tests/test_explore.py`` checks this on merged pairs.
+``tests/test_explore.py`` checks this on merged pairs. The seen set keeps
+a 128-bit digest of each canonical form, as TLC keeps fingerprints: two
+states merged by equal digests have a chance below n^2 / 2^129 among n
+states (1.5 x 10^-27 for a million).
 
 **Cloning**: a state is kept as the pickle of its world and of each
 manager's ``save_state()`` (``blockspace/saved_state.py``; a manager
