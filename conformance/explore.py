@@ -122,6 +122,7 @@ class LeanLock:
         self.snapshotting = [name for name, m in self.managers.items() if callable(getattr(m, "snapshot", None))]
         self._snapshots = snapshots if snapshots is not None else self._take()
         self.each_call = each_call
+        self.at_once = False  # calls that raise and work, mixed: the state after must be the one before (all_refused)
         self.changed = False  # has a call changed the state since the snapshots were taken?
         self.raised = ""  # the first call that raised since then, if one did (it must change nothing)
         self.num_calls = 0
@@ -187,10 +188,10 @@ class LeanLock:
         if pure:
             return first
         if first.raised:
-            if self.changed:
+            if self.changed and not self.at_once:
                 raise MoveAgain
             self.raised = f"{what} raised {type(first.error).__name__}"
-        elif self.raised:
+        elif self.raised and not self.at_once:
             raise MoveAgain  # the calls that raised are checked against the state before this one
         else:
             self.changed = True
@@ -211,7 +212,7 @@ class LeanLock:
                         raise MoveAgain
                     changes = "\n    ".join(diff(before[name], snap)[:12])
                     raise Finding(f"{self.raised} but changed {name}:\n    {changes}")
-            self.raised = ""
+            self.raised, self.changed = "", False  # (changed, too, only ``at_once``: the state is the one before)
         elif self.changed:
             self._snapshots, self.changed = self._take(), False
             first, *others = self.snapshotting
@@ -445,7 +446,7 @@ def all_refused(forbidden: list[Move], world: World, lock: LeanLock, parent: tup
     if not forbidden:
         return None
     excluded: dict[Move, str] = {}
-    lock.num_calls, lock.log = 0, []
+    lock.num_calls, lock.log, lock.at_once = 0, [], True
     try:
         for move in forbidden:
             logged, calls = len(lock.log), lock.num_calls
@@ -459,6 +460,8 @@ def all_refused(forbidden: list[Move], world: World, lock: LeanLock, parent: tup
         lock.settle()
     except (Finding, MoveAgain, Excluded):
         return None
+    finally:
+        lock.at_once = False
     return excluded if (lock.yardstick, world.state()) == parent else None
 
 
