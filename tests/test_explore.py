@@ -40,11 +40,12 @@ def test_any_number_of_workers_finds_the_same_states() -> None:
     assert figures[0] == figures[1] and figures[0][-1]  # the same situations, at the same depths
 
 
-def test_forbidden_moves_made_at_once_give_the_report_made_one_by_one(monkeypatch) -> None:
+@pytest.mark.parametrize("name", ["swap", "plain"])  # plain: an access of an unknown sequence works, no error
+def test_forbidden_moves_made_at_once_give_the_report_made_one_by_one(monkeypatch, name) -> None:
     """``all_refused`` compares a state's forbidden moves once; made one by
     one (as where one of them answers otherwise) the figures, the situations
     and their depths are the same."""
-    scope = scope_from("swap", ["max_depth=4"])
+    scope = scope_from(name, ["max_depth=4"])
     at_once = explore(PAIR, scope, workers=1)
     monkeypatch.setattr(explore_module, "all_refused", lambda *args: None)
     one_by_one = explore(PAIR, scope, workers=1)
