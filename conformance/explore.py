@@ -34,8 +34,8 @@ results are merged in frontier order, so the states, the counts and the
 first failure are the same for any number of workers.
 
 **Forbidden moves at once** (``all_refused``): most of a state's moves are
-forbidden calls (``illegal(kind)``), each of which must raise alike and
-change nothing. They are made one after another on the state's managers
+forbidden calls (``illegal(kind)``), each of which must answer alike
+(most raise) and change nothing. They are made one after another on the state's managers
 and compared once, with one pair of snapshots where one by one each takes
 its own, and their transitions are counted one by one. Where any of them
 answers otherwise, each is made again on its own, as any move, so a
@@ -434,15 +434,14 @@ def all_refused(forbidden: list[Move], world: World, lock: LeanLock, parent: tup
     """The forbidden moves of a state made one after another on its managers
     and compared once, where one by one each would take its own pair of
     snapshots (they are most of a state's moves). Sound because each must
-    raise alike and change nothing: then they commute, and a state left as
-    it was after all of them was left so by each (but for a call that
-    changed the state and a later one that changed it back, both of them
-    refused calls). Returns the moves a manager cannot be compared on,
-    with the reason (``Excluded``), their calls dropped from the log; or
-    None where any move answered otherwise (a call that worked, a
-    disagreement, a changed state): the caller then makes each on its own,
-    as any move, and a failure's path names its move. ``parent``: the
-    state's yardstick snapshot and world."""
+    answer alike (most raise) and change nothing: then they commute, and a
+    state left as it was after all of them was left so by each (but for a
+    call that changed the state and a later one that changed it back).
+    Returns the moves a manager cannot be compared on, with the reason
+    (``Excluded``), their calls dropped from the log; or None where the
+    managers disagreed or the state changed: the caller then makes each
+    move on its own, as any move, and a failure's path names its move.
+    ``parent``: the state's yardstick snapshot and world."""
     if not forbidden:
         return None
     excluded: dict[Move, str] = {}
