@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import pickle
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -209,10 +210,10 @@ def _edge_problems(manager: Any, seqs: list[Any]) -> list[str]:
     problems: list[str] = []
     for bad in (-1, 1 << 30):
         _refused(problems, f"block_table_array of row {bad} (no live sequence's)",
-                 lambda bad=bad: manager.block_table_array(np.append(rows, bad), -1), UnknownSequenceError)  # fmt: skip
+                 partial(manager.block_table_array, np.append(rows, bad), -1), UnknownSequenceError)  # fmt: skip
     _refused(problems, "block_table_array of a 2-D row array", lambda: manager.block_table_array(rows[None, :], -1))
     for pad in (2**31, -(2**31) - 1):  # just past int32: the table is handed out as int32
-        _refused(problems, f"block_table_array padded with {pad}", lambda pad=pad: manager.block_table_array(rows, pad))
+        _refused(problems, f"block_table_array padded with {pad}", partial(manager.block_table_array, rows, pad))
     _refused(problems, "can_append_slots_rows with seq_lens=None", lambda: manager.can_append_slots_rows(rows, None, 0))
     try:
         padded = manager.block_table_array(rows, -1).tolist()
@@ -231,8 +232,8 @@ def _edge_problems(manager: Any, seqs: list[Any]) -> list[str]:
         for i in range(len(seqs)):
             wrong = [seq.get_token_ids() + ([1] if j == i else []) for j, seq in enumerate(seqs)]
             _refused(problems, f"append_slots_rows with token_ids[{i}] one longer than seq_lens[{i}]",
-                     lambda wrong=wrong: manager.append_slots_rows(rows, lengths, 0, token_ids=wrong,
-                                                                   num_computed_tokens=lengths))  # fmt: skip
+                     partial(manager.append_slots_rows, rows, lengths, 0, token_ids=wrong,
+                             num_computed_tokens=lengths))  # fmt: skip
         floats = [np.array([*seqs[0].get_token_ids(), 1], np.float64), *(seq.get_token_ids() for seq in seqs[1:])]
         _refused(problems, "append_slots_rows with token_ids[0] an array of floats",
                  lambda: manager.append_slots_rows(rows, [lengths[0] + 1, *lengths[1:]], 0, token_ids=floats,
@@ -240,7 +241,9 @@ def _edge_problems(manager: Any, seqs: list[Any]) -> list[str]:
     return problems
 
 
-def _refused(problems: list[str], what: str, call: Callable[[], Any], error: type = InvalidArgumentError) -> None:
+def _refused(
+    problems: list[str], what: str, call: Callable[[], Any], error: type[Exception] = InvalidArgumentError
+) -> None:
     """``call()`` must raise ``error``; else ``problems`` says what it did."""
     try:
         call()
