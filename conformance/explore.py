@@ -23,7 +23,7 @@ states merged by equal digests have a chance below n^2 / 2^129 among n
 states (1.5 x 10^-27 for a million).
 
 **Cloning**: a state is kept as the pickle of its world and of each
-manager's ``save_state()`` (``blockspace/saved_state.py``; a manager
+manager's ``save_state()``, compressed (``Keeper.blob``) (``blockspace/saved_state.py``; a manager
 without one, vLLM's, is pickled whole). Each process explores with one
 manager per implementation (``Keeper``), and before each move from a
 state that an earlier move changed, the state is put back into it
@@ -320,8 +320,8 @@ class Keeper:
         of their own, loaded again before each move), and each manager's
         state, compressed. Why compressed: a layer's states are what a large
         scope's memory holds (about 6 KB a state as pickles, 2.3 KB packed,
-        at about 85 microseconds a state to pack and unpack, some 3 % of
-        its expansion)."""
+        for about 4 % of a scope's time: 85 microseconds a state to pack
+        and unpack)."""
         saved = {name: m.save_state() if callable(getattr(m, "save_state", None))
                  else pickle.dumps(m, pickle.HIGHEST_PROTOCOL) for name, m in managers.items()}  # fmt: skip
         state = pickle.dumps((pickle.dumps((world, mirrors), pickle.HIGHEST_PROTOCOL), saved), pickle.HIGHEST_PROTOCOL)
