@@ -17,7 +17,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,11 @@ try:  # where Hypothesis keeps its shrink time limit (see shrink_budget)
     import hypothesis.internal.conjecture.engine as hypothesis_engine
 except ImportError:  # pragma: no cover - a Hypothesis that moved it: no budget
     hypothesis_engine = None
+try:  # where Hypothesis keeps the constants it reads from loaded modules (see fixed_constants)
+    hypothesis_providers: Any
+    import hypothesis.internal.conjecture.providers as hypothesis_providers
+except ImportError:  # pragma: no cover
+    hypothesis_providers = None
 from hypothesis import HealthCheck, settings
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
@@ -168,6 +173,27 @@ def shrink_budget(seconds: float) -> Iterator[None]:
         hypothesis_engine.MAX_SHRINKING_SECONDS = default
 
 
+@contextmanager
+def fixed_constants() -> Iterator[None]:
+    """Hypothesis draws with none of the constants it reads from the user's
+    modules. Why: it mixes into its draws the constants of every local module
+    loaded so far (Hypothesis 6.131 on), so a derandomized run drew other
+    examples after another test had imported a module, and once missed the
+    bug it had always found (``ReversedSwapIn`` in CI). Its own constants
+    stay; its cache of the allowed ones is emptied on the way in and out."""
+    if hypothesis_providers is None or not hasattr(hypothesis_providers, "_get_local_constants"):
+        yield  # pragma: no cover
+        return
+    loaded = hypothesis_providers._get_local_constants
+    hypothesis_providers._get_local_constants = hypothesis_providers.Constants
+    hypothesis_providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        hypothesis_providers._get_local_constants = loaded
+        hypothesis_providers.CONSTANTS_CACHE.cache.clear()
+
+
 HYPOTHESIS_SHARE = 0.75  # of the shrink budget; the rest deletes lines from its repro (reduce.py)
 
 
@@ -197,11 +223,16 @@ def run_machine(
 
     machine.on_failure = staticmethod(first_failure)
     limit = profile.shrink_seconds
+    options = hypothesis_settings(profile, **changes)
     try:
         # Hypothesis' own report (the falsifying steps, its note on a shrink cut short) is left out:
         # the kit prints the repro and the budget itself.
-        with shrink_budget(limit * HYPOTHESIS_SHARE if profile.reduce_repro else limit), with_reporter(_silent):
-            run_state_machine_as_test(machine, settings=hypothesis_settings(profile, **changes))
+        with (
+            shrink_budget(limit * HYPOTHESIS_SHARE if profile.reduce_repro else limit),
+            with_reporter(_silent),
+            fixed_constants() if options.derandomize else nullcontext(),
+        ):
+            run_state_machine_as_test(machine, settings=options)
     except Divergence as failure:
         found_at = found[0] if found else started
         left = limit - (time.perf_counter() - found_at)  # at least the reducer's share

@@ -3,20 +3,24 @@ repro that runs as printed, at every level: from the state machine, from a
 ``Lockstep`` driven by hand, and after the repro is shortened.
 
 Every state-machine run here that must find a bug is derandomized: the
-same examples each run, so that CI cannot miss the bug by chance (a random
-run of 300 examples once missed ``LateSlots``). The kit's quick profile
+same examples each run, whatever other tests imported before, so that CI
+cannot miss the bug by chance (a random run of 300 examples once missed
+``LateSlots``). The kit's quick profile
 itself stays random, for variety across runs."""
 
 import functools
+import importlib
 import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blockspace import AllocStatus, Device, Sequence, SequenceGroup, SequenceStatus
 from blockspace.conformance import Divergence, Lockstep
 from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
-from blockspace.conformance.check import REPRO, run_machine
+from blockspace.conformance.check import REPRO, fixed_constants, run_machine
 from blockspace.conformance.explore import explore
 from blockspace.conformance.long_runs import long_run_checks
 from blockspace.conformance.reduce import failure_of, reduce
@@ -47,7 +51,7 @@ def test_broken_manager_is_caught_with_a_short_repro(broken):
     profile = with_changes(PROFILES["quick"], shrink_seconds=8.0)
     result = run_machine(
         {"reference": "reference", "broken": broken}, "plain", profile, lambda *args: found.append(args),
-        max_examples=200, derandomize=True,
+        max_examples=300, derandomize=True,
     )  # fmt: skip
     assert result.status == "failed"
     assert len(found) == 1 and found[0][0] == "machine[plain]"  # heard of at once, before the shrinking
@@ -542,3 +546,26 @@ def test_a_request_turned_away_is_asked_again_in_the_same_move():
     report = explore({"reference": "reference", "broken": MiscountsTurnedAway}, SCOPES["default"], workers=1)
     assert report.path and report.path[-1][0] == "admit" and len(report.path) <= 6, report.path
     assert "get_num_cached_tokens disagrees" in report.failure, report.failure[:300]
+
+
+def test_a_derandomized_run_draws_the_same_examples_whatever_was_imported_before(tmp_path, monkeypatch):
+    """Hypothesis mixes the constants of loaded local modules into its draws;
+    under ``fixed_constants`` a module imported in between changes nothing."""
+
+    def draws() -> list[int]:
+        drawn = []
+
+        @settings(derandomize=True, max_examples=300, database=None)
+        @given(st.integers(0, 10**9))
+        def record(number):
+            drawn.append(number)
+
+        with fixed_constants():
+            record()
+        return drawn
+
+    before = draws()
+    (tmp_path / "many_constants.py").write_text(f"CONSTANTS = {list(range(1000, 1_000_000, 997))}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("many_constants")
+    assert draws() == before
