@@ -37,6 +37,7 @@ from blockspace.simulator.cli import DEFAULT_KV_MEMORY_GIB, DEFAULT_SWAP_SPACE_G
 from blockspace.simulator.gpu import KVCacheModel
 from blockspace.simulator.sweep import NOT_SWEPT, sweepable
 from blockspace.validation import option_name
+from blockspace.workloads import gamma_arrivals, parse_lines
 from helpers import trace_lines
 
 TRACE = "trace.jsonl"  # 8 requests, one a second
@@ -56,6 +57,7 @@ class Run:
     requests: int
     slo: str | None
     span_s: float
+    offered: float  # requests a second between the first arrival and the last
 
 
 @dataclass
@@ -71,7 +73,7 @@ class View:
 def run_of(document: dict[str, Any], summary: dict[str, Any]) -> Run:
     slo = summary["slo"]
     return Run(document["config"], summary["manager"], summary["requests"]["arrived"],
-               slo and slo["text"], summary["simulated_s"])  # fmt: skip
+               slo and slo["text"], summary["simulated_s"], summary["load"]["offered_requests_per_s"])  # fmt: skip
 
 
 def view_of(out: Path, stdout: str) -> View:
@@ -82,7 +84,7 @@ def view_of(out: Path, stdout: str) -> View:
         for search in view.document["configurations"]:
             span = (search["requests"] - 1) / search["trace_rate_requests_per_s"]
             view.runs.append(Run(search["config"], view.document["manager"], search["requests"],
-                                 view.document["slo"], span))  # fmt: skip
+                                 view.document["slo"], span, search["offered_requests_per_s"]))  # fmt: skip
     elif (out / "sweep.json").exists():
         view.document = json.loads((out / "sweep.json").read_text())
         for k in range(len(view.document["runs"])):
@@ -149,10 +151,27 @@ def plotted(view: View, value: str) -> bool:
     return any((view.out / f"{kind}.png").exists() for kind in ("simulation", "sweep", "capacity"))
 
 
+def arrivals(option: str, at: Callable[[str], tuple[float, float, int]]) -> Probe:
+    """A probe for an option of ``--request-rate``'s arrivals: ``at(value)``
+    gives (rate, burstiness, seed); the run's offered rate is the one those
+    arrivals of the 8-request trace have."""
+
+    def holds(run: Run, value: str) -> bool:
+        drawn = [r.arrival_s for r in gamma_arrivals(parse_lines(trace_lines(8).splitlines(), TRACE), *at(value))]
+        return run.offered == pytest.approx((len(drawn) - 1) / (drawn[-1] - drawn[0]), rel=1e-12)
+
+    rate = [] if option == "--request-rate" else ["--request-rate", "20"]
+    values = {"--request-rate": ("20", "10"), "--burstiness": ("4", "0.5"), "--seed": ("5", "6")}[option]
+    return Probe(values, lambda value: [*rate, option, value], run=holds)
+
+
 PROBES: dict[str, Probe] = {
     "trace": Probe((OTHER_TRACE,), flag("--trace"), view=lambda v, value: {r.requests for r in v.runs} == {5}),
     "max_requests": Probe(("3", "5"), flag("--max-requests"), run=lambda r, value: r.requests == int(value)),
     "time_scale": Probe(("3", "2"), flag("--time-scale"), run=lambda r, value: r.span_s >= 6.99 * float(value)),
+    "request_rate": arrivals("--request-rate", lambda value: (float(value), 1.0, 0)),
+    "burstiness": arrivals("--burstiness", lambda value: (20.0, float(value), 0)),
+    "seed": arrivals("--seed", lambda value: (20.0, 1.0, int(value))),
     "manager": Probe(("fast",), flag("--manager"), view=lambda v, value: all(
         r.manager.endswith("FastBlockSpaceManager") or r.manager == "fast" for r in v.runs)),
     "compare": Probe(("reference@calls,reference",), flag("--compare"),
@@ -234,6 +253,8 @@ def argv_for(dest: str, mode: str) -> list[str]:
     parts = dict(BASE[mode])
     if mode == "swept":
         parts["sweep"] = ["--sweep", f"{dest}={','.join(probe.values)}"]
+        if dest in ("burstiness", "seed"):  # they shape the arrivals of --request-rate
+            parts["request_rate"] = ["--request-rate", "20"]
         if dest == "engine":
             parts["manager"] = ["--manager", "fast"]
     else:

@@ -25,7 +25,8 @@ from blockspace.simulator.slo import SLO
 def probe(scale: float, attainment: float) -> dict:
     """What ``run_probe`` answers, made up."""
     counts = dict.fromkeys(("finished", "ignored", "aborted"), 0)
-    return {"scale": scale, "attainment": attainment, "goodput_requests_per_s": attainment * scale, **counts}
+    return {"scale": scale, "attainment": attainment, "goodput_requests_per_s": attainment * scale, **counts,
+            "served_requests_per_s": attainment * scale, "saturated": attainment < 0.5}  # fmt: skip
 
 
 def threshold(limit: float, calls: list[list[float]]):

@@ -183,8 +183,8 @@ def test_the_table_and_csv_count_the_requests_each_run_did_not_serve(tmp_path, c
     argv = ["simulate", *SMALL, "--quiet", "--no-plot", "--out", str(tmp_path), "--workers", "1", "--slo", slo]
     assert blockspace([*argv, "--sweep", "num_gpu_blocks=600,4000"]) == 0
     rows = list(csv.DictReader((tmp_path / "sweep.csv").open()))
-    first = ["num_gpu_blocks", "finished", "ignored", "aborted", "slo_attainment_pct", "goodput_req_per_s"]
-    assert list(rows[0])[:6] == first
+    first = ["num_gpu_blocks", "finished", "ignored", "aborted", "saturated", "slo_attainment_pct", "goodput_req_per_s"]
+    assert list(rows[0])[:7] == first, list(rows[0])
     for row in rows:
         alone = single_run(int(row["num_gpu_blocks"]), caching=True, slo=slo)
         assert [int(row[k]) for k in ("finished", "ignored", "aborted")] == [
@@ -198,6 +198,6 @@ def test_the_table_and_csv_count_the_requests_each_run_did_not_serve(tmp_path, c
     assert 0 < float(small["slo_attainment_pct"]) < float(large["slo_attainment_pct"]) < 100
     printed = capsys.readouterr().out.splitlines()
     header = next(line for line in printed if line.startswith("num_gpu_blocks"))
-    assert header.split()[:6] == first
+    assert header.split()[:7] == first
     assert any("over each run's finished requests" in line for line in printed)
     assert any(line.startswith(f"SLO {slo}: attainment over all") for line in printed)

@@ -76,6 +76,8 @@ def run_probe(probe: Probe) -> dict[str, Any]:
         "aborted": requests["aborted"],
         "ttft_p90_s": summary["ttft_s"]["p90"],
         "tpot_p90_s": summary["tpot_s"]["p90"],
+        "served_requests_per_s": summary["load"]["served_requests_per_s"],
+        "saturated": summary["load"]["saturated"],
     }
 
 
@@ -165,11 +167,14 @@ def format_answer(found: dict[str, Any], slo: SLO) -> str:
     """The curve as a table, then the answer in a sentence. Rates have four
     significant digits: a search that halves the rate down to 1/4096 of the
     trace's goes far below a thousandth of a request a second."""
-    lines = [f"{'rate (req/s)':>13}  {'scale':>8}  {'attainment':>10}  {'goodput':>9}  finished/ignored/aborted"]
+    lines = [f"{'rate (req/s)':>13}  {'scale':>8}  {'attainment':>10}  {'goodput':>9}  {'served':>9}  "
+             f"{'load':>9}  finished/ignored/aborted"]  # fmt: skip
     for point in found["curve"]:
+        load = "SATURATED" if point["saturated"] else "keeps up"
         lines.append(
             f"{point['rate_requests_per_s']:>13.4g}  {point['scale']:>8.4g}  {point['attainment']:>10.1%}  "
-            f"{point['goodput_requests_per_s']:>9.4g}  {point['finished']}/{point['ignored']}/{point['aborted']}"
+            f"{point['goodput_requests_per_s']:>9.4g}  {point['served_requests_per_s']:>9.4g}  {load:>9}  "
+            f"{point['finished']}/{point['ignored']}/{point['aborted']}"
         )
     target = f"{found['target']:.0%} of requests within {slo}"
     if found["max_rate_requests_per_s"] is None:

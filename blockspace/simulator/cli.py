@@ -54,7 +54,15 @@ from blockspace.validation import (
     option_name,
     refuse,
 )
-from blockspace.workloads import TRACE_ENV, TraceRequest, load_trace_option, scale_arrivals, trace_file, trace_source
+from blockspace.workloads import (
+    TRACE_ENV,
+    TraceRequest,
+    gamma_arrivals,
+    load_trace_option,
+    scale_arrivals,
+    trace_file,
+    trace_source,
+)
 
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
 DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
@@ -67,9 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace", type=Path, help=f"Mooncake-format JSONL (default: ${TRACE_ENV}, else the bundled sample)"
     )
     source.add_argument("--max-requests", type=int, help="replay only the first N requests (default: all)")
-    source.add_argument(
-        "--time-scale", type=float, default=1.0, help="multiply arrival times (2 = half the request rate)"
+    arrivals = source.add_mutually_exclusive_group()
+    arrivals.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiply the trace's arrival times (2 = half the request rate)"
     )
+    arrivals.add_argument(
+        "--request-rate", type=float,
+        help="new arrival times at this many requests a second, gaps drawn from a gamma distribution; the trace"
+             " keeps its prompts and outputs (default: the trace's own times)",
+    )  # fmt: skip
+    source.add_argument(
+        "--burstiness", type=float, default=1.0,
+        help="the shape of --request-rate's gaps: 1 Poisson, below 1 burstier, above 1 more even (default: 1)",
+    )  # fmt: skip
+    source.add_argument("--seed", type=int, default=0, help="seeds --request-rate's arrivals (default: 0)")
     source.add_argument("--manager", default="fast", help="reference | fast | placeholder | package.module:Class")
     source.add_argument(
         "--compare", metavar="A,B",
@@ -174,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
 RANGES = {
     "max_requests": Range(least=1),
     "time_scale": Range(above=0),
+    "request_rate": Range(above=0),
+    "burstiness": Range(above=0),
+    "seed": Range(least=0),
     "block_size": Range(least=1),
     "num_gpu_blocks": Range(least=1),
     "kv_memory_gib": Range(above=0),
@@ -206,6 +228,8 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "target": (("find",), "it is the share of requests the search must keep within --slo"),
     "workers": (("sweep", "find"), "it sets how many of their runs go at once"),
     "executor": (("sweep", "find"), "it sets where their runs go"),
+    "burstiness": (("request_rate",), "it shapes the gaps between the arrivals --request-rate draws"),
+    "seed": (("request_rate",), "it seeds the arrivals --request-rate draws"),
 }
 APART: dict[str, tuple[tuple[str, ...], str]] = {
     "requests_out": (("sweep", "find"), "it writes the requests of one run, and these make many"),
@@ -217,7 +241,10 @@ APART: dict[str, tuple[tuple[str, ...], str]] = {
 def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
     """No option is written where its mode does not read it (``NEEDS``, ``APART``;
     the message is every command's, from blockspace.validation)."""
-    check_mode_options(given, (mode for mode in ("find", "sweep", "compare") if getattr(args, mode)), NEEDS, APART)
+    swept = {spec.partition("=")[0].strip().lstrip("-").replace("-", "_") for spec in args.sweep}
+    written = given | swept  # a swept option is read by its runs as a given one is
+    modes = [mode for mode in ("find", "sweep", "compare") if getattr(args, mode)]
+    check_mode_options(written, modes + ["request_rate"] * ("request_rate" in written), NEEDS, APART)
 
 
 def check_arguments(args: argparse.Namespace, given: frozenset[str] = frozenset()) -> None:
@@ -300,8 +327,12 @@ def step_time_model(args: argparse.Namespace) -> StepTimeModel:
 
 def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
     """The requests to replay: the trace read, checked and not empty
-    (``load_trace_option``), its arrivals scaled by ``--time-scale``."""
-    return scale_arrivals(load_trace_option(args.trace, args.max_requests), args.time_scale)
+    (``load_trace_option``), arriving at ``--request-rate`` where it is
+    given, else at the trace's times scaled by ``--time-scale``."""
+    requests = load_trace_option(args.trace, args.max_requests)
+    if args.request_rate is not None:
+        return gamma_arrivals(requests, args.request_rate, args.burstiness, args.seed)
+    return scale_arrivals(requests, args.time_scale)
 
 
 def resolve_manager(name: str, option: str = "--manager") -> type:
@@ -333,11 +364,14 @@ def check_step(cls: type, step: str, where: str) -> None:
         raise InvalidArgumentError(f"{where}: {cls.__name__} offers no row API (fast/row_api.py)")
 
 
+ARRIVAL_OPTIONS = ("max_requests", "time_scale", "request_rate", "burstiness", "seed")  # what load_requests reads
+
+
 def preparer(
     sweeps: list[tuple[str, list[Any]]], manager_class: type
 ) -> Callable[[argparse.Namespace], tuple[SimulationConfig, list[TraceRequest]]]:
     """One swept run's options -> its configuration and its requests,
-    loading the trace once per (max_requests, time_scale); a combination of
+    loading the trace once per choice of its requests and arrivals; a combination of
     values that does not go together (among them the step path ``rows``
     for a manager without rows) is an ``InvalidArgumentError`` naming them."""
     traces: dict[tuple[Any, float], list[TraceRequest]] = {}
@@ -350,7 +384,7 @@ def preparer(
         except BlockSpaceError as error:
             swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
             raise InvalidArgumentError(f"--sweep ({swept}): {error}") from None
-        key = (run_args.max_requests, run_args.time_scale)
+        key = tuple(getattr(run_args, name) for name in ARRIVAL_OPTIONS)
         if key not in traces:
             traces[key] = load_requests(run_args)
         return config, traces[key]
@@ -378,17 +412,18 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         raise InvalidArgumentError("--find max-rate needs --slo, the targets the rate must keep (e.g. ttft=2s)")
     sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
     prepare = preparer(sweeps, resolve_manager(args.manager))
-    points = []  # (swept values, configuration, requests, their rate)
+    points = []  # (swept values, configuration, requests, their rate, the rate the search scales)
     for values in configurations(sweeps):
         config, trace = prepare(argparse.Namespace(**{**vars(args), **values}))
-        points.append((values, config, trace, capacity.base_rate(trace)))
+        offered = capacity.base_rate(trace)  # as drawn, where --request-rate names the rate asked for
+        points.append((values, config, trace, offered, values.get("request_rate", args.request_rate) or offered))
     if args.executor == "ray":
         ray_pool()
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
     workers = args.workers or os.cpu_count() or 1
     source = trace_source(args.trace)
     searches = []
-    for values, config, trace, rate in points:
+    for values, config, trace, offered, rate in points:
         named = "".join(f", {name}={value}" for name, value in values.items())
         print(f"finding the highest rate at which {args.target:g}% of {len(trace):,} requests from {source} meet "
               f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
@@ -399,7 +434,8 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
             return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
         search = {"values": values, "config": dataclasses.asdict(config), "requests": len(trace),
-                  "arrival_times": capacity.arrival_times(trace), **found}  # fmt: skip
+                  "arrival_times": capacity.arrival_times(trace), "offered_requests_per_s": offered,
+                  **found}  # fmt: skip
         print(capacity.format_answer(search, args.slo))
         searches.append(search)
     if len(searches) > 1:

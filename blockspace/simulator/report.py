@@ -56,6 +56,40 @@ ALONE = " (the replay alone: start-up, loading and reporting left out)"
 RECORDED = " (the replay with every step's tables recorded for --compare: slower than a run alone)"
 
 
+# A run is saturated when it served requests more slowly than they came and the queue grew
+# with them: at least this share of the offered rate went unserved, and at least this share of
+# the requests were still waiting for admission when the last one arrived. Why the queue too:
+# a short trace served well still ends after its last arrival (its tail), so its served rate
+# alone falls below the offered one; a stable queue stays short however short the trace.
+SATURATION_RATE_SHARE = 0.1
+SATURATION_QUEUE_SHARE = 0.1
+
+
+def load_of(arrivals: list[float], num_finished: int, span: float, timeline: Any) -> dict[str, Any]:
+    """The offered rate (requests a second between the first arrival and
+    the last), the served rate (finished requests over the simulated time),
+    the queue waiting for admission (at the last arrival, and at its peak),
+    and whether the run is saturated (``SATURATION_*``)."""
+    window = max(arrivals) - min(arrivals) if arrivals else 0.0
+    offered = (len(arrivals) - 1) / window if window > 0 else None
+    served = num_finished / span
+    waiting = np.asarray(timeline.num_waiting, dtype=np.int64)
+    before_last = np.searchsorted(np.asarray(timeline.time_s, dtype=float), max(arrivals, default=0.0), "right")
+    at_last = int(waiting[before_last - 1]) if before_last else 0
+    saturated = (
+        offered is not None
+        and served < (1 - SATURATION_RATE_SHARE) * offered
+        and at_last >= SATURATION_QUEUE_SHARE * len(arrivals)
+    )
+    return {
+        "offered_requests_per_s": offered,
+        "served_requests_per_s": served,
+        "waiting_at_last_arrival": at_last,
+        "peak_waiting": int(waiting.max()) if waiting.size else 0,
+        "saturated": saturated,
+    }
+
+
 def summarize(result: SimulationResult, slo: SLO | None = None) -> dict[str, Any]:
     """Every figure of one run, as plain data (with ``slo``: who met it)."""
     config = result.config
@@ -83,6 +117,7 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> dict[str, Any
             "aborted": sum(r.status == "aborted" for r in outcomes),
         },
         "simulated_s": end - start,
+        "load": load_of([r.arrival_s for r in outcomes], len(finished), span, timeline),
         "busy_s": busy,
         "steps": len(timeline.step_s),
         "throughput": {
@@ -164,6 +199,17 @@ LATENCIES = (
 )
 
 
+def load_line(summary: dict[str, Any]) -> str:
+    """The load in one line, saying plainly when the run is saturated."""
+    load, arrived = summary["load"], summary["requests"]["arrived"]
+    offered, served = load["offered_requests_per_s"], load["served_requests_per_s"]
+    rates = f"{'-' if offered is None else f'{offered:.3g}'} req/s offered, {served:.3g} req/s served"
+    queue = f"{load['waiting_at_last_arrival']:,} of {arrived:,} requests waiting when the last arrived"
+    if load["saturated"]:
+        return f"SATURATED: {rates}; {queue} (peak {load['peak_waiting']:,}): latencies measure the queue"
+    return f"{rates}; {queue} (peak {load['peak_waiting']:,})"
+
+
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) lines of the text summary."""
     requests = summary["requests"]
@@ -185,6 +231,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             f"{summary['throughput']['requests_per_s']:.2f} req/s",
         ),
     ]
+    rows.append(("load", load_line(summary)))
     for name, key, over in LATENCIES:
         p = summary[key]
         rows.append(

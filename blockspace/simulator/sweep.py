@@ -84,6 +84,7 @@ COUNTS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
     ("finished", lambda s: s["requests"]["finished"]),
     ("ignored", lambda s: s["requests"]["ignored"]),
     ("aborted", lambda s: s["requests"]["aborted"]),
+    ("saturated", lambda s: "yes" if s["load"]["saturated"] else "no"),  # report.load_of: the queue grew
 )
 SLO_HEADLINES: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
     ("slo_attainment_pct", lambda s: 100 * s["slo"]["attainment"]),
