@@ -260,6 +260,32 @@ def gamma_arrivals(
     return [replace(request, arrival_s=float(at)) for request, at in zip(requests, arrivals, strict=True)]
 
 
+def prefix_groups(
+    num_requests: int, input_length: int, output_length: int, shared_share: float, num_groups: int, seed: int = 0
+) -> list[TraceRequest]:
+    """Requests whose prompts share prefixes within groups, as the Dynamo
+    mocker's synthetic replay makes them: each request joins one of
+    ``num_groups`` groups (drawn uniformly, seeded), and the first
+    ``shared_share`` of its prompt's 512-token chunks are its group's, the
+    rest its own. One a second (``gamma_arrivals`` gives them a rate).
+    ``shared_share`` 0: no two prompts share a block."""
+    if num_requests < 1 or input_length < 1 or output_length < 1 or num_groups < 1:
+        raise InvalidArgumentError("prefix groups need at least one request, group, prompt and output token")
+    if not 0 <= shared_share <= 1:
+        raise InvalidArgumentError(f"the shared share of a prompt is in [0, 1], got {shared_share!r}")
+    chunks = -(-input_length // CHUNK_TOKENS)
+    shared = round(shared_share * chunks)
+    if num_groups * shared + num_requests * (chunks - shared) > NUM_CHUNK_IDS:
+        raise InvalidArgumentError(f"prefix groups of {num_requests:,} prompts need more than {NUM_CHUNK_IDS:,} chunks")
+    groups = np.random.default_rng(seed).integers(num_groups, size=num_requests)
+    own, unique = num_groups * shared, chunks - shared  # chunk ids below ``own`` are the groups' prefixes
+    return [
+        TraceRequest(i, float(i), input_length, output_length,
+                     (*range(g * shared, (g + 1) * shared), *range(own + i * unique, own + (i + 1) * unique)))
+        for i, g in enumerate(groups.tolist())
+    ]  # fmt: skip
+
+
 __all__ = [
     "BUNDLED_SAMPLE",
     "CHUNK_TOKENS",
@@ -275,6 +301,7 @@ __all__ = [
     "output_token_id",
     "parse_line",
     "parse_lines",
+    "prefix_groups",
     "prompt_token_ids",
     "scale_arrivals",
     "trace_file",

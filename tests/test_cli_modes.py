@@ -160,9 +160,8 @@ def arrivals(option: str, at: Callable[[str], tuple[float, float, int]]) -> Prob
         drawn = [r.arrival_s for r in gamma_arrivals(parse_lines(trace_lines(8).splitlines(), TRACE), *at(value))]
         return run.offered == pytest.approx((len(drawn) - 1) / (drawn[-1] - drawn[0]), rel=1e-12)
 
-    rate = [] if option == "--request-rate" else ["--request-rate", "20"]
     values = {"--request-rate": ("20", "10"), "--burstiness": ("4", "0.5"), "--seed": ("5", "6")}[option]
-    return Probe(values, lambda value: [*rate, option, value], run=holds)
+    return Probe(values, flag(option), run=holds)
 
 
 PROBES: dict[str, Probe] = {
@@ -172,6 +171,9 @@ PROBES: dict[str, Probe] = {
     "request_rate": arrivals("--request-rate", lambda value: (float(value), 1.0, 0)),
     "burstiness": arrivals("--burstiness", lambda value: (20.0, float(value), 0)),
     "seed": arrivals("--seed", lambda value: (20.0, 1.0, int(value))),
+    "replicas": option("replicas", int, "2", "3"),
+    "router": option("router", str, "least_loaded", "kv_aware"),
+    "router_weight": option("router_weight", float, "2", "0.5"),
     "manager": Probe(("fast",), flag("--manager"), view=lambda v, value: all(
         r.manager.endswith("FastBlockSpaceManager") or r.manager == "fast" for r in v.runs)),
     "compare": Probe(("reference@calls,reference",), flag("--compare"),
@@ -221,6 +223,14 @@ PROBES: dict[str, Probe] = {
     "executor": Probe(("ray",), flag("--executor"), view=lambda v, value: bool(v.runs) and RAY),
 }  # fmt: skip
 
+# The options an option goes with (validation's NEEDS), given beside it in every mode.
+WITH: dict[str, dict[str, list[str]]] = {
+    "burstiness": {"request_rate": ["--request-rate", "20"]},
+    "seed": {"request_rate": ["--request-rate", "20"]},
+    "router": {"replicas": ["--replicas", "2"]},
+    "router_weight": {"replicas": ["--replicas", "2"], "router": ["--router", "kv_aware"]},
+}
+
 # The (option, mode) pairs that must be refused by name; every other pair must be honoured.
 REFUSED = {
     ("manager", "compare"),  # --compare names both managers
@@ -250,11 +260,9 @@ POOLS: list[int] = []  # the number of workers of each pool the runs asked for
 def argv_for(dest: str, mode: str) -> list[str]:
     """The mode's command line with the option's probe in it (swept: as the sweep)."""
     probe = PROBES[dest]
-    parts = dict(BASE[mode])
+    parts = {**BASE[mode], **WITH.get(dest, {})}  # with the options it goes with
     if mode == "swept":
         parts["sweep"] = ["--sweep", f"{dest}={','.join(probe.values)}"]
-        if dest in ("burstiness", "seed"):  # they shape the arrivals of --request-rate
-            parts["request_rate"] = ["--request-rate", "20"]
         if dest == "engine":
             parts["manager"] = ["--manager", "fast"]
     else:

@@ -36,6 +36,7 @@ from blockspace.simulator.report import (
     warnings_for,
     write_json,
 )
+from blockspace.simulator.routers import ROUTERS, STATIC
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult
@@ -105,6 +106,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="decodes through the manager's row API (rows), per call (calls), or rows where offered (auto)",
     )  # fmt: skip
 
+    fleet = parser.add_argument_group("fleet (blockspace/simulator/fleet.py, routers.py)")
+    fleet.add_argument("--replicas", type=int, default=1, help="engines behind one router, each with every option"
+                       " below (default: 1)")  # fmt: skip
+    fleet.add_argument("--router", choices=tuple(ROUTERS), default="round_robin",
+                       help="how the router picks a replica: in turn, fewest outstanding requests, or the least"
+                            " cost of blocks to prefill and blocks outstanding (default: round_robin)")  # fmt: skip
+    fleet.add_argument("--router-weight", type=float, default=1.0,
+                       help="kv_aware: the weight of the prompt blocks a replica lacks against its outstanding"
+                            " blocks (default: 1, as Dynamo's KV router)")  # fmt: skip
+
     memory = parser.add_argument_group("KV cache")
     memory.add_argument("--block-size", type=int, default=16, help="tokens per block")
     gpu = memory.add_mutually_exclusive_group()
@@ -167,9 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     finding = parser.add_argument_group("capacity (blockspace/simulator/capacity.py)")
     finding.add_argument(
-        "--find", choices=("max-rate",),
+        "--find", choices=("max-rate", "min-replicas"),
         help="max-rate: the highest request rate (the trace's arrivals scaled) at which --target %% of the requests"
-             " meet --slo, found by bisection with the runs in parallel (default: one replay)",
+             " meet --slo; min-replicas: the fewest replicas behind --router that do; each found by bisection with"
+             " the runs in parallel (default: one replay)",
     )  # fmt: skip
     finding.add_argument(
         "--target", type=float, default=90.0, help="with --find: the share of requests that must meet --slo, in %%"
@@ -196,6 +208,8 @@ RANGES = {
     "request_rate": Range(above=0),
     "burstiness": Range(above=0),
     "seed": Range(least=0),
+    "replicas": Range(least=1),
+    "router_weight": Range(least=0),
     "block_size": Range(least=1),
     "num_gpu_blocks": Range(least=1),
     "kv_memory_gib": Range(above=0),
@@ -230,7 +244,10 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "executor": (("sweep", "find"), "it sets where their runs go"),
     "burstiness": (("request_rate",), "it shapes the gaps between the arrivals --request-rate draws"),
     "seed": (("request_rate",), "it seeds the arrivals --request-rate draws"),
+    "router": (("replicas",), "it picks among replicas"),
+    "router_weight": (("replicas",), "it weighs kv_aware's choice among replicas"),
 }
+OPTION_MODES = ("request_rate", "replicas")  # options that other options go with, given or swept
 APART: dict[str, tuple[tuple[str, ...], str]] = {
     "requests_out": (("sweep", "find"), "it writes the requests of one run, and these make many"),
     "compare": (("sweep", "find"), "it runs one manager: use --manager"),
@@ -244,7 +261,10 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
     swept = {spec.partition("=")[0].strip().lstrip("-").replace("-", "_") for spec in args.sweep}
     written = given | swept  # a swept option is read by its runs as a given one is
     modes = [mode for mode in ("find", "sweep", "compare") if getattr(args, mode)]
-    check_mode_options(written, modes + ["request_rate"] * ("request_rate" in written), NEEDS, APART)
+    searched = ["replicas"] if args.find == "min-replicas" else []  # the search sets it
+    check_mode_options(written, modes + searched + [name for name in OPTION_MODES if name in written], NEEDS, APART)
+    if "router_weight" in written and args.router != "kv_aware" and "router" not in swept:
+        raise InvalidArgumentError(f"--router-weight goes with --router kv_aware: --router {args.router} has no weight")
 
 
 def check_arguments(args: argparse.Namespace, given: frozenset[str] = frozenset()) -> None:
@@ -300,7 +320,16 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
         step_time=step_time_model(args),
         num_samples=args.n,
         max_output_len=args.max_output_len,
+        replicas=args.replicas,
+        router=args.router,
+        router_weight=args.router_weight,
     )
+
+
+def reads_replicas(args: argparse.Namespace) -> bool:
+    """Is this a fleet, or a search over fleets, whose router reads its
+    replicas (the Python engine's alone)?"""
+    return (args.replicas > 1 or args.find == "min-replicas") and args.router not in STATIC
 
 
 def step_time_model(args: argparse.Namespace) -> StepTimeModel:
@@ -340,7 +369,7 @@ def resolve_manager(name: str, option: str = "--manager") -> type:
     return load_manager(name, option)
 
 
-def resolve_run(name: str, default_step: str, default_engine: str) -> tuple[type, str, str]:
+def resolve_run(name: str, default_step: str, default_engine: str, reads: bool = False) -> tuple[type, str, str]:
     """``NAME``, ``NAME@STEP`` or ``NAME@compiled`` of ``--compare``: the
     manager class, the step path and the engine (a bare name runs on
     ``--engine``, with ``--step``)."""
@@ -351,11 +380,11 @@ def resolve_run(name: str, default_step: str, default_engine: str) -> tuple[type
         )
     cls = resolve_manager(manager, "--compare")
     if step == "compiled":
-        return cls, "auto", resolve("compiled", cls, "auto", f"--compare: {name!r}")
+        return cls, "auto", resolve("compiled", cls, "auto", f"--compare: {name!r}", reads)
     if at:
         check_step(cls, step, f"--compare: {name!r}")
         return cls, step, "python"
-    return cls, default_step, resolve(default_engine, cls, default_step)
+    return cls, default_step, resolve(default_engine, cls, default_step, reads_replicas=reads)
 
 
 def check_step(cls: type, step: str, where: str) -> None:
@@ -379,7 +408,7 @@ def preparer(
     def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
         try:
             check_step(manager_class, run_args.step, "--step rows")
-            engine = resolve(run_args.engine, manager_class, run_args.step)
+            engine = resolve(run_args.engine, manager_class, run_args.step, reads_replicas=reads_replicas(run_args))
             config = replace(simulation_config(run_args, record_tables=False), engine=engine)
         except BlockSpaceError as error:
             swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
@@ -404,18 +433,21 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     """``--find max-rate``, for one configuration or each of a ``--sweep``:
     everything checked, then one search per configuration (capacity.py)."""
     from blockspace import __version__
-    from blockspace.simulator import capacity
+    from blockspace.simulator import capacity, fleet_size
     from blockspace.simulator.executor import ray_pool
     from blockspace.simulator.sweep import configurations, parse_sweeps
 
+    fleet = args.find == "min-replicas"
     if args.slo is None:
-        raise InvalidArgumentError("--find max-rate needs --slo, the targets the rate must keep (e.g. ttft=2s)")
+        raise InvalidArgumentError(f"--find {args.find} needs --slo, the targets it must keep (e.g. ttft=2s)")
+    if fleet and "replicas" in given | {name for name, _ in parse_sweeps(args.sweep, parser, RANGES, given)}:
+        raise InvalidArgumentError("--replicas cannot go with --find min-replicas: the search sets it")
     sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
     prepare = preparer(sweeps, resolve_manager(args.manager))
     points = []  # (swept values, configuration, requests, their rate, the rate the search scales)
     for values in configurations(sweeps):
         config, trace = prepare(argparse.Namespace(**{**vars(args), **values}))
-        offered = capacity.base_rate(trace)  # as drawn, where --request-rate names the rate asked for
+        offered = None if fleet else capacity.base_rate(trace)  # as drawn, where --request-rate names the rate
         points.append((values, config, trace, offered, values.get("request_rate", args.request_rate) or offered))
     if args.executor == "ray":
         ray_pool()
@@ -425,30 +457,39 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     searches = []
     for values, config, trace, offered, rate in points:
         named = "".join(f", {name}={value}" for name, value in values.items())
-        print(f"finding the highest rate at which {args.target:g}% of {len(trace):,} requests from {source} meet "
+        goal = f"the fewest replicas under {config.router}" if fleet else "the highest rate"
+        print(f"finding {goal} at which {args.target:g}% of {len(trace):,} requests from {source} meet "
               f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
         say = None if args.quiet else partial(print, flush=True)
-        evaluate = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor, rate, say)
+        search: dict[str, Any] = {"values": values, "config": dataclasses.asdict(config), "requests": len(trace)}
         try:
-            found = capacity.find_max_rate(evaluate, rate, args.target / 100, workers)
+            if fleet:
+                counts = fleet_size.evaluator(trace, config, args.manager, args.slo, workers, args.executor, say)
+                search |= {"router": config.router, **fleet_size.find_min_replicas(counts, args.target / 100,
+                                                                                   workers)}  # fmt: skip
+            else:
+                assert rate is not None  # a rate search's points have one (capacity.base_rate)
+                rates = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor, rate, say)
+                search |= {"arrival_times": capacity.arrival_times(trace), "offered_requests_per_s": offered,
+                           **capacity.find_max_rate(rates, rate, args.target / 100, workers)}  # fmt: skip
         except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
             return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
-        search = {"values": values, "config": dataclasses.asdict(config), "requests": len(trace),
-                  "arrival_times": capacity.arrival_times(trace), "offered_requests_per_s": offered,
-                  **found}  # fmt: skip
-        print(capacity.format_answer(search, args.slo))
+        print(fleet_size.format_answer(search, args.slo, config.router) if fleet
+              else capacity.format_answer(search, args.slo))  # fmt: skip
         searches.append(search)
     if len(searches) > 1:
-        print(capacity.format_answers(searches))
+        print(fleet_size.format_answers(searches) if fleet else capacity.format_answers(searches))
     args.out.mkdir(parents=True, exist_ok=True)
-    document = {"command": shlex.join(command), "version": __version__, "trace": source, "manager": args.manager,
-                "slo": str(args.slo), "target": args.target / 100, "configurations": searches}  # fmt: skip
+    document = {"command": shlex.join(command), "version": __version__, "find": args.find, "trace": source,
+                "manager": args.manager, "slo": str(args.slo), "target": args.target / 100,
+                "configurations": searches}  # fmt: skip
     (args.out / "capacity.json").write_text(json.dumps(document, indent=1))
     print(f"figures: {args.out / 'capacity.json'}")
     if not args.no_plot:
-        sizes = sorted({search["requests"] for search in searches})
-        title = f"max rate within {args.slo} for {args.target:g}% of {sizes[-1]:,} requests of {source}"
-        capacity.plot_curves(args.out / "capacity.png", searches, title)
+        size = max(search["requests"] for search in searches)
+        title = f"{'fewest replicas' if fleet else 'max rate'} within {args.slo} for {args.target:g}% of {size:,} " \
+                f"requests of {source}"  # fmt: skip
+        (fleet_size if fleet else capacity).plot_curves(args.out / "capacity.png", searches, title)
         print(f"plot:    {args.out / 'capacity.png'}")
     return 0
 
@@ -498,10 +539,10 @@ def plan(args: argparse.Namespace, command: list[str], given: frozenset[str] = f
             raise InvalidArgumentError(f"--compare takes two managers, A,B; got {args.compare!r}")
         if "step" in given and all("@" in name for name in names):
             raise InvalidArgumentError("--step: both managers of --compare name their step path (NAME@STEP)")
-        runs = [resolve_run(name, args.step, args.engine) for name in names]
+        runs = [resolve_run(name, args.step, args.engine, reads_replicas(args)) for name in names]
     else:
         cls = resolve_manager(args.manager)
-        runs = [(cls, args.step, resolve(args.engine, cls, args.step))]
+        runs = [(cls, args.step, resolve(args.engine, cls, args.step, reads_replicas=reads_replicas(args)))]
     for cls, step, _ in runs:
         check_step(cls, step, "--step rows")
     config = simulation_config(args, record_tables=len(runs) > 1)

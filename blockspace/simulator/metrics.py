@@ -134,9 +134,10 @@ REQUEST_SCHEMA: dict[str, tuple[str, str]] = {
     "request_id": ("string", "vLLM's request id: the trace index, or {index}_parallel_sample_{i} with --n"),
     "trace_index": ("integer", "the request's line in the trace, from 0"),
     "sample": ("integer", "which of the trace request's n samples, from 0"),
+    "replica": ("integer", "the replica the router sent it to (--replicas; 0 for one engine)"),
     "status": ("string", "finished, ignored, aborted or unfinished"),
     "reason": ("string|null", "why it did not finish; null when it did"),
-    "arrival_s": ("number", "arrival, simulated seconds (after --time-scale)"),
+    "arrival_s": ("number", "arrival, simulated seconds (after --time-scale or --request-rate)"),
     "admitted_s": ("number|null", "its first admission (start of that step); null if never admitted"),
     "readmissions_s": ("array", "each later admission, after a recompute preemption"),
     "first_token_s": ("number|null", "end of the step that gave its first token"),
@@ -176,6 +177,7 @@ class Metrics:
         self.swap_outs: dict[str, int] = {}  # request id -> times swapped out
         self.last_token_s: dict[str, float] = {}  # request id -> simulated time of its latest token
         self.itl_s = array("d")  # every gap between two tokens of a request (inter-token latency)
+        self.replica_of: dict[int, int] = {}  # a fleet's: trace index -> the replica that served it
         self.final_hit_rate = 0.0
         self.manager_calls = 0
         self.manager_by_method: dict[str, tuple[float, int]] = {}  # name -> (seconds, calls) inside the manager
@@ -300,6 +302,7 @@ class Metrics:
             "request_id": request_id,
             "trace_index": request.index,
             "sample": request.sample,
+            "replica": self.replica_of.get(request.index, 0),
             "status": status,
             "reason": REASONS.get(status),
             "arrival_s": request.arrival_s,

@@ -65,16 +65,17 @@ SATURATION_RATE_SHARE = 0.1
 SATURATION_QUEUE_SHARE = 0.1
 
 
-def load_of(arrivals: list[float], num_finished: int, span: float, timeline: Any) -> dict[str, Any]:
+def load_of(arrivals: list[float], num_finished: int, span: float, timelines: list[Any]) -> dict[str, Any]:
     """The offered rate (requests a second between the first arrival and
     the last), the served rate (finished requests over the simulated time),
-    the queue waiting for admission (at the last arrival, and at its peak),
-    and whether the run is saturated (``SATURATION_*``)."""
+    the queue waiting for admission (at the last arrival, and at its peak;
+    a fleet's is the sum of its replicas' queues, ``timelines``), and
+    whether the run is saturated (``SATURATION_*``)."""
     window = max(arrivals) - min(arrivals) if arrivals else 0.0
     offered = (len(arrivals) - 1) / window if window > 0 else None
     served = num_finished / span
-    waiting = np.asarray(timeline.num_waiting, dtype=np.int64)
-    before_last = np.searchsorted(np.asarray(timeline.time_s, dtype=float), max(arrivals, default=0.0), "right")
+    times, waiting = queue_over_time(timelines)
+    before_last = np.searchsorted(times, max(arrivals, default=0.0), "right")
     at_last = int(waiting[before_last - 1]) if before_last else 0
     saturated = (
         offered is not None
@@ -88,6 +89,18 @@ def load_of(arrivals: list[float], num_finished: int, span: float, timeline: Any
         "peak_waiting": int(waiting.max()) if waiting.size else 0,
         "saturated": saturated,
     }
+
+
+def queue_over_time(timelines: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The requests waiting for admission across ``timelines`` (one per
+    replica), after each step of any of them: each replica's queue holds
+    from the end of one of its steps to the end of its next."""
+    ends = [np.asarray(t.time_s, dtype=float) for t in timelines]
+    changes = [np.diff(np.asarray(t.num_waiting, dtype=np.int64), prepend=0) for t in timelines]
+    if not ends:
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    order = np.argsort(np.concatenate(ends), kind="stable")
+    return np.concatenate(ends)[order], np.cumsum(np.concatenate(changes)[order])
 
 
 def summarize(result: SimulationResult, slo: SLO | None = None) -> dict[str, Any]:
@@ -117,7 +130,12 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> dict[str, Any
             "aborted": sum(r.status == "aborted" for r in outcomes),
         },
         "simulated_s": end - start,
-        "load": load_of([r.arrival_s for r in outcomes], len(finished), span, timeline),
+        "load": load_of(
+            [r.arrival_s for r in outcomes],
+            len(finished),
+            span,
+            [r.metrics.timeline for r in result.replicas] or [timeline],
+        ),  # fmt: skip
         "busy_s": busy,
         "steps": len(timeline.step_s),
         "throughput": {
@@ -164,6 +182,15 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> dict[str, Any
         "manager_startup_s": metrics.startup_s,
         "wall_s": metrics.wall_s,
         "tables_recorded": config.scheduler.record_tables,  # --compare: the times include the recording
+        "fleet": None
+        if not result.replicas
+        else {
+            "replicas": config.replicas,
+            "router": config.router,
+            "router_weight": config.router_weight,
+            "requests_per_replica": np.bincount(result.assignment, minlength=config.replicas).tolist(),
+            "each": [summarize(replica, slo) for replica in result.replicas],
+        },
     }
 
 
@@ -291,7 +318,30 @@ def format_summary(summary: dict[str, Any]) -> str:
     width = max(len(label) for label, _ in rows)
     lines = [f"manager: {summary['manager']}, {summary['engine']} engine"]
     lines += [f"  {label:<{width}}  {value}" for label, value in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + fleet_lines(summary))
+
+
+def fleet_lines(summary: dict[str, Any]) -> list[str]:
+    """A fleet's router, then a line per replica (none for one engine)."""
+    fleet = summary.get("fleet")
+    if not fleet:
+        return []
+    weight = f" (weight {fleet['router_weight']:g})" if fleet["router"] == "kv_aware" else ""
+    lines = [f"fleet: {fleet['replicas']} replicas, router {fleet['router']}{weight}; the figures above are the "
+             "fleet's (KV usage: per replica, the fullest one's peak)"]  # fmt: skip
+    header = ("replica", "requests", "finished", "TTFT p50", "e2e p50", "hit rate", "KV peak", "preempted", "load")
+    table = [header]
+    for k, (each, count) in enumerate(zip(fleet["each"], fleet["requests_per_replica"], strict=True)):
+        pre = each["preemption"]
+        table.append((
+            str(k), f"{count:,}", f"{each['requests']['finished']:,}", _fmt(each["ttft_s"]["p50"], " s"),
+            _fmt(each["e2e_latency_s"]["p50"], " s"), f"{each['prefix_cache']['gpu_block_hit_rate']:.1%}",
+            f"{each['kv_cache']['peak_usage']:.1%}", f"{pre['recompute'] + pre['swap_out']:,}",
+            "SATURATED" if each["load"]["saturated"] else "keeps up",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines += ["  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in table]
+    return lines
 
 
 def format_comparison(summaries: list[dict[str, Any]]) -> str:

@@ -18,6 +18,7 @@ manager's kernels is reported as start-up, not as the first steps' work.
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ from blockspace.simulator.decisions import StepOutput, StepRecord
 from blockspace.simulator.gpu import StepTimeModel
 from blockspace.simulator.metrics import Metrics
 from blockspace.simulator.request import SimRequest, decode_step
+from blockspace.simulator.routers import ROUTERS, STATIC, blocks_of
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import Scheduler, SchedulerConfig
 from blockspace.simulator.timed import TimedManager
@@ -59,6 +61,9 @@ class SimulationConfig:
     num_samples: int = 1  # n: samples per trace request, each its own request of one sequence (vLLM 0.9.2)
     max_output_len: int | None = None  # cap on each request's output length
     engine: str = "python"  # which engine replays it (engines.py)
+    replicas: int = 1  # engines of this configuration behind one router, on one clock (fleet.py)
+    router: str = "round_robin"  # how the router picks a replica (routers.py)
+    router_weight: float = 1.0  # kv_aware: the weight of the blocks to prefill against the load
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
@@ -67,6 +72,15 @@ class SimulationConfig:
             raise InvalidConfigError(f"max_output_len must be >= 1, got {self.max_output_len}")
         if self.engine not in ENGINES:
             raise InvalidConfigError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise InvalidConfigError(f"replicas must be a positive int, got {self.replicas!r}")
+        if self.router not in ROUTERS:
+            raise InvalidConfigError(f"router must be one of {tuple(ROUTERS)}, got {self.router!r}")
+        if not self.router_weight >= 0:
+            raise InvalidConfigError(f"router_weight must be >= 0, got {self.router_weight!r}")
+        if self.replicas > 1 and self.engine != "python" and self.router not in STATIC:
+            raise InvalidConfigError(f"a fleet under {self.router} runs on the python engine: its router reads the "
+                                     "replicas as they run")  # fmt: skip
 
 
 @dataclass
@@ -79,6 +93,8 @@ class SimulationResult:
     metrics: Metrics
     records: list[StepRecord]
     manager: Any
+    replicas: list[SimulationResult] = field(default_factory=list)  # a fleet's, each replica's own (fleet.py)
+    assignment: list[int] = field(default_factory=list)  # a fleet's: the replica of each trace request, in order
 
 
 class Simulation:
@@ -103,6 +119,10 @@ class Simulation:
         self.on_progress = on_progress
         self.num_done = 0  # requests finished, ignored or aborted
         self.clock = 0.0
+        self.pending = deque(trace)  # trace requests not yet arrived at the clock, in arrival order
+        self.routed_blocks = sum(self._blocks(entry.input_length) for entry in trace) * config.num_samples
+        self.done_blocks = 0  # prompt blocks of the requests done: routed_blocks less these are outstanding
+        self.stalled = ""  # why nothing queued can run, until a request arrives (``advance``)
         self._by_id: dict[str, SimRequest] = {}
 
     def manager_kwargs(self) -> dict[str, Any]:
@@ -157,8 +177,58 @@ class Simulation:
     def _replay(self) -> SimulationResult:
         startup_s = warm_up(type(self.manager), self.manager_kwargs())
         started = time.perf_counter()
-        pending = deque(self.trace)
-        scheduler = self.scheduler
+        self.advance(math.inf)
+        return self.result(time.perf_counter() - started, startup_s)
+
+    # -- a replica of a fleet (fleet.py; what a router reads: routers.Replica) ---------------
+    def add(self, entry: TraceRequest) -> None:
+        """A trace request routed here: it arrives at its time, after every
+        request added before it."""
+        self.pending.append(entry)
+        self.routed_blocks += self._blocks(entry.input_length) * self.config.num_samples
+
+    def outstanding(self) -> int:
+        """Requests routed here and not yet done (finished, ignored or aborted)."""
+        return len(self.pending) * self.config.num_samples + len(self.metrics.requests) - self.num_done
+
+    def outstanding_blocks(self) -> int:
+        """Prompt blocks of the requests routed here and not yet done."""
+        return self.routed_blocks - self.done_blocks
+
+    def cached_tokens(self, entry: TraceRequest) -> int:
+        """Tokens of ``entry``'s prompt that this replica's prefix cache holds,
+        asked of the manager on a probe sequence (id -1: the replay's are
+        never negative) that is then forgotten: no block is touched and no
+        hit counted, so the replay goes on as if it had not been asked."""
+        if not self.config.scheduler.enable_prefix_caching:
+            return 0
+        probe = Sequence(-1, entry.prompt_token_ids())
+        try:
+            return int(self.manager.get_num_cached_tokens(probe))
+        finally:
+            self.manager.remove_seq_from_computed_blocks_tracker(probe)
+
+    def _blocks(self, num_tokens: int) -> int:
+        return blocks_of(num_tokens, self.config.scheduler.block_size)
+
+    def _done(self, request: SimRequest) -> None:
+        request.release_tokens()
+        self.done_blocks += self._blocks(request.num_prompt_tokens)
+
+    def advance(self, until: float) -> None:
+        """Run every step that starts before ``until``: the whole replay when
+        it is infinite. Steps are whole, so the clock may end past ``until``;
+        a request added later joins at the first step that starts at or after
+        its arrival, as it would have had it been in the trace from the start.
+        Nothing queued can run and nothing is pending: a stall, an error only
+        at the end (in a fleet, a later request may be routed here)."""
+        pending, scheduler = self.pending, self.scheduler
+        if self.stalled:  # as the replay would have: wait for the next arrival, or fail
+            if not pending:
+                if until < math.inf:
+                    return
+                raise SimulationStalledError(self.stalled)
+            self.clock, self.stalled = pending[0].arrival_s, ""
         while pending or scheduler.has_unfinished():
             while pending and pending[0].arrival_s <= self.clock:
                 for request in self._arrive(pending.popleft()):
@@ -166,10 +236,12 @@ class Simulation:
             if not scheduler.has_unfinished():
                 self.clock = pending[0].arrival_s  # idle GPU: jump to the next arrival
                 continue
+            if self.clock >= until:
+                return
             output = scheduler.schedule(self.clock)
             self.metrics.decided(output)
             for request_id in output.record.ignored + output.record.aborted:
-                self._by_id[request_id].release_tokens()
+                self._done(self._by_id[request_id])
             self._report_progress(len(output.record.ignored) + len(output.record.aborted))
             if not output.prefills and not output.decodes:
                 record = output.record
@@ -178,13 +250,15 @@ class Simulation:
                 if pending:
                     self.clock = pending[0].arrival_s
                     continue
-                raise SimulationStalledError(
-                    f"step {record.step}: {len(scheduler.waiting)} waiting, {len(scheduler.swapped)} swapped, "
-                    "nothing can run"
-                )
+                self.stalled = (f"step {record.step}: {len(scheduler.waiting)} waiting, "
+                                f"{len(scheduler.swapped)} swapped, nothing can run")  # fmt: skip
+                return self.advance(until)
             self._run_model(output)
-        metrics = self.metrics
-        metrics.wall_s = time.perf_counter() - started
+
+    def result(self, wall_s: float, startup_s: float) -> SimulationResult:
+        """The run's result, once ``advance(math.inf)`` has returned."""
+        metrics, scheduler = self.metrics, self.scheduler
+        metrics.wall_s = wall_s
         metrics.startup_s = startup_s
         metrics.final_hit_rate = self._hit_rate()
         metrics.manager_calls = self.timed.num_calls
@@ -221,7 +295,7 @@ class Simulation:
         done = self.scheduler.free_finished(finished)
         self.metrics.finished(done, self.clock)
         for request in done:
-            request.release_tokens()
+            self._done(request)
         self._report_progress(len(done))
         self._record(step_s, num_prefill_tokens + len(output.decodes))
         if self.on_step is not None:

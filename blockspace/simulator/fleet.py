@@ -1,0 +1,147 @@
+"""A fleet: ``config.replicas`` engines behind one router, on one clock.
+
+Each replica is the single-engine replay, exactly (its own manager,
+scheduler and step-time model, ``config`` less the fleet). The router
+(``routers.py``) sends each trace request to one replica when it arrives.
+
+Two ways to replay one, with the same result (``tests/test_fleet.py``):
+
+- **On one clock** (the Python engine, any router). Before each arrival
+  every replica runs the steps that start before it (``Simulation.advance``).
+  The router then reads them and adds the request to the one it picks.
+  After the last arrival, each replica runs to its end.
+- **Apart** (any engine, a router that reads no replica: ``STATIC``).
+  The assignment is known first, so each replica replays its share of the
+  trace on its own, the compiled engine included.
+
+Why one clock rather than a replica at a time: a router that reads load
+or cache must see every replica as it stands at the arrival.
+
+The fleet's result merges its replicas' (``merged``):
+- requests, latencies, counts and the step timeline are the union of the replicas';
+- the hit rate is their rates weighted by the prompt tokens each admitted;
+- each replica's own result is kept beside it (``SimulationResult.replicas``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from blockspace.simulator.metrics import Metrics, Timeline
+from blockspace.simulator.routers import ROUTERS
+from blockspace.simulator.simulation import (
+    Simulation,
+    SimulationConfig,
+    SimulationResult,
+    collector_paused,
+    warm_up,
+)
+from blockspace.workloads import TraceRequest
+
+
+def replay_fleet(
+    trace: list[TraceRequest],
+    manager_class: type,
+    config: SimulationConfig,
+    replay_one: Callable[[list[TraceRequest], type, SimulationConfig], SimulationResult],
+    on_progress: Callable[[int], None] | None = None,
+) -> SimulationResult:
+    """Replay ``trace`` through the fleet ``config`` describes;
+    ``replay_one(trace, manager_class, config)`` replays one replica apart
+    (``engines.replay``); ``on_progress`` hears the requests done on one
+    clock (apart, the replicas replay one after another, unheard)."""
+    single = replace(config, replicas=1)
+    if config.engine != "python":  # only a static router gets here (engines.check_fleet)
+        assignment = [position % config.replicas for position in range(len(trace))]
+        shares = [[entry for entry, k in zip(trace, assignment, strict=True) if k == replica]
+                  for replica in range(config.replicas)]  # fmt: skip
+        started = time.perf_counter()
+        results = [replay_one(share, manager_class, single) for share in shares]
+        return merged(results, assignment, config, time.perf_counter() - started)
+    with collector_paused():
+        return _on_one_clock(trace, manager_class, config, single, on_progress)
+
+
+def _on_one_clock(
+    trace: list[TraceRequest],
+    manager_class: type,
+    config: SimulationConfig,
+    single: SimulationConfig,
+    on_progress: Callable[[int], None] | None,
+) -> SimulationResult:
+    replicas: list[Simulation] = []
+
+    def progress(_: int) -> None:
+        if on_progress is not None:
+            on_progress(sum(replica.num_done for replica in replicas))
+
+    replicas += [Simulation([], manager_class, single, on_progress=progress) for _ in range(config.replicas)]
+    startup_s = warm_up(manager_class, replicas[0].manager_kwargs())
+    started = time.perf_counter()
+    route, block_size, weight = ROUTERS[config.router], config.scheduler.block_size, config.router_weight
+    assignment = []
+    for position, entry in enumerate(trace):
+        for replica in replicas:
+            replica.advance(entry.arrival_s)
+        chosen = route(position, entry, replicas, block_size, weight)
+        replicas[chosen].add(entry)
+        assignment.append(chosen)
+    for replica in replicas:
+        replica.advance(math.inf)
+    wall_s = time.perf_counter() - started
+    results = [replica.result(0.0, 0.0) for replica in replicas]
+    fleet = merged(results, assignment, config, wall_s)
+    fleet.metrics.startup_s = startup_s
+    return fleet
+
+
+def merged(
+    results: list[SimulationResult], assignment: list[int], config: SimulationConfig, wall_s: float
+) -> SimulationResult:
+    """One result for the fleet, its replicas' kept beside it."""
+    metrics = Metrics()
+    parts = [result.metrics for result in results]
+    metrics.requests = sorted((r for part in parts for r in part.requests), key=lambda r: (r.index, r.sample))
+    for name in ("first_token_s", "finish_s", "admitted_s", "cached_tokens", "preemptions", "swap_outs",
+                 "last_token_s"):  # fmt: skip
+        for part in parts:
+            getattr(metrics, name).update(getattr(part, name))
+    metrics.itl_s = array("d", [gap for part in parts for gap in part.itl_s])
+    metrics.replica_of = {request.index: k for k, part in enumerate(parts) for request in part.requests}
+    for counter in dataclasses.fields(metrics.counts):
+        setattr(metrics.counts, counter.name, sum(getattr(part.counts, counter.name) for part in parts))
+    metrics.timeline = merged_timeline([part.timeline for part in parts])
+    admitted = np.array([part.counts.prefill_tokens_admitted for part in parts], dtype=float)
+    rates = np.array([part.final_hit_rate for part in parts])
+    metrics.final_hit_rate = float(rates @ admitted / admitted.sum()) if admitted.sum() else 0.0
+    metrics.manager_calls = sum(part.manager_calls for part in parts)
+    for part in parts:
+        for method, (seconds, calls) in part.manager_by_method.items():
+            total_s, total_calls = metrics.manager_by_method.get(method, (0.0, 0))
+            metrics.manager_by_method[method] = (total_s + seconds, total_calls + calls)
+    metrics.startup_s = sum(part.startup_s for part in parts)
+    metrics.wall_s = wall_s
+    records = [record for result in results for record in result.records]
+    name = results[0].manager_name
+    return SimulationResult(name, config, metrics, records, None, results, assignment)
+
+
+def merged_timeline(timelines: list[Timeline]) -> Timeline:
+    """Every replica's steps in one timeline, in the order of their end
+    times (a replica's own order kept for equal times)."""
+    order = np.argsort(np.concatenate([t.time_s for t in timelines] or [[]]), kind="stable")
+    fleet = Timeline()
+    for column in dataclasses.fields(Timeline):
+        values = [v for t in timelines for v in getattr(t, column.name)]
+        setattr(fleet, column.name, [values[i] for i in order])
+    return fleet
+
+
+__all__ = ["merged", "merged_timeline", "replay_fleet"]

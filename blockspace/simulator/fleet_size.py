@@ -1,0 +1,186 @@
+"""``--find min-replicas``: the fewest replicas that meet the SLO.
+
+The fleet question: how many engines, behind the router chosen, does this
+traffic need so that at least the target share of its requests meet the
+SLO? Each try replays the whole trace (at its own arrivals, or at
+``--request-rate``'s) through a fleet of ``k`` replicas (``fleet.py``).
+
+Attainment is assumed to rise with ``k`` (more replicas, shorter queues).
+Every count tried is reported, so a curve that does not rise can be seen.
+The search runs in rounds of as many counts as there are workers, on the
+sweep's executor (``executor.py``):
+
+1. bracket: 1, 2, 4, ... until a count meets the target (at most ``MAX_REPLICAS``);
+2. narrow: between the highest failing count and the lowest passing one,
+   try counts spread evenly, until the two are adjacent.
+
+The answer is the lowest passing count above the highest failing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from blockspace.simulator.slo import SLO
+from blockspace.workloads import TraceRequest
+
+MAX_REPLICAS = 1024  # the search gives up beyond this many
+
+
+@dataclass(frozen=True)
+class Try:
+    """One replay of the fleet at ``replicas``: picklable, for a worker process."""
+
+    replicas: int
+    trace: list[TraceRequest]
+    config: Any  # SimulationConfig
+    manager: str
+    slo: SLO
+
+
+def run_try(attempt: Try) -> dict[str, Any]:
+    """Replay the fleet at ``attempt.replicas`` and say how the SLO fared."""
+    from blockspace.interfaces import load_manager_class
+    from blockspace.simulator.engines import replay
+    from blockspace.simulator.report import summarize
+
+    config = replace(attempt.config, replicas=attempt.replicas)
+    summary = summarize(replay(attempt.trace, load_manager_class(attempt.manager), config), attempt.slo)
+    return {
+        "replicas": attempt.replicas,
+        "attainment": summary["slo"]["attainment"],
+        "goodput_requests_per_s": summary["slo"]["goodput_requests_per_s"],
+        "finished": summary["requests"]["finished"],
+        "hit_rate": summary["prefix_cache"]["gpu_block_hit_rate"],
+        "ttft_p90_s": summary["ttft_s"]["p90"],
+        "saturated": summary["load"]["saturated"],
+    }
+
+
+def next_counts(tried: dict[int, bool], width: int) -> list[int]:
+    """The replica counts of the next round (``tried``: count -> passed), or
+    [] when the search is over: found, or past ``MAX_REPLICAS``."""
+    passing = [k for k, passed in tried.items() if passed]
+    low = max((k for k, passed in tried.items() if not passed), default=0)  # the highest failing count
+    if not passing:
+        most = max(tried)
+        return [] if most >= MAX_REPLICAS else [min(most * 2 ** (i + 1), MAX_REPLICAS) for i in range(width)]
+    high = min(k for k in passing if k > low)
+    if high - low <= 1:
+        return []
+    step = (high - low) / (min(width, high - low - 1) + 1)
+    return sorted({low + round(step * (i + 1)) for i in range(min(width, high - low - 1))} - set(tried))
+
+
+def find_min_replicas(
+    evaluate: Callable[[list[int]], list[dict[str, Any]]], target: float, width: int
+) -> dict[str, Any]:
+    """Search (see the module doc). ``evaluate(counts)`` replays those counts
+    (in parallel) and returns ``run_try``'s answers; ``target`` is the
+    attainment wanted (0-1), ``width`` the counts per round."""
+    tries: dict[int, dict[str, Any]] = {}
+    counts = sorted({min(2**i, MAX_REPLICAS) for i in range(width)})
+    while counts:
+        for answer in evaluate(counts):
+            tries[answer["replicas"]] = answer
+        counts = next_counts({k: t["attainment"] >= target for k, t in tries.items()}, width)
+    failing = max((k for k, t in tries.items() if t["attainment"] < target), default=0)
+    passing = [k for k, t in tries.items() if t["attainment"] >= target and k > failing]
+    return {
+        "min_replicas": min(passing, default=None),
+        "target": target,
+        "runs": len(tries),
+        "curve": [tries[k] for k in sorted(tries)],
+    }
+
+
+def evaluator(
+    trace: list[TraceRequest],
+    config: Any,
+    manager: str,
+    slo: SLO,
+    workers: int,
+    executor: str,
+    say: Callable[[str], None] | None = None,
+) -> Callable[[list[int]], list[dict[str, Any]]]:
+    """``evaluate`` for ``find_min_replicas``: each round's counts in
+    parallel, and with ``say`` a line per round."""
+    from blockspace.simulator.executor import map_unordered
+
+    def evaluate(counts: list[int]) -> list[dict[str, Any]]:
+        tries = [Try(k, trace, config, manager, slo) for k in counts]
+        answers = sorted(map_unordered(run_try, tries, workers, executor), key=lambda answer: answer["replicas"])
+        if say is not None:
+            say("  tried " + ", ".join(f"{a['replicas']} replica(s) {a['attainment']:.1%}" for a in answers))
+        return answers
+
+    return evaluate
+
+
+def format_answer(found: dict[str, Any], slo: SLO, router: str) -> str:
+    """The curve as a table, then the answer in a sentence."""
+    lines = [f"{'replicas':>8}  {'attainment':>10}  {'goodput':>9}  {'hit rate':>8}  {'TTFT p90':>10}  load"]
+    for point in found["curve"]:
+        ttft = "-" if point["ttft_p90_s"] is None else f"{point['ttft_p90_s']:.3f} s"
+        lines.append(
+            f"{point['replicas']:>8}  {point['attainment']:>10.1%}  {point['goodput_requests_per_s']:>9.4g}  "
+            f"{point['hit_rate']:>8.1%}  {ttft:>10}  {'SATURATED' if point['saturated'] else 'keeps up'}"
+        )
+    target = f"{found['target']:.0%} of requests within {slo}"
+    if found["min_replicas"] is None:
+        lines.append(f"min replicas: none found up to {MAX_REPLICAS} under {router} for {target}; {found['runs']} runs")
+    else:
+        lines.append(f"min replicas: {found['min_replicas']} under {router} keep {target}; {found['runs']} runs")
+    return "\n".join(lines)
+
+
+def format_answers(searches: list[dict[str, Any]]) -> str:
+    """One line per configuration of a sweep: its values and the answer."""
+    lines = ["min replicas per configuration:"]
+    for search in searches:
+        values = ", ".join(f"{name}={value}" for name, value in search["values"].items())
+        lines.append(
+            f"  {values}: " + ("none found" if search["min_replicas"] is None else str(search["min_replicas"]))
+        )
+    return "\n".join(lines)
+
+
+def plot_curves(path: Any, searches: list[dict[str, Any]], title: str) -> None:
+    """Attainment (percent) and the hit rate against the replica count, a
+    line per configuration, with the target and each answer marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
+
+    figure, (share, hits) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for index, search in enumerate(searches):
+        color = f"C{index % 10}"
+        named = ", ".join(f"{name}={value}" for name, value in search["values"].items()) or search["router"]
+        counts = [p["replicas"] for p in search["curve"]]
+        share.plot(counts, [100 * p["attainment"] for p in search["curve"]], "-o", color=color, label=named)
+        hits.plot(counts, [100 * p["hit_rate"] for p in search["curve"]], "-o", color=color, label=named)
+        if search["min_replicas"] is not None:
+            for axis in (share, hits):
+                axis.axvline(search["min_replicas"], color=color, linestyle=":")
+    share.axhline(
+        100 * searches[0]["target"], color="grey", linestyle="--", label=f"target {searches[0]['target']:.0%}"
+    )
+    for axis, label in ((share, "requests meeting the SLO (%)"), (hits, "prefix-cache hit rate (%)")):
+        axis.set_xscale("log", base=2)
+        axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.set_xlabel("replicas (log scale); dotted verticals: the fewest found")
+        axis.set_ylabel(label)
+        axis.set_ylim(0, 100)
+        axis.legend(fontsize=8)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+__all__ = ["MAX_REPLICAS", "Try", "evaluator", "find_min_replicas", "format_answer", "format_answers",
+           "next_counts", "plot_curves", "run_try"]  # fmt: skip
