@@ -172,6 +172,7 @@ PROBES: dict[str, Probe] = {
     "burstiness": arrivals("--burstiness", lambda value: (20.0, float(value), 0)),
     "seed": arrivals("--seed", lambda value: (20.0, 1.0, int(value))),
     "replicas": option("replicas", int, "2", "3"),
+    "max_concurrency": option("max_concurrency", int, "4", "2"),
     "router": option("router", str, "least_loaded", "kv_aware"),
     "router_weight": option("router_weight", float, "2", "0.5"),
     "manager": Probe(("fast",), flag("--manager"), view=lambda v, value: all(

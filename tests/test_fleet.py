@@ -16,9 +16,13 @@ from blockspace.simulator.fleet_size import next_counts
 from blockspace.simulator.report import summarize
 from blockspace.simulator.scheduler import SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult
+from blockspace.simulator.step_model import StepTimeModel
 from blockspace.workloads import TraceRequest, gamma_arrivals, load_trace, prefix_groups
 
 FAST = load_manager_class("fast")
+EXACT_STEPS = StepTimeModel(
+    step_overhead_ms=10.0, prefill_token_us=0.0, decode_seq_us=0.0, kv_token_read_ns=0.0, swap_block_us=0.0
+)  # fmt: skip: every step exactly 10 ms
 TIMELINE = ("time_s", "step_s", "kv_used_blocks", "num_running", "num_waiting", "num_swapped", "hit_rate",
             "num_batched_tokens")  # fmt: skip
 
@@ -184,3 +188,37 @@ def test_the_replica_count_is_not_given_to_a_search_of_it(tmp_path, capsys):
     argv = ["--find", "min-replicas", "--slo", "ttft=2s", "--replicas", "2", "--out", str(tmp_path / "out")]
     assert simulate(argv) == 2
     assert "--replicas cannot go with --find min-replicas" in capsys.readouterr().err
+
+
+# -- --max-concurrency: a closed loop ------------------------------------------------------------
+def test_one_request_in_flight_is_sent_when_the_last_is_done(tmp_path):
+    """20 requests at once, at most one in flight, each served in exactly
+    40 ms: the k-th is sent at k x 40 ms, when the one before it ends, and
+    none waits (e2e exactly 40 ms)."""
+    trace = [TraceRequest(i, 0.0, 16, 4, (i,)) for i in range(20)]
+    exact = SimulationConfig(1_000, 0, scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16),
+                             step_time=EXACT_STEPS, max_concurrency=1)  # fmt: skip
+    records = replay(trace, FAST, exact).metrics.request_records()
+    assert [r["arrival_s"] for r in records] == pytest.approx([0.04 * k for k in range(20)])
+    assert [r["e2e_s"] for r in records] == pytest.approx([0.04] * 20)
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_never_more_requests_in_flight_than_the_limit(replicas):
+    limit = 8
+    result = replay(load_trace(None, 100), FAST, dataclasses.replace(config(replicas, "least_loaded", num_gpu_blocks=20_000),
+                                                                     max_concurrency=limit))  # fmt: skip
+    records = result.metrics.request_records()
+    assert all(r["status"] == "finished" for r in records)
+    events = sorted([(r["arrival_s"], 1) for r in records] + [(r["finish_s"], -1) for r in records])
+    in_flight = [0]
+    for _, change in events:  # a request done at the moment another is sent is out first (-1 sorts first)
+        in_flight.append(in_flight[-1] + change)
+    assert max(in_flight) == limit
+
+
+def test_a_closed_loop_runs_on_the_python_engine():
+    assert resolve("auto", FAST, "auto", reads_replicas=SimulationConfig(10, 0, max_concurrency=2).reads_replicas) \
+        == "python"  # fmt: skip
+    with pytest.raises(InvalidConfigError, match="python engine"):
+        SimulationConfig(10, 0, max_concurrency=2, engine="compiled")

@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the shape of --request-rate's gaps: 1 Poisson, below 1 burstier, above 1 more even (default: 1)",
     )  # fmt: skip
     source.add_argument("--seed", type=int, default=0, help="seeds --request-rate's arrivals (default: 0)")
+    source.add_argument(
+        "--max-concurrency", type=int,
+        help="a closed loop: at most this many requests in flight, each sent at its arrival or when one is done,"
+             " whichever is later, as vLLM's serving benchmark's semaphore (default: none)",
+    )  # fmt: skip
     source.add_argument("--manager", default="fast", help="reference | fast | placeholder | package.module:Class")
     source.add_argument(
         "--compare", metavar="A,B",
@@ -209,6 +214,7 @@ RANGES = {
     "burstiness": Range(above=0),
     "seed": Range(least=0),
     "replicas": Range(least=1),
+    "max_concurrency": Range(least=1),
     "router_weight": Range(least=0),
     "block_size": Range(least=1),
     "num_gpu_blocks": Range(least=1),
@@ -321,15 +327,17 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
         num_samples=args.n,
         max_output_len=args.max_output_len,
         replicas=args.replicas,
+        max_concurrency=args.max_concurrency,
         router=args.router,
         router_weight=args.router_weight,
     )
 
 
 def reads_replicas(args: argparse.Namespace) -> bool:
-    """Is this a fleet, or a search over fleets, whose router reads its
-    replicas (the Python engine's alone)?"""
-    return (args.replicas > 1 or args.find == "min-replicas") and args.router not in STATIC
+    """Does this run, or a search's, read its engines as they run (the Python
+    engine's alone: ``SimulationConfig.reads_replicas``)?"""
+    fleet = args.replicas > 1 or args.find == "min-replicas"
+    return (fleet and args.router not in STATIC) or args.max_concurrency is not None
 
 
 def step_time_model(args: argparse.Namespace) -> StepTimeModel:

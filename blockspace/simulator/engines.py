@@ -32,14 +32,15 @@ def can_compile(manager_class: type) -> bool:
 def resolve(choice: str, manager_class: type, step: str, where: str = "--engine", reads_replicas: bool = False) -> str:
     """The engine ``choice`` means for this manager and step path
     (``InvalidArgumentError`` naming ``where`` when it cannot run them).
-    ``reads_replicas``: a fleet whose router reads its replicas as they run,
-    which only the Python engine replays (``fleet.py``)."""
+    ``reads_replicas``: a run that reads its engines as they run
+    (``SimulationConfig.reads_replicas``), which only the Python engine replays."""
     if choice == "auto":
         return "compiled" if can_compile(manager_class) and step == "auto" and not reads_replicas else "python"
     if choice == "compiled" and reads_replicas:
         raise InvalidArgumentError(
             f"{where}: the compiled engine replays a fleet only under a router that reads no replica "
-            "(round_robin); this router reads them as they run (use the python engine)"
+            "(round_robin), and no closed loop (--max-concurrency): this run reads its engines as they run "
+            "(use the python engine)"
         )
     if choice == "compiled":
         if not can_compile(manager_class):
@@ -57,8 +58,8 @@ def resolve(choice: str, manager_class: type, step: str, where: str = "--engine"
 
 def replay(trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any) -> SimulationResult:
     """Replay ``trace`` through a fresh ``manager_class`` on ``config.engine``
-    (a fleet of them, with ``config.replicas`` > 1: ``fleet.py``)."""
-    if config.replicas > 1:
+    (a fleet of them, with ``config.replicas`` > 1, or a closed loop: ``fleet.py``)."""
+    if config.replicas > 1 or config.max_concurrency is not None:
         from blockspace.simulator.fleet import replay_fleet
 
         return replay_fleet(trace, manager_class, config, replay, **hooks)

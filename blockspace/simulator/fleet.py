@@ -1,4 +1,5 @@
-"""A fleet: ``config.replicas`` engines behind one router, on one clock.
+"""A fleet: ``config.replicas`` engines behind one router, on one clock;
+and a closed loop (``config.max_concurrency``) in front of one or many.
 
 Each replica is the single-engine replay, exactly (its own manager,
 scheduler and step-time model, ``config`` less the fleet). The router
@@ -15,7 +16,8 @@ Two ways to replay one, with the same result (``tests/test_fleet.py``):
   trace on its own, the compiled engine included.
 
 Why one clock rather than a replica at a time: a router that reads load
-or cache must see every replica as it stands at the arrival.
+or cache must see every replica as it stands at the arrival, and a closed
+loop sends a request only once another is done (``slot_free``).
 
 The fleet's result merges its replicas' (``merged``):
 - requests, latencies, counts and the step timeline are the union of the replicas';
@@ -29,6 +31,7 @@ import dataclasses
 import math
 import time
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -40,6 +43,7 @@ from blockspace.simulator.simulation import (
     Simulation,
     SimulationConfig,
     SimulationResult,
+    SimulationStalledError,
     collector_paused,
     warm_up,
 )
@@ -57,8 +61,8 @@ def replay_fleet(
     ``replay_one(trace, manager_class, config)`` replays one replica apart
     (``engines.replay``); ``on_progress`` hears the requests done on one
     clock (apart, the replicas replay one after another, unheard)."""
-    single = replace(config, replicas=1)
-    if config.engine != "python":  # only a static router gets here (engines.check_fleet)
+    single = replace(config, replicas=1, max_concurrency=None)
+    if config.engine != "python":  # only a static router gets here (SimulationConfig checks it)
         assignment = [position % config.replicas for position in range(len(trace))]
         shares = [[entry for entry, k in zip(trace, assignment, strict=True) if k == replica]
                   for replica in range(config.replicas)]  # fmt: skip
@@ -86,20 +90,57 @@ def _on_one_clock(
     startup_s = warm_up(manager_class, replicas[0].manager_kwargs())
     started = time.perf_counter()
     route, block_size, weight = ROUTERS[config.router], config.scheduler.block_size, config.router_weight
-    assignment = []
+    assignment, at = [], 0.0
     for position, entry in enumerate(trace):
+        if config.max_concurrency is not None:  # a client's semaphore: sent in order, each when a slot is free
+            at = slot_free(replicas, max(at, entry.arrival_s), config.max_concurrency)
+            entry = replace(entry, arrival_s=at)
+        at = entry.arrival_s
         for replica in replicas:
-            replica.advance(entry.arrival_s)
+            replica.advance(at)
         chosen = route(position, entry, replicas, block_size, weight)
         replicas[chosen].add(entry)
         assignment.append(chosen)
     for replica in replicas:
         replica.advance(math.inf)
     wall_s = time.perf_counter() - started
-    results = [replica.result(0.0, 0.0) for replica in replicas]
+    results = [replica.result(0.0, startup_s) for replica in replicas]
+    if config.replicas == 1:  # one engine, its arrivals held back by --max-concurrency
+        results[0].metrics.wall_s = wall_s
+        return replace(results[0], config=config)
     fleet = merged(results, assignment, config, wall_s)
     fleet.metrics.startup_s = startup_s
     return fleet
+
+
+def slot_free(replicas: list[Simulation], at: float, limit: int) -> float:
+    """The earliest time from ``at`` on when fewer than ``limit`` requests
+    of the fleet are in flight (routed and not yet done by then).
+
+    Requests done by a time are known for certain only once every step
+    that starts before it has run: a later step ends later. So: take the
+    time the known completions would free a slot; run every replica up to
+    it (which may bring an earlier completion); repeat until it holds. When
+    too few completions are known, the replica whose next step comes first
+    runs it. A fleet where nothing can run and every slot is held is stuck."""
+    while True:
+        done = [bisect_right(replica.done_at, at) for replica in replicas]
+        need = sum(replica.routed for replica in replicas) - sum(done) - limit + 1  # completions still wanted
+        if need <= 0:
+            return at
+        later = sorted(t for replica, k in zip(replicas, done, strict=True) for t in replica.done_at[k:])
+        running = [replica for replica in replicas if replica.has_work() and not replica.stalled]
+        if len(later) >= need:
+            freed = later[need - 1]
+            if all(replica.clock >= freed for replica in running):
+                return freed
+            for replica in running:
+                replica.advance(freed)
+        elif running:
+            first = min(running, key=lambda replica: replica.clock)
+            first.advance(math.nextafter(first.clock, math.inf))  # its next step, whole
+        else:
+            raise SimulationStalledError(f"--max-concurrency {limit}: every request in flight is stuck")
 
 
 def merged(

@@ -64,6 +64,7 @@ class SimulationConfig:
     replicas: int = 1  # engines of this configuration behind one router, on one clock (fleet.py)
     router: str = "round_robin"  # how the router picks a replica (routers.py)
     router_weight: float = 1.0  # kv_aware: the weight of the blocks to prefill against the load
+    max_concurrency: int | None = None  # a closed loop: at most this many requests in flight (fleet.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
@@ -78,9 +79,18 @@ class SimulationConfig:
             raise InvalidConfigError(f"router must be one of {tuple(ROUTERS)}, got {self.router!r}")
         if not self.router_weight >= 0:
             raise InvalidConfigError(f"router_weight must be >= 0, got {self.router_weight!r}")
-        if self.replicas > 1 and self.engine != "python" and self.router not in STATIC:
-            raise InvalidConfigError(f"a fleet under {self.router} runs on the python engine: its router reads the "
-                                     "replicas as they run")  # fmt: skip
+        if self.max_concurrency is not None and (not isinstance(self.max_concurrency, int) or self.max_concurrency < 1):
+            raise InvalidConfigError(f"max_concurrency must be a positive int, got {self.max_concurrency!r}")
+        if self.engine != "python" and self.reads_replicas:
+            raise InvalidConfigError("this run reads its replicas as they run (a router that reads them, or "
+                                     "max_concurrency): it runs on the python engine")  # fmt: skip
+
+    @property
+    def reads_replicas(self) -> bool:
+        """Does the run read its engines as they run: a router that reads
+        them, or a closed loop waiting for a request to be done? Only the
+        Python engine replays such a run (fleet.py)."""
+        return (self.replicas > 1 and self.router not in STATIC) or self.max_concurrency is not None
 
 
 @dataclass
@@ -120,7 +130,9 @@ class Simulation:
         self.num_done = 0  # requests finished, ignored or aborted
         self.clock = 0.0
         self.pending = deque(trace)  # trace requests not yet arrived at the clock, in arrival order
+        self.routed = len(trace) * config.num_samples  # requests (samples) routed here
         self.routed_blocks = sum(self._blocks(entry.input_length) for entry in trace) * config.num_samples
+        self.done_at: list[float] = []  # when each request was done (finished, ignored or aborted), in order
         self.done_blocks = 0  # prompt blocks of the requests done: routed_blocks less these are outstanding
         self.stalled = ""  # why nothing queued can run, until a request arrives (``advance``)
         self._by_id: dict[str, SimRequest] = {}
@@ -185,11 +197,12 @@ class Simulation:
         """A trace request routed here: it arrives at its time, after every
         request added before it."""
         self.pending.append(entry)
+        self.routed += self.config.num_samples
         self.routed_blocks += self._blocks(entry.input_length) * self.config.num_samples
 
     def outstanding(self) -> int:
         """Requests routed here and not yet done (finished, ignored or aborted)."""
-        return len(self.pending) * self.config.num_samples + len(self.metrics.requests) - self.num_done
+        return self.routed - len(self.done_at)
 
     def outstanding_blocks(self) -> int:
         """Prompt blocks of the requests routed here and not yet done."""
@@ -208,11 +221,16 @@ class Simulation:
         finally:
             self.manager.remove_seq_from_computed_blocks_tracker(probe)
 
+    def has_work(self) -> bool:
+        """Requests routed here and not done: pending, queued or running."""
+        return bool(self.pending) or self.scheduler.has_unfinished()
+
     def _blocks(self, num_tokens: int) -> int:
         return blocks_of(num_tokens, self.config.scheduler.block_size)
 
     def _done(self, request: SimRequest) -> None:
         request.release_tokens()
+        self.done_at.append(self.clock)
         self.done_blocks += self._blocks(request.num_prompt_tokens)
 
     def advance(self, until: float) -> None:
