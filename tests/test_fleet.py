@@ -206,8 +206,8 @@ def test_one_request_in_flight_is_sent_when_the_last_is_done(tmp_path):
 @pytest.mark.parametrize("replicas", [1, 3])
 def test_never_more_requests_in_flight_than_the_limit(replicas):
     limit = 8
-    result = replay(load_trace(None, 100), FAST, dataclasses.replace(config(replicas, "least_loaded", num_gpu_blocks=20_000),
-                                                                     max_concurrency=limit))  # fmt: skip
+    roomy = config(replicas, "least_loaded", num_gpu_blocks=20_000)  # every request finishes
+    result = replay(load_trace(None, 100), FAST, dataclasses.replace(roomy, max_concurrency=limit))
     records = result.metrics.request_records()
     assert all(r["status"] == "finished" for r in records)
     events = sorted([(r["arrival_s"], 1) for r in records] + [(r["finish_s"], -1) for r in records])
