@@ -147,20 +147,12 @@ def evaluator(
     rate: float,
     say: Callable[[str], None] | None = None,
 ) -> Callable[[list[float]], list[dict[str, Any]]]:
-    """``evaluate`` for ``find_max_rate``: each round's rates in parallel,
-    and with ``say`` a line per round (its rates and attainments: a search
-    over a long trace takes minutes, and a silent one looks hung)."""
-    from blockspace.simulator.executor import map_unordered
+    """``evaluate`` for ``find_max_rate``: each round's rate scales in
+    parallel, and with ``say`` a line per round (``executor.rounds``)."""
+    from blockspace.simulator.executor import rounds
 
-    def evaluate(scales: list[float]) -> list[dict[str, Any]]:
-        probes = [Probe(scale, trace, config, manager, slo) for scale in scales]
-        answers = sorted(map_unordered(run_probe, probes, workers, executor), key=lambda answer: answer["scale"])
-        if say is not None:
-            tried = ", ".join(f"{a['scale'] * rate:.4g} req/s {a['attainment']:.1%}" for a in answers)
-            say(f"  tried {tried}")
-        return answers
-
-    return evaluate
+    return rounds(run_probe, lambda scale: Probe(scale, trace, config, manager, slo), "scale", workers, executor,
+                  say, lambda a: f"{a['scale'] * rate:.4g} req/s {a['attainment']:.1%}")  # fmt: skip
 
 
 def format_answer(found: dict[str, Any], slo: SLO) -> str:

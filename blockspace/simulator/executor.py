@@ -1,8 +1,8 @@
 """Where many independent runs go: this process, a pool of worker
 processes, or a Ray cluster.
 
-Why its own module: a sweep (``sweep.py``) and the capacity search
-(``capacity.py``) both hand out runs that do not depend on one another, and
+Why its own module: a sweep (``sweep.py``) and the searches
+(``capacity.py``, ``fleet_size.py``) all hand out runs that do not depend on one another, and
 both want the same choice of executor (``--workers``, ``--executor``).
 Worker processes are spawned, so each starts clean; Ray's ``Pool`` has the
 same interface and spreads the runs over a cluster.
@@ -53,4 +53,29 @@ def map_unordered(function: Callable[[Job], Result], jobs: list[Job], workers: i
         pool.join()
 
 
-__all__ = ["EXECUTORS", "map_unordered", "ray_pool"]
+def rounds(
+    function: Callable[[Job], dict[str, Any]],
+    job_of: Callable[[Any], Job],
+    order: str,
+    workers: int,
+    executor: str,
+    say: Callable[[str], None] | None = None,
+    said: Callable[[dict[str, Any]], str] = str,
+) -> Callable[[list[Any]], list[dict[str, Any]]]:
+    """``evaluate(points)`` for a search (``capacity.py``, ``fleet_size.py``):
+    each point's job (``job_of``) run in parallel, the answers sorted by
+    their ``order`` key; with ``say``, one line a round of what each
+    answered (``said``): a search over a long trace takes minutes, and a
+    silent one looks hung."""
+
+    def evaluate(points: list[Any]) -> list[dict[str, Any]]:
+        jobs = [job_of(point) for point in points]
+        answers = sorted(map_unordered(function, jobs, workers, executor), key=lambda answer: answer[order])
+        if say is not None:
+            say("  tried " + ", ".join(said(answer) for answer in answers))
+        return answers
+
+    return evaluate
+
+
+__all__ = ["EXECUTORS", "map_unordered", "ray_pool", "rounds"]

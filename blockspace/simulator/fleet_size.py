@@ -106,17 +106,11 @@ def evaluator(
     say: Callable[[str], None] | None = None,
 ) -> Callable[[list[int]], list[dict[str, Any]]]:
     """``evaluate`` for ``find_min_replicas``: each round's counts in
-    parallel, and with ``say`` a line per round."""
-    from blockspace.simulator.executor import map_unordered
+    parallel, and with ``say`` a line per round (``executor.rounds``)."""
+    from blockspace.simulator.executor import rounds
 
-    def evaluate(counts: list[int]) -> list[dict[str, Any]]:
-        tries = [Try(k, trace, config, manager, slo) for k in counts]
-        answers = sorted(map_unordered(run_try, tries, workers, executor), key=lambda answer: answer["replicas"])
-        if say is not None:
-            say("  tried " + ", ".join(f"{a['replicas']} replica(s) {a['attainment']:.1%}" for a in answers))
-        return answers
-
-    return evaluate
+    return rounds(run_try, lambda count: Try(count, trace, config, manager, slo), "replicas", workers, executor,
+                  say, lambda a: f"{a['replicas']} replica(s) {a['attainment']:.1%}")  # fmt: skip
 
 
 def format_answer(found: dict[str, Any], slo: SLO, router: str) -> str:
