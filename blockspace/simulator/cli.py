@@ -264,7 +264,9 @@ APART: dict[str, tuple[tuple[str, ...], str]] = {
 def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
     """No option is written where its mode does not read it (``NEEDS``, ``APART``;
     the message is every command's, from blockspace.validation)."""
-    swept = {spec.partition("=")[0].strip().lstrip("-").replace("-", "_") for spec in args.sweep}
+    from blockspace.simulator.sweep import swept_dest
+
+    swept = {swept_dest(spec) for spec in args.sweep}
     written = given | swept  # a swept option is read by its runs as a given one is
     modes = [mode for mode in ("find", "sweep", "compare") if getattr(args, mode)]
     searched = ["replicas"] if args.find == "min-replicas" else []  # the search sets it
@@ -448,9 +450,9 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     fleet = args.find == "min-replicas"
     if args.slo is None:
         raise InvalidArgumentError(f"--find {args.find} needs --slo, the targets it must keep (e.g. ttft=2s)")
-    if fleet and "replicas" in given | {name for name, _ in parse_sweeps(args.sweep, parser, RANGES, given)}:
-        raise InvalidArgumentError("--replicas cannot go with --find min-replicas: the search sets it")
     sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
+    if fleet and "replicas" in given | {name for name, _ in sweeps}:
+        raise InvalidArgumentError("--replicas cannot go with --find min-replicas: the search sets it")
     prepare = preparer(sweeps, resolve_manager(args.manager))
     points = []  # (swept values, configuration, requests, their rate, the rate the search scales)
     for values in configurations(sweeps):

@@ -152,6 +152,11 @@ def sweepable(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in NOT_SWEPT and a.dest != "help"}
 
 
+def swept_dest(spec: str) -> str:
+    """The option a ``KEY=V1,V2`` spec sweeps, as its parser's dest."""
+    return spec.partition("=")[0].strip().lstrip("-").replace("-", "_")
+
+
 def parse_sweeps(
     specs: list[str],
     parser: argparse.ArgumentParser,
@@ -171,7 +176,7 @@ def parse_sweeps(
     sweeps: list[tuple[str, list[Any]]] = []
     for spec in specs:
         key, equals, text = spec.partition("=")
-        dest = key.strip().lstrip("-").replace("-", "_")
+        dest = swept_dest(spec)
         if not equals or not text.strip():
             raise InvalidArgumentError(f"--sweep {spec!r}: expected KEY=V1,V2,...")
         if dest in NOT_SWEPT:
@@ -476,6 +481,7 @@ __all__ = [
     "headline_row",
     "parse_sweeps",
     "sweepable",
+    "swept_dest",
     "plot_sweep",
     "run_job",
     "sweep",
