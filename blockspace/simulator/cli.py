@@ -474,7 +474,8 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         search: dict[str, Any] = {"values": values, "config": dataclasses.asdict(config), "requests": len(trace)}
         try:
             if fleet:
-                counts = fleet_size.evaluator(trace, config, args.manager, args.slo, workers, args.executor, say)
+                template = fleet_size.Try(1, trace, config, args.manager, args.slo)
+                counts = fleet_size.evaluator(template, workers, args.executor, say)
                 search |= {"router": config.router, **fleet_size.find_min_replicas(counts, args.target / 100,
                                                                                    workers)}  # fmt: skip
             else:

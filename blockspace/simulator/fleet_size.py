@@ -97,20 +97,15 @@ def find_min_replicas(
 
 
 def evaluator(
-    trace: list[TraceRequest],
-    config: Any,
-    manager: str,
-    slo: SLO,
-    workers: int,
-    executor: str,
-    say: Callable[[str], None] | None = None,
+    template: Try, workers: int, executor: str, say: Callable[[str], None] | None = None
 ) -> Callable[[list[int]], list[dict[str, Any]]]:
-    """``evaluate`` for ``find_min_replicas``: each round's counts in
-    parallel, and with ``say`` a line per round (``executor.rounds``)."""
+    """``evaluate`` for ``find_min_replicas``: each round's counts (the
+    ``template`` at each) in parallel, and with ``say`` a line per round
+    (``executor.rounds``)."""
     from blockspace.simulator.executor import rounds
 
-    return rounds(run_try, lambda count: Try(count, trace, config, manager, slo), "replicas", workers, executor,
-                  say, lambda a: f"{a['replicas']} replica(s) {a['attainment']:.1%}")  # fmt: skip
+    return rounds(run_try, lambda count: replace(template, replicas=count), "replicas", workers, executor, say,
+                  lambda a: f"{a['replicas']} replica(s) {a['attainment']:.1%}")  # fmt: skip
 
 
 def format_answer(found: dict[str, Any], slo: SLO, router: str) -> str:
