@@ -65,12 +65,15 @@ SATURATION_RATE_SHARE = 0.1
 SATURATION_QUEUE_SHARE = 0.1
 
 
-def load_of(arrivals: list[float], num_finished: int, span: float, timelines: list[Any]) -> dict[str, Any]:
+def load_of(
+    arrivals: list[float], num_finished: int, span: float, timelines: list[Any], num_samples: int = 1
+) -> dict[str, Any]:
     """The offered rate (requests a second between the first arrival and
     the last), the served rate (finished requests over the simulated time),
     the queue waiting for admission (at the last arrival, and at its peak;
     a fleet's is the sum of its replicas' queues, ``timelines``), and
-    whether the run is saturated (``SATURATION_*``)."""
+    whether the run is saturated (``SATURATION_*``). Rates count trace
+    requests; the queue counts the scheduler's, ``num_samples`` to each."""
     window = max(arrivals) - min(arrivals) if arrivals else 0.0
     offered = (len(arrivals) - 1) / window if window > 0 else None
     served = num_finished / span
@@ -80,11 +83,12 @@ def load_of(arrivals: list[float], num_finished: int, span: float, timelines: li
     saturated = (
         offered is not None
         and served < (1 - SATURATION_RATE_SHARE) * offered
-        and at_last >= SATURATION_QUEUE_SHARE * len(arrivals)
+        and at_last >= SATURATION_QUEUE_SHARE * len(arrivals) * num_samples
     )
     return {
         "offered_requests_per_s": offered,
         "served_requests_per_s": served,
+        "queued_requests": len(arrivals) * num_samples,  # the scheduler's requests: n to each trace request
         "waiting_at_last_arrival": at_last,
         "peak_waiting": int(waiting.max()) if waiting.size else 0,
         "saturated": saturated,
@@ -135,6 +139,7 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> dict[str, Any
             len(finished),
             span,
             [r.metrics.timeline for r in result.replicas] or [timeline],
+            config.num_samples,
         ),  # fmt: skip
         "busy_s": busy,
         "steps": len(timeline.step_s),
@@ -228,10 +233,10 @@ LATENCIES = (
 
 def load_line(summary: dict[str, Any]) -> str:
     """The load in one line, saying plainly when the run is saturated."""
-    load, arrived = summary["load"], summary["requests"]["arrived"]
+    load = summary["load"]
     offered, served = load["offered_requests_per_s"], load["served_requests_per_s"]
     rates = f"{'-' if offered is None else f'{offered:.3g}'} req/s offered, {served:.3g} req/s served"
-    queue = f"{load['waiting_at_last_arrival']:,} of {arrived:,} requests waiting when the last arrived"
+    queue = f"{load['waiting_at_last_arrival']:,} of {load['queued_requests']:,} requests waiting when the last arrived"
     if load["saturated"]:
         return f"SATURATED: {rates}; {queue} (peak {load['peak_waiting']:,}): latencies measure the queue"
     return f"{rates}; {queue} (peak {load['peak_waiting']:,})"
