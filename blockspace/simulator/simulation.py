@@ -208,14 +208,14 @@ class Simulation:
         """Prompt blocks of the requests routed here and not yet done."""
         return self.routed_blocks - self.done_blocks
 
-    def cached_tokens(self, entry: TraceRequest) -> int:
-        """Tokens of ``entry``'s prompt that this replica's prefix cache holds,
+    def cached_tokens(self, prompt: list[int]) -> int:
+        """Tokens of ``prompt`` that this replica's prefix cache holds,
         asked of the manager on a probe sequence (id -1: the replay's are
         never negative) that is then forgotten: no block is touched and no
         hit counted, so the replay goes on as if it had not been asked."""
         if not self.config.scheduler.enable_prefix_caching:
             return 0
-        probe = Sequence(-1, entry.prompt_token_ids())
+        probe = Sequence(-1, prompt)
         try:
             return int(self.manager.get_num_cached_tokens(probe))
         finally:
