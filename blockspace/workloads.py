@@ -36,6 +36,12 @@ Both kinds are ``mix(x)`` for a distinct ``x``: prompt tokens use
 a value in the upper half. ``mix`` is a bijection of ``0..2**31 - 1``
 (multiplication by an odd constant plus a constant, modulo ``2**31``), so
 distinct ``x`` stay distinct while the ids look scattered.
+
+**Synthetic requests.** ``synthetic`` makes a workload instead of reading
+one: prompt and output lengths drawn from normals, prefix groups whose
+prompts begin with the same chunks, and conversations whose later turns
+resend the earlier prompt. Its requests are ``TraceRequest`` lists like a
+trace's, chunk ids and all, so everything that replays a trace replays them.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import json
 import math
 import numbers
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -53,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
-from blockspace.validation import MAX_TOKEN_ID  # token ids are ints in 0..MAX_TOKEN_ID (2**31 - 1)
+from blockspace.validation import MAX_TOKEN_ID, Range  # token ids are ints in 0..MAX_TOKEN_ID (2**31 - 1)
 
 TRACE_ENV = "BLOCKSPACE_TRACE"  # names a trace file to use when no path is given
 BUNDLED_SAMPLE = "mooncake_sample.jsonl"  # the first requests of the conversation trace
@@ -109,6 +115,13 @@ class TraceRequest:
         return prompt_token_ids(self.hash_ids, self.input_length)
 
 
+def chunks_for(input_length: Any) -> Any:
+    """How many chunk ids a prompt of ``input_length`` tokens has: one per
+    512 tokens, the last one perhaps partly used (an int, or an array of
+    them for an array of lengths)."""
+    return -(-input_length // CHUNK_TOKENS)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -145,7 +158,7 @@ def parse_line(text: str, where: str) -> dict[str, Any]:
     for chunk in hash_ids:
         if not _is_int(chunk) or not 0 <= chunk < NUM_CHUNK_IDS:
             raise TraceError(f"{where}: field 'hash_ids' holds {chunk!r}, not an integer in 0..{NUM_CHUNK_IDS - 1}")
-    num_chunks = -(-row["input_length"] // CHUNK_TOKENS)
+    num_chunks = chunks_for(row["input_length"])
     if len(hash_ids) != num_chunks:
         raise TraceError(
             f"{where}: field 'hash_ids' has {len(hash_ids)} chunk ids, but input_length "
@@ -251,59 +264,227 @@ def gamma_arrivals(
     own: a trace's arrivals come in bursts (the conversation trace's first
     2,000 requests at 224 distinct times), and scaling them keeps the
     bursts; a rate is what a capacity plan is asked for."""
+    arrivals = gamma_times(len(requests), rate, burstiness, np.random.default_rng(seed))
+    return [replace(request, arrival_s=float(at)) for request, at in zip(requests, arrivals, strict=True)]
+
+
+def gamma_times(count: int, rate: float, burstiness: float, rng: np.random.Generator) -> np.ndarray:
+    """``count`` arrival times, the first at 0, the gaps between them drawn
+    from ``rng``'s gamma of shape ``burstiness`` and mean ``1 / rate``: the
+    process of ``gamma_arrivals``, which ``synthetic`` starts its
+    conversations with too."""
     if not rate > 0:
         raise InvalidArgumentError(f"the request rate must be > 0, got {rate!r}")
     if not burstiness > 0:
         raise InvalidArgumentError(f"the burstiness must be > 0, got {burstiness!r}")
-    gaps = np.random.default_rng(seed).gamma(burstiness, 1.0 / (rate * burstiness), size=len(requests))
-    arrivals = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
-    return [replace(request, arrival_s=float(at)) for request, at in zip(requests, arrivals, strict=True)]
+    gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), size=count)
+    return np.concatenate(([0.0], np.cumsum(gaps[:-1])))[:count]
 
 
-def prefix_groups(
-    num_requests: int, input_length: int, output_length: int, shared_share: float, num_groups: int, seed: int = 0
+# -- synthetic workloads --------------------------------------------------------------
+MAX_SYNTHETIC = 10**6  # the most requests, and groups, it makes: far above any replay's length, and cheap to draw
+# The bounds of ``synthetic``'s parameters, by name: its own checks, and the ranges of the
+# ``blockspace simulate`` options of the same names (one place for both).
+SYNTHETIC_RANGES = {
+    "input_len": Range(least=1),
+    "output_len": Range(least=1),
+    "input_len_std": Range(least=0),
+    "output_len_std": Range(least=0),
+    "shared_prefix_ratio": Range(least=0, most=1),
+    "prefix_groups": Range(least=1, most=MAX_SYNTHETIC),
+    "turns": Range(least=1),
+    "turn_gap": Range(above=0),
+}
+SYNTHETIC_REQUESTS = 1000  # requests when no number is given, as vLLM's serving benchmark's --num-prompts
+MAX_LENGTH = NUM_CHUNK_IDS * CHUNK_TOKENS  # a drawn length above this could not fit in the chunk ids (2**30)
+ARRIVAL_STREAM = 1  # the conversation starts draw from a generator seeded (seed, 1), apart from the prompts'
+
+
+def synthetic(
+    num_requests: int = SYNTHETIC_REQUESTS,
+    *,
+    input_len: int = 1024,
+    output_len: int = 128,
+    input_len_std: float = 0.0,
+    output_len_std: float = 0.0,
+    shared_prefix_ratio: float = 0.0,
+    prefix_groups: int = 1,
+    turns: int = 1,
+    turn_gap: float = 10.0,
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    seed: int = 0,
 ) -> list[TraceRequest]:
-    """Requests whose prompts share prefixes within groups, as the Dynamo
-    mocker's synthetic replay makes them: each request joins one of
-    ``num_groups`` groups (drawn uniformly, seeded), and the first
-    ``shared_share`` of its prompt's 512-token chunks are its group's, the
-    rest its own. One a second (``gamma_arrivals`` gives them a rate).
-    ``shared_share`` 0: no two prompts share a block."""
-    if num_requests < 1 or input_length < 1 or output_length < 1 or num_groups < 1:
-        raise InvalidArgumentError("prefix groups need at least one request, group, prompt and output token")
-    if not 0 <= shared_share <= 1:
-        raise InvalidArgumentError(f"the shared share of a prompt is in [0, 1], got {shared_share!r}")
-    chunks = -(-input_length // CHUNK_TOKENS)
-    shared = round(shared_share * chunks)
-    if num_groups * shared + num_requests * (chunks - shared) > NUM_CHUNK_IDS:
-        raise InvalidArgumentError(f"prefix groups of {num_requests:,} prompts need more than {NUM_CHUNK_IDS:,} chunks")
-    groups = np.random.default_rng(seed).integers(num_groups, size=num_requests)
-    own, unique = num_groups * shared, chunks - shared  # chunk ids below ``own`` are the groups' prefixes
-    return [
-        TraceRequest(i, float(i), input_length, output_length,
-                     (*range(g * shared, (g + 1) * shared), *range(own + i * unique, own + (i + 1) * unique)))
-        for i, g in enumerate(groups.tolist())
-    ]  # fmt: skip
+    """``num_requests`` requests made up rather than read: a workload whose
+    prefix sharing is chosen, where a trace's is whatever it is. Seeded, so
+    two calls with the same arguments make the same requests.
+
+    **Conversations and prefix groups.** The requests are the turns of
+    ``ceil(num_requests / turns)`` conversations. Each conversation joins
+    one of ``prefix_groups`` groups, drawn uniformly, as the Dynamo mocker's
+    synthetic replay draws them. Its first prompt has ``input_len`` tokens
+    (drawn from a normal of standard deviation ``input_len_std``, rounded,
+    at least 1; every output length likewise from ``output_len`` and
+    ``output_len_std``). Of that prompt's ``c`` chunks of 512 tokens, the
+    first ``round(c * shared_prefix_ratio)`` are the group's (a half rounds
+    up, as the mocker's Rust ``round`` does) and the rest its own. Members
+    of a group share the shorter of their two group prefixes; different
+    groups share nothing.
+
+    **Turns.** Turn k+1's prompt is turn k's prompt, then as many tokens as
+    turn k's output plus a new message (a fresh ``input_len`` draw): its
+    chunk ids begin with turn k's, so its tokens begin with turn k's prompt
+    exactly. The tokens standing for the answer are fresh, not the tokens the
+    replay generates for turn k (those are made during the run, and a
+    trace's requests are fixed before it), so a cache can reuse a
+    conversation's earlier prompts, never its answers. A later turn keeps
+    the group prefix its first turn had. (The mocker's later turns share
+    only the group prefix, not the conversation so far.)
+
+    **Arrivals.** Conversations start one a second, or at ``rate`` a second
+    with ``gamma_arrivals``' gaps (shape ``burstiness``): a rate of
+    conversations, which is the request rate when ``turns`` is 1. Turn k+1
+    arrives ``turn_gap`` seconds after turn k arrived, whether or not
+    turn k is done: an open loop, since a trace holds fixed arrival times.
+    A user who waits for the answer before the next turn (a closed loop) is
+    not modelled; ``--max-concurrency`` bounds the requests in flight, not
+    a conversation's order. The requests are every turn in order of
+    arrival (ties in conversation order), the first ``num_requests`` kept
+    and indexed in that order, so the last conversations may lack their
+    last turns, as a trace cut by ``--max-requests`` would.
+
+    **Chunk ids** are numbered from 0 in the order they first appear, as in
+    a Mooncake trace, and must stay below ``NUM_CHUNK_IDS``: a workload
+    needing more is an ``InvalidArgumentError`` before any is made. The
+    prompts draw from ``default_rng(seed)`` and the conversation starts from
+    a generator of their own, so a change of rate changes no prompt."""
+    parameters = {"input_len": input_len, "output_len": output_len, "input_len_std": input_len_std,
+                  "output_len_std": output_len_std, "shared_prefix_ratio": shared_prefix_ratio,
+                  "prefix_groups": prefix_groups, "turns": turns, "turn_gap": turn_gap}  # fmt: skip
+    if not 1 <= num_requests <= MAX_SYNTHETIC:
+        raise InvalidArgumentError(f"a synthetic workload has 1 to {MAX_SYNTHETIC:,} requests, got {num_requests:,}")
+    for name, allowed in SYNTHETIC_RANGES.items():
+        allowed.check(name, parameters[name])
+    turns = min(turns, num_requests)  # no conversation has more turns than there are requests
+    conversations = -(-num_requests // turns)
+
+    draw = np.random.default_rng(seed)
+    groups = draw.integers(prefix_groups, size=conversations)
+    messages = _lengths(draw, input_len, input_len_std, (conversations, turns))  # a turn's new prompt tokens
+    outputs = _lengths(draw, output_len, output_len_std, (conversations, turns))
+    answers = np.zeros_like(outputs)
+    answers[:, 1:] = outputs[:, :-1]  # the previous turn's output, which each later prompt carries
+    prompts = np.cumsum(messages + answers, axis=1)
+    chunks = chunks_for(prompts)
+    shared = np.floor(chunks[:, 0] * shared_prefix_ratio + 0.5).astype(np.int64)
+    fresh = np.diff(chunks, axis=1, prepend=0)  # the chunk ids each turn adds to the conversation
+    fresh[:, 0] -= shared
+
+    if rate is None:
+        starts = np.arange(conversations, dtype=np.float64)
+    else:
+        starts = gamma_times(conversations, rate, burstiness, np.random.default_rng([seed, ARRIVAL_STREAM]))
+    arrivals = starts[:, None] + turn_gap * np.arange(turns)
+    order = np.argsort(arrivals, axis=None, kind="stable")[:num_requests]  # flat: conversation * turns + turn
+    _check_chunk_ids(order, turns, groups, shared, fresh)
+
+    made: list[TraceRequest] = []
+    group_chunks: dict[int, list[int]] = {}  # each group's prefix, as long as its longest member's so far
+    so_far: dict[int, list[int]] = {}  # each conversation's last prompt
+    next_id = 0
+    for index, flat in enumerate(order.tolist()):
+        conversation, turn = divmod(flat, turns)
+        if turn == 0:
+            prefix = group_chunks.setdefault(int(groups[conversation]), [])
+            wanted = int(shared[conversation])
+            missing = max(0, wanted - len(prefix))  # the first member this long makes the rest of the prefix
+            prefix.extend(range(next_id, next_id + missing))
+            next_id += missing
+            ids = prefix[:wanted]
+        else:
+            ids = so_far.pop(conversation)
+        added = int(fresh[conversation, turn])
+        ids = ids + list(range(next_id, next_id + added))
+        next_id += added
+        if turn + 1 < turns:
+            so_far[conversation] = ids
+        made.append(TraceRequest(index, float(arrivals[conversation, turn]), int(prompts[conversation, turn]),
+                                 int(outputs[conversation, turn]), tuple(ids)))  # fmt: skip
+    return made
+
+
+def _lengths(draw: np.random.Generator, mean: float, std: float, shape: tuple[int, int]) -> np.ndarray:
+    """Token counts from a normal, rounded (a half up), at least 1; one too
+    long for any prompt's chunk ids is refused before it is cast to int."""
+    lengths = np.maximum(1.0, np.floor(draw.normal(mean, std, size=shape) + 0.5))
+    if lengths.max() > MAX_LENGTH:
+        raise InvalidArgumentError(
+            f"a drawn length of {lengths.max():,.0f} tokens is more than the {MAX_LENGTH:,} a prompt's chunk ids hold"
+        )
+    return lengths.astype(np.int64)
+
+
+def _check_chunk_ids(order: np.ndarray, turns: int, groups: np.ndarray, shared: np.ndarray, fresh: np.ndarray) -> None:
+    """The kept requests (``order``: flat indices) need no more chunk ids
+    than ``NUM_CHUNK_IDS``: each group its longest prefix, each turn its
+    fresh ones. Counted before any id is made, so a workload too large
+    fails at once."""
+    firsts = order[order % turns == 0] // turns  # the conversations kept: their first turn arrives first
+    kept_groups, member = np.unique(groups[firsts], return_inverse=True)
+    prefixes = np.zeros(len(kept_groups), dtype=np.int64)
+    np.maximum.at(prefixes, member, shared[firsts])
+    needed = int(prefixes.sum()) + int(fresh.ravel()[order].sum())
+    if needed > NUM_CHUNK_IDS:
+        raise InvalidArgumentError(
+            f"{len(order):,} requests of these lengths need {needed:,} chunk ids of {CHUNK_TOKENS} tokens, more "
+            f"than the {NUM_CHUNK_IDS:,} that token ids allow: ask for fewer requests, turns or prompt tokens"
+        )
+
+
+def describe(requests: Sequence[TraceRequest]) -> dict[str, Any]:
+    """A run's requests in a few figures, for its JSON: how many, their mean
+    prompt and output lengths, and the share of their prompt chunks whose
+    id an earlier chunk had (the reuse a prefix cache of unbounded size
+    could find, at the grain of 512 tokens). They show what a synthetic
+    workload's parameters made, and how much a trace repeats itself."""
+    distinct: set[int] = set()  # at most NUM_CHUNK_IDS of them
+    chunks = 0
+    for request in requests:
+        distinct.update(request.hash_ids)
+        chunks += len(request.hash_ids)
+    count = max(1, len(requests))
+    return {
+        "requests": len(requests),
+        "mean_input_length": sum(request.input_length for request in requests) / count,
+        "mean_output_length": sum(request.output_length for request in requests) / count,
+        "repeated_chunk_share": 1 - len(distinct) / chunks if chunks else 0.0,
+    }
 
 
 __all__ = [
     "BUNDLED_SAMPLE",
     "CHUNK_TOKENS",
+    "MAX_SYNTHETIC",
     "MAX_TOKEN_ID",
     "NUM_CHUNK_IDS",
+    "SYNTHETIC_RANGES",
+    "SYNTHETIC_REQUESTS",
     "TRACE_ENV",
     "TraceError",
     "TraceRequest",
+    "chunks_for",
+    "describe",
     "gamma_arrivals",
+    "gamma_times",
     "load_trace",
     "load_trace_option",
     "mix",
     "output_token_id",
     "parse_line",
     "parse_lines",
-    "prefix_groups",
     "prompt_token_ids",
     "scale_arrivals",
+    "synthetic",
     "trace_file",
     "trace_source",
 ]

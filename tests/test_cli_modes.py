@@ -37,7 +37,7 @@ from blockspace.simulator.cli import DEFAULT_KV_MEMORY_GIB, DEFAULT_SWAP_SPACE_G
 from blockspace.simulator.gpu import KVCacheModel
 from blockspace.simulator.sweep import NOT_SWEPT, sweepable
 from blockspace.validation import option_name
-from blockspace.workloads import gamma_arrivals, parse_lines
+from blockspace.workloads import TraceRequest, describe, gamma_arrivals, parse_lines, synthetic
 from helpers import trace_lines
 
 TRACE = "trace.jsonl"  # 8 requests, one a second
@@ -58,6 +58,7 @@ class Run:
     slo: str | None
     span_s: float
     offered: float  # requests a second between the first arrival and the last
+    workload: dict[str, Any]  # its requests, as workloads.describe gives them
 
 
 @dataclass
@@ -72,8 +73,8 @@ class View:
 
 def run_of(document: dict[str, Any], summary: dict[str, Any]) -> Run:
     slo = summary["slo"]
-    return Run(document["config"], summary["manager"], summary["requests"]["arrived"],
-               slo and slo["text"], summary["simulated_s"], summary["load"]["offered_requests_per_s"])  # fmt: skip
+    return Run(document["config"], summary["manager"], summary["requests"]["arrived"], slo and slo["text"],
+               summary["simulated_s"], summary["load"]["offered_requests_per_s"], document["workload"])  # fmt: skip
 
 
 def view_of(out: Path, stdout: str) -> View:
@@ -84,7 +85,8 @@ def view_of(out: Path, stdout: str) -> View:
         for search in view.document["configurations"]:
             span = (search["requests"] - 1) / search["trace_rate_requests_per_s"]
             view.runs.append(Run(search["config"], view.document["manager"], search["requests"],
-                                 view.document["slo"], span, search["offered_requests_per_s"]))  # fmt: skip
+                                 view.document["slo"], span, search["offered_requests_per_s"],
+                                 search["workload"]))  # fmt: skip
     elif (out / "sweep.json").exists():
         view.document = json.loads((out / "sweep.json").read_text())
         for k in range(len(view.document["runs"])):
@@ -164,7 +166,37 @@ def arrivals(option: str, at: Callable[[str], tuple[float, float, int]]) -> Prob
     return Probe(values, flag(option), run=holds)
 
 
+SYNTHETIC = 8  # requests of --workload synthetic in the probes (--max-requests)
+
+
+def offered(requests: list[TraceRequest]) -> float:
+    return (len(requests) - 1) / (requests[-1].arrival_s - requests[0].arrival_s)
+
+
+def made(dest: str, convert: Callable[[str], Any], *values: str, **given: Any) -> Probe:
+    """A probe for an option of the synthetic workload: the run replayed the
+    requests ``workloads.synthetic`` makes with that value (and ``given``,
+    the options WITH puts beside it), as their description and offered
+    rate show."""
+
+    def holds(run: Run, value: str) -> bool:
+        requests = synthetic(SYNTHETIC, **given, **{dest: convert(value)})
+        return run.workload == describe(requests) and run.offered == pytest.approx(offered(requests), rel=1e-12)
+
+    return Probe(values, flag(option_name(dest)), run=holds)
+
+
 PROBES: dict[str, Probe] = {
+    "workload": Probe(("synthetic",), flag("--workload"),
+                      view=lambda v, value: all(r.workload == describe(synthetic(SYNTHETIC)) for r in v.runs)),
+    "input_len": made("input_len", int, "64", "32"),
+    "output_len": made("output_len", int, "16", "8"),
+    "input_len_std": made("input_len_std", float, "100", "50"),
+    "output_len_std": made("output_len_std", float, "20", "10"),
+    "shared_prefix_ratio": made("shared_prefix_ratio", float, "0.5", "1"),
+    "prefix_groups": made("prefix_groups", int, "2", "4", shared_prefix_ratio=0.5),
+    "turns": made("turns", int, "2", "3"),
+    "turn_gap": made("turn_gap", float, "3", "0.5", turns=2),
     "trace": Probe((OTHER_TRACE,), flag("--trace"), view=lambda v, value: {r.requests for r in v.runs} == {5}),
     "max_requests": Probe(("3", "5"), flag("--max-requests"), run=lambda r, value: r.requests == int(value)),
     "time_scale": Probe(("3", "2"), flag("--time-scale"), run=lambda r, value: r.span_s >= 6.99 * float(value)),
@@ -224,12 +256,21 @@ PROBES: dict[str, Probe] = {
     "executor": Probe(("ray",), flag("--executor"), view=lambda v, value: bool(v.runs) and RAY),
 }  # fmt: skip
 
-# The options an option goes with (validation's NEEDS), given beside it in every mode.
+# The options an option goes with (validation's NEEDS), given beside it in every mode. The
+# synthetic workload's replaces the trace (argv_for), with a few requests.
+SYNTHETIC_RUN = {"workload": ["--workload", "synthetic"], "max_requests": ["--max-requests", str(SYNTHETIC)]}
 WITH: dict[str, dict[str, list[str]]] = {
     "burstiness": {"request_rate": ["--request-rate", "20"]},
     "seed": {"request_rate": ["--request-rate", "20"]},
     "router": {"replicas": ["--replicas", "2"]},
     "router_weight": {"replicas": ["--replicas", "2"], "router": ["--router", "kv_aware"]},
+    "workload": {"max_requests": SYNTHETIC_RUN["max_requests"]},
+    **{
+        name: SYNTHETIC_RUN
+        for name in ("input_len", "output_len", "input_len_std", "output_len_std", "shared_prefix_ratio", "turns")
+    },
+    "prefix_groups": {**SYNTHETIC_RUN, "shared_prefix_ratio": ["--shared-prefix-ratio", "0.5"]},
+    "turn_gap": {**SYNTHETIC_RUN, "turns": ["--turns", "2"]},
 }
 
 # The (option, mode) pairs that must be refused by name; every other pair must be honoured.
@@ -262,6 +303,8 @@ def argv_for(dest: str, mode: str) -> list[str]:
     """The mode's command line with the option's probe in it (swept: as the sweep)."""
     probe = PROBES[dest]
     parts = {**BASE[mode], **WITH.get(dest, {})}  # with the options it goes with
+    if dest == "workload" or "workload" in parts:  # the synthetic workload reads no trace
+        parts.pop("trace")
     if mode == "swept":
         parts["sweep"] = ["--sweep", f"{dest}={','.join(probe.values)}"]
         if dest == "engine":

@@ -8,16 +8,16 @@ import json
 
 import pytest
 
-from blockspace.errors import InvalidArgumentError, InvalidConfigError
+from blockspace.errors import InvalidConfigError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.cli import main as simulate
-from blockspace.simulator.engines import replay, resolve
+from blockspace.simulator.engines import replay
 from blockspace.simulator.fleet_size import next_counts
 from blockspace.simulator.report import summarize
 from blockspace.simulator.scheduler import SchedulerConfig
-from blockspace.simulator.simulation import SimulationConfig, SimulationResult
+from blockspace.simulator.simulation import SimulationConfig, SimulationResult, SimulationStalledError
 from blockspace.simulator.step_model import StepTimeModel
-from blockspace.workloads import TraceRequest, gamma_arrivals, load_trace, prefix_groups
+from blockspace.workloads import TraceRequest, gamma_arrivals, load_trace, synthetic
 
 FAST = load_manager_class("fast")
 EXACT_STEPS = StepTimeModel(
@@ -78,18 +78,81 @@ def test_a_router_that_reads_the_replicas_spreads_the_load(router):
     assert sum(summarize(fleet)["fleet"]["requests_per_replica"]) == 80
 
 
-def test_round_robin_gives_the_same_figures_on_both_engines():
-    """Round robin reads no replica, so the compiled engine replays each
-    replica apart; the Python engine replays them on one clock."""
-    trace = load_trace(None, 60)
-    python = summarize(replay(trace, FAST, config(replicas=3)))
-    compiled = summarize(replay(trace, FAST, config(replicas=3, engine="compiled")))
-    dropped = ("engine", "manager_time", "wall_s", "manager_startup_s", "fleet")
-    assert {k: v for k, v in python.items() if k not in dropped} == {
-        k: v for k, v in compiled.items() if k not in dropped
-    }
-    for each_python, each_compiled in zip(python["fleet"]["each"], compiled["fleet"]["each"], strict=True):
-        assert each_python["ttft_s"] == each_compiled["ttft_s"] and each_python["kv_cache"] == each_compiled["kv_cache"]
+FLEETS = {  # name: (requests of the bundled sample, or 0: small ones; SimulationConfig's fields): small, since
+    # CI runs them uncompiled too
+    "round robin": (30, {"replicas": 3}),
+    "least loaded": (40, {"replicas": 3, "router": "least_loaded"}),
+    "kv aware": (40, {"replicas": 3, "router": "kv_aware"}),
+    "kv aware, by the cache alone": (40, {"replicas": 2, "router": "kv_aware", "router_weight": 1e9}),
+    "a closed loop, one replica": (30, {"max_concurrency": 4}),
+    "a closed loop of kv aware replicas": (40, {"replicas": 3, "router": "kv_aware", "max_concurrency": 8}),
+    "swapping replicas, n = 2": (0, {"replicas": 2, "router": "least_loaded", "num_samples": 2, "num_gpu_blocks": 40,
+                                     "scheduler": SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=512,
+                                                                  preemption_mode="swap")}),
+    "no prefix caching": (30, {"replicas": 2, "router": "kv_aware",
+                               "scheduler": SchedulerConfig(max_num_seqs=16, enable_prefix_caching=False)}),
+}  # fmt: skip
+
+
+def small_requests() -> list[TraceRequest]:
+    """40 prompts of about 150 tokens at 20 a second: tens of blocks make a replica swap."""
+    return synthetic(40, input_len=150, output_len=40, input_len_std=40, rate=20.0, seed=1)
+
+
+def both_engines(num_requests: int, fields: dict) -> tuple[SimulationResult, SimulationResult]:
+    base = dataclasses.replace(config(), max_output_len=32, **fields)  # short outputs: fewer steps, uncompiled
+    recorded = dataclasses.replace(base, scheduler=dataclasses.replace(base.scheduler, record_tables=True))
+    trace = load_trace(None, num_requests) if num_requests else small_requests()
+    return replay(trace, FAST, recorded), replay(trace, FAST, dataclasses.replace(recorded, engine="compiled"))
+
+
+@pytest.mark.parametrize("name", FLEETS)
+def test_a_fleet_gives_the_same_decisions_and_figures_on_both_engines(name):
+    """The compiled engine runs a fleet on one clock too (``CompiledReplica``):
+    the same routing, every replica's decisions step for step, and the same
+    figures, request by request."""
+    python, compiled = both_engines(*FLEETS[name])
+    assert python.assignment == compiled.assignment
+    assert python.records == compiled.records
+    assert per_request(python) == per_request(compiled)
+    assert python.metrics.counts == compiled.metrics.counts
+    assert python.metrics.final_hit_rate == compiled.metrics.final_hit_rate
+    for column in TIMELINE:
+        assert getattr(python.metrics.timeline, column) == getattr(compiled.metrics.timeline, column), column
+    dropped = ("engine", "manager_time", "wall_s", "manager_startup_s")
+    for each_python, each_compiled in zip(summarize(python)["fleet"]["each"] if python.replicas else [],
+                                          summarize(compiled)["fleet"]["each"] if compiled.replicas else [],
+                                          strict=True):  # fmt: skip
+        assert {k: v for k, v in each_python.items() if k not in dropped} == {
+            k: v for k, v in each_compiled.items() if k not in dropped
+        }
+    if "kv aware" in name:
+        assert len(set(python.assignment)) > 1 and python.metrics.final_hit_rate > 0  # the router had a cache to read
+    if "swapping" in name:
+        assert python.metrics.counts.swap_outs > 0
+    if "closed loop" in name:  # some requests were held back
+        arrivals = [entry.arrival_s for entry in load_trace(None, FLEETS[name][0])]  # closed loops: the sample
+        assert [r["arrival_s"] for r in python.metrics.request_records()] != arrivals
+
+
+def test_a_replica_that_stalls_waits_for_its_next_request_on_both_engines():
+    """Swap mode with a pool too tight for its swapped groups to come back:
+    on one clock (a closed loop that holds nothing back) the replica stalls,
+    waits for the next arrival, a short request that it runs, then stalls
+    again; at the end both engines give up with the same words."""
+    stuck = SimulationConfig(400, 2_048, scheduler=SchedulerConfig(preemption_mode="swap"), num_samples=3,
+                             max_concurrency=1_000)  # fmt: skip
+    trace = load_trace(None, 15)
+    late = TraceRequest(15, trace[-1].arrival_s + 1_000.0, 32, 4, (1_000_000,))
+    said = []
+    for engine in ("python", "compiled"):
+        with pytest.raises(SimulationStalledError) as stalled:
+            replay([*trace, late], FAST, dataclasses.replace(stuck, engine=engine))
+        said.append(str(stalled.value))
+    with pytest.raises(SimulationStalledError) as alone:
+        replay(trace, FAST, dataclasses.replace(stuck, max_concurrency=None))
+    step_of = [int(words.split(":")[0].removeprefix("step ")) for words in (*said, str(alone.value))]
+    assert said[0] == said[1] and step_of[0] > step_of[2]  # the late request's steps came before the last stall
 
 
 def hit_share(trace: list[TraceRequest], router: str) -> float:
@@ -97,15 +160,21 @@ def hit_share(trace: list[TraceRequest], router: str) -> float:
     return summarize(fleet)["prefix_cache"]["prefill_tokens_from_cache"]
 
 
+def groups(shared_prefix_ratio: float) -> list[TraceRequest]:
+    """240 prompts of 2,048 tokens in 8 prefix groups (workloads.synthetic)."""
+    return synthetic(240, input_len=2_048, output_len=8, shared_prefix_ratio=shared_prefix_ratio, prefix_groups=8,
+                     seed=1)  # fmt: skip
+
+
 def test_kv_aware_finds_more_of_the_prefix_cache_and_nothing_when_nothing_is_shared():
     """Eight groups of prompts sharing three quarters of their chunks, four
     replicas: round robin spreads each group over all four, so each replica
     computes each prefix; kv_aware sends a group where its prefix is. With
     no shared prefix no router finds anything in the cache."""
-    shared = gamma_arrivals(prefix_groups(240, 2_048, 8, 0.75, 8, seed=1), 20.0, seed=1)
+    shared = gamma_arrivals(groups(0.75), 20.0, seed=1)
     kv, rr = hit_share(shared, "kv_aware"), hit_share(shared, "round_robin")
     assert kv > rr > 0
-    alone = gamma_arrivals(prefix_groups(240, 2_048, 8, 0.0, 8, seed=1), 20.0, seed=1)
+    alone = gamma_arrivals(groups(0.0), 20.0, seed=1)
     assert hit_share(alone, "kv_aware") == hit_share(alone, "round_robin") == 0.0
 
 
@@ -114,9 +183,6 @@ def test_a_fleet_is_checked_before_it_runs():
         config(replicas=0)
     with pytest.raises(InvalidConfigError, match="router"):
         config(router="random")
-    with pytest.raises(InvalidArgumentError, match="compiled engine replays a fleet only"):
-        resolve("compiled", FAST, "auto", reads_replicas=True)
-    assert resolve("auto", FAST, "auto", reads_replicas=True) == "python"
 
 
 @pytest.mark.parametrize(
@@ -124,7 +190,6 @@ def test_a_fleet_is_checked_before_it_runs():
     [
         (["--router", "kv_aware"], "--router goes with --replicas"),
         (["--replicas", "2", "--router-weight", "2"], "--router-weight goes with --router kv_aware"),
-        (["--replicas", "2", "--router", "least_loaded", "--engine", "compiled"], "compiled engine replays a fleet"),
         (["--replicas", "0"], "--replicas must be >= 1"),
     ],
 )
@@ -191,22 +256,24 @@ def test_the_replica_count_is_not_given_to_a_search_of_it(tmp_path, capsys):
 
 
 # -- --max-concurrency: a closed loop ------------------------------------------------------------
-def test_one_request_in_flight_is_sent_when_the_last_is_done(tmp_path):
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_one_request_in_flight_is_sent_when_the_last_is_done(engine):
     """20 requests at once, at most one in flight, each served in exactly
     40 ms: the k-th is sent at k x 40 ms, when the one before it ends, and
     none waits (e2e exactly 40 ms)."""
     trace = [TraceRequest(i, 0.0, 16, 4, (i,)) for i in range(20)]
     exact = SimulationConfig(1_000, 0, scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16),
-                             step_time=EXACT_STEPS, max_concurrency=1)  # fmt: skip
+                             step_time=EXACT_STEPS, max_concurrency=1, engine=engine)  # fmt: skip
     records = replay(trace, FAST, exact).metrics.request_records()
     assert [r["arrival_s"] for r in records] == pytest.approx([0.04 * k for k in range(20)])
     assert [r["e2e_s"] for r in records] == pytest.approx([0.04] * 20)
 
 
+@pytest.mark.parametrize("engine", ["python", "compiled"])
 @pytest.mark.parametrize("replicas", [1, 3])
-def test_never_more_requests_in_flight_than_the_limit(replicas):
+def test_never_more_requests_in_flight_than_the_limit(replicas, engine):
     limit = 8
-    roomy = config(replicas, "least_loaded", num_gpu_blocks=20_000)  # every request finishes
+    roomy = config(replicas, "least_loaded", engine, num_gpu_blocks=20_000)  # every request finishes
     result = replay(load_trace(None, 100), FAST, dataclasses.replace(roomy, max_concurrency=limit))
     records = result.metrics.request_records()
     assert all(r["status"] == "finished" for r in records)
@@ -215,10 +282,3 @@ def test_never_more_requests_in_flight_than_the_limit(replicas):
     for _, change in events:  # a request done at the moment another is sent is out first (-1 sorts first)
         in_flight.append(in_flight[-1] + change)
     assert max(in_flight) == limit
-
-
-def test_a_closed_loop_runs_on_the_python_engine():
-    assert resolve("auto", FAST, "auto", reads_replicas=SimulationConfig(10, 0, max_concurrency=2).reads_replicas) \
-        == "python"  # fmt: skip
-    with pytest.raises(InvalidConfigError, match="python engine"):
-        SimulationConfig(10, 0, max_concurrency=2, engine="compiled")

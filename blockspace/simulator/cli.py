@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import inspect
 import json
 import os
 import shlex
@@ -36,7 +37,7 @@ from blockspace.simulator.report import (
     warnings_for,
     write_json,
 )
-from blockspace.simulator.routers import ROUTERS, STATIC
+from blockspace.simulator.routers import ROUTERS
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult
@@ -56,11 +57,15 @@ from blockspace.validation import (
     refuse,
 )
 from blockspace.workloads import (
+    SYNTHETIC_RANGES,
+    SYNTHETIC_REQUESTS,
     TRACE_ENV,
     TraceRequest,
+    describe,
     gamma_arrivals,
     load_trace_option,
     scale_arrivals,
+    synthetic,
     trace_file,
     trace_source,
 )
@@ -69,13 +74,26 @@ DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - 
 DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
 
 
+# --workload synthetic's defaults are workloads.synthetic's own: one place for them.
+SYNTHETIC_DEFAULTS = {name: inspect.signature(synthetic).parameters[name].default for name in SYNTHETIC_RANGES}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("blockspace simulate", __doc__)
     source = parser.add_argument_group("trace and managers")
     source.add_argument(
+        "--workload", choices=("trace", "synthetic"), default="trace",
+        help="replay a trace (--trace), or requests made up by the options of the synthetic workload below"
+             " (default: trace)",
+    )  # fmt: skip
+    source.add_argument(
         "--trace", type=Path, help=f"Mooncake-format JSONL (default: ${TRACE_ENV}, else the bundled sample)"
     )
-    source.add_argument("--max-requests", type=int, help="replay only the first N requests (default: all)")
+    source.add_argument(
+        "--max-requests", type=int,
+        help=f"replay only the first N requests (default: all of a trace; {SYNTHETIC_REQUESTS} with --workload"
+             " synthetic)",
+    )  # fmt: skip
     arrivals = source.add_mutually_exclusive_group()
     arrivals.add_argument(
         "--time-scale", type=float, default=1.0, help="multiply the trace's arrival times (2 = half the request rate)"
@@ -83,13 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     arrivals.add_argument(
         "--request-rate", type=float,
         help="new arrival times at this many requests a second, gaps drawn from a gamma distribution; the trace"
-             " keeps its prompts and outputs (default: the trace's own times)",
+             " keeps its prompts and outputs; with --workload synthetic, conversations started a second (default:"
+             " the trace's own times; one conversation a second)",
     )  # fmt: skip
     source.add_argument(
         "--burstiness", type=float, default=1.0,
         help="the shape of --request-rate's gaps: 1 Poisson, below 1 burstier, above 1 more even (default: 1)",
     )  # fmt: skip
-    source.add_argument("--seed", type=int, default=0, help="seeds --request-rate's arrivals (default: 0)")
+    source.add_argument(
+        "--seed", type=int, default=0,
+        help="seeds --request-rate's arrivals and the requests of --workload synthetic (default: 0)",
+    )  # fmt: skip
     source.add_argument(
         "--max-concurrency", type=int,
         help="a closed loop: at most this many requests in flight, each sent at its arrival or when one is done,"
@@ -110,6 +132,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--step", choices=STEP_PATHS, default="auto",
         help="decodes through the manager's row API (rows), per call (calls), or rows where offered (auto)",
     )  # fmt: skip
+
+    made = parser.add_argument_group("synthetic workload (--workload synthetic; workloads.synthetic)")
+    for name, kind, meaning in (
+        ("input_len", int, "mean prompt tokens of a conversation's first turn, and of each later message (vLLM's"
+                           " --random-input-len, the mocker's isl)"),
+        ("output_len", int, "mean output tokens (vLLM's --random-output-len, the mocker's osl)"),
+        ("input_len_std", float, "standard deviation of --input-len's normal draws, rounded and at least 1;"
+                                 " 0: every message that long"),
+        ("output_len_std", float, "standard deviation of --output-len's normal draws; 0: every output that long"),
+        ("shared_prefix_ratio", float, "the share of a first prompt's 512-token chunks that its prefix group"
+                                       " shares, in [0, 1] (the mocker's shared_prefix_ratio)"),
+        ("prefix_groups", int, "groups a conversation joins, drawn uniformly; a group's prompts begin with the"
+                               " same chunks (the mocker's num_prefix_groups)"),
+        ("turns", int, "requests a conversation makes; each turn's prompt is the last turn's prompt, then fresh"
+                       " tokens for its answer and the next message"),
+        ("turn_gap", float, "seconds from one turn's arrival to the next turn's, answered or not"),
+    ):  # fmt: skip
+        made.add_argument(option_name(name), type=kind, default=SYNTHETIC_DEFAULTS[name], help=meaning)
 
     fleet = parser.add_argument_group("fleet (blockspace/simulator/fleet.py, routers.py)")
     fleet.add_argument("--replicas", type=int, default=1, help="engines behind one router, each with every option"
@@ -237,6 +277,7 @@ RANGES = {
     "swap_block_us": Range(least=0),
     "workers": Range(least=1),
     "target": Range(above=0, most=100),
+    **SYNTHETIC_RANGES,  # workloads.py's, which workloads.synthetic checks too
 }
 OUTPUTS = ("simulation.json", "simulation.png")  # what a run writes under --out
 
@@ -244,20 +285,24 @@ OUTPUTS = ("simulation.json", "simulation.png")  # what a run writes under --out
 # The options that only some modes read. A mode is one of --find, --sweep and --compare, or a
 # single run when none is given. Written where no mode reads it, an option would change nothing,
 # so it is refused by name: NEEDS, read only beside one of these options; APART, never beside them.
+SYNTHETIC = "workload synthetic"  # the mode of --workload synthetic (option_name writes it so)
 NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "target": (("find",), "it is the share of requests the search must keep within --slo"),
     "workers": (("sweep", "find"), "it sets how many of their runs go at once"),
     "executor": (("sweep", "find"), "it sets where their runs go"),
     "burstiness": (("request_rate",), "it shapes the gaps between the arrivals --request-rate draws"),
-    "seed": (("request_rate",), "it seeds the arrivals --request-rate draws"),
+    "seed": (("request_rate", SYNTHETIC), "it seeds the arrivals --request-rate draws and the synthetic requests"),
     "router": (("replicas",), "it picks among replicas"),
     "router_weight": (("replicas",), "it weighs kv_aware's choice among replicas"),
+    **{name: ((SYNTHETIC,), "it shapes the requests the synthetic workload makes") for name in SYNTHETIC_RANGES},
 }
 OPTION_MODES = ("request_rate", "replicas")  # options that other options go with, given or swept
 APART: dict[str, tuple[tuple[str, ...], str]] = {
     "requests_out": (("sweep", "find"), "it writes the requests of one run, and these make many"),
     "compare": (("sweep", "find"), "it runs one manager: use --manager"),
     "manager": (("compare",), "--compare names both managers"),
+    "trace": ((SYNTHETIC,), "the synthetic workload makes its requests, it reads none"),
+    "time_scale": ((SYNTHETIC,), "it scales a trace's own times; synthetic conversations start at --request-rate"),
 }
 
 
@@ -269,10 +314,17 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
     swept = {swept_dest(spec) for spec in args.sweep}
     written = given | swept  # a swept option is read by its runs as a given one is
     modes = [mode for mode in ("find", "sweep", "compare") if getattr(args, mode)]
+    modes += [SYNTHETIC] if args.workload == "synthetic" else []  # a sweep cannot change it (sweep.NOT_SWEPT)
     searched = ["replicas"] if args.find == "min-replicas" else []  # the search sets it
     check_mode_options(written, modes + searched + [name for name in OPTION_MODES if name in written], NEEDS, APART)
     if "router_weight" in written and args.router != "kv_aware" and "router" not in swept:
         raise InvalidArgumentError(f"--router-weight goes with --router kv_aware: --router {args.router} has no weight")
+    if "turn_gap" in written and args.turns == 1 and "turns" not in swept:
+        raise InvalidArgumentError("--turn-gap goes with --turns above 1: a conversation of one turn has no gap")
+    if "prefix_groups" in written and args.shared_prefix_ratio == 0 and "shared_prefix_ratio" not in swept:
+        raise InvalidArgumentError(
+            "--prefix-groups goes with --shared-prefix-ratio above 0: with no shared chunks a group shares nothing"
+        )
 
 
 def check_arguments(args: argparse.Namespace, given: frozenset[str] = frozenset()) -> None:
@@ -335,13 +387,6 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
     )
 
 
-def reads_replicas(args: argparse.Namespace) -> bool:
-    """Does this run, or a search's, read its engines as they run (the Python
-    engine's alone: ``SimulationConfig.reads_replicas``)?"""
-    fleet = args.replicas > 1 or args.find == "min-replicas"
-    return (fleet and args.router not in STATIC) or args.max_concurrency is not None
-
-
 def step_time_model(args: argparse.Namespace) -> StepTimeModel:
     """``--step-model FILE``, or the five coefficient options. Both at once
     is refused: a coefficient given on the command line and then replaced
@@ -367,11 +412,34 @@ def step_time_model(args: argparse.Namespace) -> StepTimeModel:
 def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
     """The requests to replay: the trace read, checked and not empty
     (``load_trace_option``), arriving at ``--request-rate`` where it is
-    given, else at the trace's times scaled by ``--time-scale``."""
+    given, else at the trace's times scaled by ``--time-scale``; or, with
+    ``--workload synthetic``, the requests its options make."""
+    if args.workload == "synthetic":
+        try:
+            return synthetic(
+                SYNTHETIC_REQUESTS if args.max_requests is None else args.max_requests,
+                **{name: getattr(args, name) for name in SYNTHETIC_RANGES},
+                rate=args.request_rate, burstiness=args.burstiness, seed=args.seed,
+            )  # fmt: skip
+        except InvalidArgumentError as error:
+            raise InvalidArgumentError(f"--workload synthetic: {error}") from None
     requests = load_trace_option(args.trace, args.max_requests)
     if args.request_rate is not None:
         return gamma_arrivals(requests, args.request_rate, args.burstiness, args.seed)
     return scale_arrivals(requests, args.time_scale)
+
+
+def workload_source(args: argparse.Namespace) -> str:
+    """Where the requests come from, in words, for what a run prints and
+    writes: the trace (``trace_source``), or the synthetic workload."""
+    return "a synthetic workload" if args.workload == "synthetic" else trace_source(args.trace)
+
+
+def offered_rate(args: argparse.Namespace) -> float | None:
+    """``--request-rate`` where it is a rate of requests. With ``--workload
+    synthetic`` and ``--turns`` above 1 it starts conversations of several
+    requests each, so the requests' rate is their own (None here)."""
+    return None if args.workload == "synthetic" and args.turns > 1 else args.request_rate
 
 
 def resolve_manager(name: str, option: str = "--manager") -> type:
@@ -379,7 +447,7 @@ def resolve_manager(name: str, option: str = "--manager") -> type:
     return load_manager(name, option)
 
 
-def resolve_run(name: str, default_step: str, default_engine: str, reads: bool = False) -> tuple[type, str, str]:
+def resolve_run(name: str, default_step: str, default_engine: str) -> tuple[type, str, str]:
     """``NAME``, ``NAME@STEP`` or ``NAME@compiled`` of ``--compare``: the
     manager class, the step path and the engine (a bare name runs on
     ``--engine``, with ``--step``)."""
@@ -390,11 +458,11 @@ def resolve_run(name: str, default_step: str, default_engine: str, reads: bool =
         )
     cls = resolve_manager(manager, "--compare")
     if step == "compiled":
-        return cls, "auto", resolve("compiled", cls, "auto", f"--compare: {name!r}", reads)
+        return cls, "auto", resolve("compiled", cls, "auto", f"--compare: {name!r}")
     if at:
         check_step(cls, step, f"--compare: {name!r}")
         return cls, step, "python"
-    return cls, default_step, resolve(default_engine, cls, default_step, reads_replicas=reads)
+    return cls, default_step, resolve(default_engine, cls, default_step)
 
 
 def check_step(cls: type, step: str, where: str) -> None:
@@ -403,7 +471,8 @@ def check_step(cls: type, step: str, where: str) -> None:
         raise InvalidArgumentError(f"{where}: {cls.__name__} offers no row API (fast/row_api.py)")
 
 
-ARRIVAL_OPTIONS = ("max_requests", "time_scale", "request_rate", "burstiness", "seed")  # what load_requests reads
+# What load_requests reads: the runs of a sweep that agree on these replay the same requests.
+REQUEST_OPTIONS = ("workload", "max_requests", "time_scale", "request_rate", "burstiness", "seed", *SYNTHETIC_RANGES)
 
 
 def preparer(
@@ -418,12 +487,12 @@ def preparer(
     def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
         try:
             check_step(manager_class, run_args.step, "--step rows")
-            engine = resolve(run_args.engine, manager_class, run_args.step, reads_replicas=reads_replicas(run_args))
+            engine = resolve(run_args.engine, manager_class, run_args.step)
             config = replace(simulation_config(run_args, record_tables=False), engine=engine)
         except BlockSpaceError as error:
             swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
             raise InvalidArgumentError(f"--sweep ({swept}): {error}") from None
-        key = tuple(getattr(run_args, name) for name in ARRIVAL_OPTIONS)
+        key = tuple(getattr(run_args, name) for name in REQUEST_OPTIONS)
         if key not in traces:
             traces[key] = load_requests(run_args)
         return config, traces[key]
@@ -436,7 +505,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace, given: fro
     from blockspace.simulator.sweep import parse_sweeps, sweep
 
     sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
-    return sweep(args, sweeps, preparer(sweeps, resolve_manager(args.manager)), trace_source(args.trace))
+    return sweep(args, sweeps, preparer(sweeps, resolve_manager(args.manager)), workload_source(args))
 
 
 def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: frozenset[str], command: list[str]) -> int:
@@ -456,14 +525,15 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     prepare = preparer(sweeps, resolve_manager(args.manager))
     points = []  # (swept values, configuration, requests, their rate, the rate the search scales)
     for values in configurations(sweeps):
-        config, trace = prepare(argparse.Namespace(**{**vars(args), **values}))
+        run_args = argparse.Namespace(**{**vars(args), **values})
+        config, trace = prepare(run_args)
         offered = None if fleet else capacity.base_rate(trace)  # as drawn, where --request-rate names the rate
-        points.append((values, config, trace, offered, values.get("request_rate", args.request_rate) or offered))
+        points.append((values, config, trace, offered, offered_rate(run_args) or offered))
     if args.executor == "ray":
         ray_pool()
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
     workers = args.workers or os.cpu_count() or 1
-    source = trace_source(args.trace)
+    source = workload_source(args)
     searches = []
     for values, config, trace, offered, rate in points:
         named = "".join(f", {name}={value}" for name, value in values.items())
@@ -471,7 +541,8 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         print(f"finding {goal} at which {args.target:g}% of {len(trace):,} requests from {source} meet "
               f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
         say = None if args.quiet else partial(print, flush=True)
-        search: dict[str, Any] = {"values": values, "config": dataclasses.asdict(config), "requests": len(trace)}
+        search: dict[str, Any] = {"values": values, "config": dataclasses.asdict(config), "requests": len(trace),
+                                  "workload": describe(trace)}  # fmt: skip
         try:
             if fleet:
                 template = fleet_size.Try(1, trace, config, args.manager, args.slo)
@@ -550,10 +621,10 @@ def plan(args: argparse.Namespace, command: list[str], given: frozenset[str] = f
             raise InvalidArgumentError(f"--compare takes two managers, A,B; got {args.compare!r}")
         if "step" in given and all("@" in name for name in names):
             raise InvalidArgumentError("--step: both managers of --compare name their step path (NAME@STEP)")
-        runs = [resolve_run(name, args.step, args.engine, reads_replicas(args)) for name in names]
+        runs = [resolve_run(name, args.step, args.engine) for name in names]
     else:
         cls = resolve_manager(args.manager)
-        runs = [(cls, args.step, resolve(args.engine, cls, args.step, reads_replicas=reads_replicas(args)))]
+        runs = [(cls, args.step, resolve(args.engine, cls, args.step))]
     for cls, step, _ in runs:
         check_step(cls, step, "--step rows")
     config = simulation_config(args, record_tables=len(runs) > 1)
@@ -591,7 +662,7 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
     status (1: the compared managers decided differently, or a manager failed
     during the run) and the figures written."""
     args, trace, config = planned.args, planned.trace, planned.runs[0][1]
-    print(f"replaying {len(trace):,} requests from {trace_source(args.trace)} ({config.num_gpu_blocks:,} GPU blocks, "
+    print(f"replaying {len(trace):,} requests from {workload_source(args)} ({config.num_gpu_blocks:,} GPU blocks, "
           f"{config.num_cpu_blocks:,} CPU blocks, block size {config.scheduler.block_size})")  # fmt: skip
     results = []
     for cls, run_config in planned.runs:
@@ -599,11 +670,11 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
             results.append(_run(trace, cls, run_config, args.quiet))
         except Exception as error:  # the manager (perhaps the user's) broke: a failed run, not a bad option
             failure = f"the run of {cls.__name__} failed: {type(error).__name__}: {error}"
-            return refuse(failure, 1), {"trace": trace_source(args.trace), "error": failure}
+            return refuse(failure, 1), {"trace": workload_source(args), "error": failure}
 
     reporting_started = time.perf_counter()
     summaries = [summarize(result, args.slo) for result in results]
-    extra: dict[str, Any] = {"trace": trace_source(args.trace), **provenance(planned)}
+    extra: dict[str, Any] = {"trace": workload_source(args), **provenance(planned)}
     status = 0
     for summary in summaries:
         for warning in warnings_for(summary):
@@ -633,7 +704,7 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
         from blockspace.simulator.plot import plot_runs
 
         png_path = args.out / "simulation.png"
-        plot_runs(png_path, results, trace_source(args.trace), args.slo)
+        plot_runs(png_path, results, workload_source(args), args.slo)
         print(f"plot:    {png_path}")
     print(time_split(results, time.perf_counter() - reporting_started))
     return status, {**extra, "runs": summaries}
@@ -662,21 +733,27 @@ def command_line(argv: list[str] | None) -> list[str]:
 def provenance(planned: Plan) -> dict[str, Any]:
     """What a reader of simulation.json needs to run it again: the command
     line, every option's value, the package version, and the trace file
-    with its SHA-256 (the bundled sample's too)."""
+    with its SHA-256 (the bundled sample's too; a synthetic workload has no
+    file, its options make it again); and what the requests were
+    (``workloads.describe``)."""
     from blockspace import __version__
 
     args = planned.args
-    path = trace_file(args.trace)
     options = {name: str(value) if isinstance(value, Path | SLO) else value for name, value in vars(args).items()}
+    read_from = None
+    if args.workload == "trace":
+        path = trace_file(args.trace)
+        read_from = {
+            "path": str(path),
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "requests_replayed": len(planned.trace),
+        }
     return {
         "command": shlex.join(planned.command),
         "version": __version__,
         "options": options,
-        "trace_file": {
-            "path": str(path),
-            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "requests_replayed": len(planned.trace),
-        },  # fmt: skip
+        "trace_file": read_from,
+        "workload": describe(planned.trace),
     }
 
 

@@ -29,19 +29,11 @@ def can_compile(manager_class: type) -> bool:
     return isinstance(manager_class, type) and issubclass(manager_class, FastBlockSpaceManager)
 
 
-def resolve(choice: str, manager_class: type, step: str, where: str = "--engine", reads_replicas: bool = False) -> str:
+def resolve(choice: str, manager_class: type, step: str, where: str = "--engine") -> str:
     """The engine ``choice`` means for this manager and step path
-    (``InvalidArgumentError`` naming ``where`` when it cannot run them).
-    ``reads_replicas``: a run that reads its engines as they run
-    (``SimulationConfig.reads_replicas``), which only the Python engine replays."""
+    (``InvalidArgumentError`` naming ``where`` when it cannot run them)."""
     if choice == "auto":
-        return "compiled" if can_compile(manager_class) and step == "auto" and not reads_replicas else "python"
-    if choice == "compiled" and reads_replicas:
-        raise InvalidArgumentError(
-            f"{where}: the compiled engine replays a fleet only under a router that reads no replica "
-            "(round_robin), and no closed loop (--max-concurrency): this run reads its engines as they run "
-            "(use the python engine)"
-        )
+        return "compiled" if can_compile(manager_class) and step == "auto" else "python"
     if choice == "compiled":
         if not can_compile(manager_class):
             raise InvalidArgumentError(

@@ -7,13 +7,19 @@ scheduler and step-time model, ``config`` less the fleet). The router
 
 Two ways to replay one, with the same result (``tests/test_fleet.py``):
 
-- **On one clock** (the Python engine, any router). Before each arrival
-  every replica runs the steps that start before it (``Simulation.advance``).
-  The router then reads them and adds the request to the one it picks.
-  After the last arrival, each replica runs to its end.
-- **Apart** (any engine, a router that reads no replica: ``STATIC``).
-  The assignment is known first, so each replica replays its share of the
-  trace on its own, the compiled engine included.
+- **On one clock** (the Python engine always; the compiled engine under a
+  router that reads the replicas, or a closed loop). Before each arrival
+  every replica runs the steps that start before it (``Simulation.advance``,
+  ``CompiledReplica.advance``). The router then reads them and adds the
+  request to the one it picks. After the last arrival, each replica runs
+  to its end.
+- **Apart** (the compiled engine, a router that reads no replica:
+  ``STATIC``). The assignment is known first, so each replica replays its
+  share of the trace on its own, with no call into compiled code per arrival.
+
+The Python engine keeps to one clock even where it could replay apart, so
+that the tests hold the one clock to single replays (round robin over
+interleaved copies of a trace), and the two engines' ways to each other.
 
 Why one clock rather than a replica at a time: a router that reads load
 or cache must see every replica as it stands at the arrival, and a closed
@@ -31,14 +37,14 @@ import dataclasses
 import math
 import time
 from array import array
-from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
 from blockspace.simulator.metrics import Metrics, Timeline
-from blockspace.simulator.routers import ROUTERS
+from blockspace.simulator.routers import ROUTERS, Replica
 from blockspace.simulator.simulation import (
     Simulation,
     SimulationConfig,
@@ -48,6 +54,35 @@ from blockspace.simulator.simulation import (
     warm_up,
 )
 from blockspace.workloads import TraceRequest
+
+
+class Member(Replica, Protocol):
+    """A replica as the fleet drives it: what a router reads, and what the
+    one clock and a closed loop need (``Simulation``, ``CompiledReplica``)."""
+
+    @property
+    def routed(self) -> int: ...  # requests routed here
+
+    @property
+    def num_done(self) -> int: ...  # requests done
+
+    @property
+    def clock(self) -> float: ...
+
+    @property
+    def stalled(self) -> object: ...  # true while nothing queued can run, until a request arrives
+
+    def add(self, entry: TraceRequest) -> None: ...
+
+    def advance(self, until: float) -> None: ...
+
+    def has_work(self) -> bool: ...
+
+    def num_done_by(self, at: float) -> int: ...
+
+    def done_after(self, at: float) -> list[float]: ...
+
+    def result(self, wall_s: float, startup_s: float) -> SimulationResult: ...
 
 
 def replay_fleet(
@@ -62,7 +97,7 @@ def replay_fleet(
     (``engines.replay``); ``on_progress`` hears the requests done on one
     clock (apart, the replicas replay one after another, unheard)."""
     single = replace(config, replicas=1, max_concurrency=None)
-    if config.engine != "python":  # only a static router gets here (SimulationConfig checks it)
+    if config.engine != "python" and not config.reads_replicas:  # a static router: each share is known first
         assignment = [position % config.replicas for position in range(len(trace))]
         shares = [[entry for entry, k in zip(trace, assignment, strict=True) if k == replica]
                   for replica in range(config.replicas)]  # fmt: skip
@@ -80,14 +115,22 @@ def _on_one_clock(
     single: SimulationConfig,
     on_progress: Callable[[int], None] | None,
 ) -> SimulationResult:
-    replicas: list[Simulation] = []
+    replicas: list[Member] = []
 
     def progress(_: int) -> None:
         if on_progress is not None:
             on_progress(sum(replica.num_done for replica in replicas))
 
-    replicas += [Simulation([], manager_class, single, on_progress=progress) for _ in range(config.replicas)]
-    startup_s = warm_up(manager_class, replicas[0].manager_kwargs())
+    if config.engine == "compiled":
+        from blockspace.simulator.compiled import engine
+        from blockspace.simulator.compiled.replica import CompiledReplica
+
+        startup_s = engine.warm_up(manager_class, single)
+        replicas += [CompiledReplica(trace, manager_class, single, progress) for _ in range(config.replicas)]
+    else:
+        simulations = [Simulation([], manager_class, single, on_progress=progress) for _ in range(config.replicas)]
+        startup_s = warm_up(manager_class, simulations[0].manager_kwargs())
+        replicas += simulations
     started = time.perf_counter()
     route, block_size, weight = ROUTERS[config.router], config.scheduler.block_size, config.router_weight
     assignment, at = [], 0.0
@@ -113,7 +156,7 @@ def _on_one_clock(
     return fleet
 
 
-def slot_free(replicas: list[Simulation], at: float, limit: int) -> float:
+def slot_free(replicas: list[Member], at: float, limit: int) -> float:
     """The earliest time from ``at`` on when fewer than ``limit`` requests
     of the fleet are in flight (routed and not yet done by then).
 
@@ -124,11 +167,11 @@ def slot_free(replicas: list[Simulation], at: float, limit: int) -> float:
     too few completions are known, the replica whose next step comes first
     runs it. A fleet where nothing can run and every slot is held is stuck."""
     while True:
-        done = [bisect_right(replica.done_at, at) for replica in replicas]
-        need = sum(replica.routed for replica in replicas) - sum(done) - limit + 1  # completions still wanted
+        done = sum(replica.num_done_by(at) for replica in replicas)
+        need = sum(replica.routed for replica in replicas) - done - limit + 1  # completions still wanted
         if need <= 0:
             return at
-        later = sorted(t for replica, k in zip(replicas, done, strict=True) for t in replica.done_at[k:])
+        later = sorted(t for replica in replicas for t in replica.done_after(at))
         running = [replica for replica in replicas if replica.has_work() and not replica.stalled]
         if len(later) >= need:
             freed = later[need - 1]

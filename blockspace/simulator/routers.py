@@ -29,7 +29,7 @@ from blockspace.workloads import TraceRequest
 
 
 class Replica(Protocol):
-    """What a router reads of a replica (``Simulation`` offers it)."""
+    """What a router reads of a replica (``Simulation`` and ``CompiledReplica`` offer it)."""
 
     def outstanding(self) -> int:
         """Requests routed here and not yet done."""
@@ -39,8 +39,8 @@ class Replica(Protocol):
         """Prompt blocks of those requests."""
         ...
 
-    def cached_tokens(self, prompt: list[int]) -> int:
-        """Tokens of ``prompt`` that the replica's prefix cache holds."""
+    def cached_tokens(self, entry: TraceRequest) -> int:
+        """Tokens of the request's prompt that the replica's prefix cache holds."""
         ...
 
 
@@ -61,9 +61,9 @@ def least_loaded(
 
 
 def kv_aware(position: int, entry: TraceRequest, replicas: Sequence[Replica], block_size: int, weight: float) -> int:
-    prompt, prompt_blocks = entry.prompt_token_ids(), blocks_of(entry.input_length, block_size)  # made once
+    prompt_blocks = blocks_of(entry.input_length, block_size)
     costs = [
-        weight * (prompt_blocks - replica.cached_tokens(prompt) // block_size) + replica.outstanding_blocks()
+        weight * (prompt_blocks - replica.cached_tokens(entry) // block_size) + replica.outstanding_blocks()
         for replica in replicas
     ]
     return costs.index(min(costs))

@@ -20,11 +20,12 @@ from __future__ import annotations
 import gc
 import math
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -81,15 +82,12 @@ class SimulationConfig:
             raise InvalidConfigError(f"router_weight must be >= 0, got {self.router_weight!r}")
         if self.max_concurrency is not None and (not isinstance(self.max_concurrency, int) or self.max_concurrency < 1):
             raise InvalidConfigError(f"max_concurrency must be a positive int, got {self.max_concurrency!r}")
-        if self.engine != "python" and self.reads_replicas:
-            raise InvalidConfigError("this run reads its replicas as they run (a router that reads them, or "
-                                     "max_concurrency): it runs on the python engine")  # fmt: skip
 
     @property
     def reads_replicas(self) -> bool:
         """Does the run read its engines as they run: a router that reads
-        them, or a closed loop waiting for a request to be done? Only the
-        Python engine replays such a run (fleet.py)."""
+        them, or a closed loop waiting for a request to be done? Then its
+        engines run on one clock (fleet.py)."""
         return (self.replicas > 1 and self.router not in STATIC) or self.max_concurrency is not None
 
 
@@ -208,18 +206,26 @@ class Simulation:
         """Prompt blocks of the requests routed here and not yet done."""
         return self.routed_blocks - self.done_blocks
 
-    def cached_tokens(self, prompt: list[int]) -> int:
-        """Tokens of ``prompt`` that this replica's prefix cache holds,
-        asked of the manager on a probe sequence (id -1: the replay's are
-        never negative) that is then forgotten: no block is touched and no
-        hit counted, so the replay goes on as if it had not been asked."""
+    def cached_tokens(self, entry: TraceRequest) -> int:
+        """Tokens of the request's prompt that this replica's prefix cache
+        holds, asked of the manager on a probe sequence (id -1: the replay's
+        are never negative) that is then forgotten: no block is touched and
+        no hit counted, so the replay goes on as if it had not been asked."""
         if not self.config.scheduler.enable_prefix_caching:
             return 0
-        probe = Sequence(-1, prompt)
+        probe = Sequence(-1, probe_prompt(entry))
         try:
             return int(self.manager.get_num_cached_tokens(probe))
         finally:
             self.manager.remove_seq_from_computed_blocks_tracker(probe)
+
+    def num_done_by(self, at: float) -> int:
+        """Requests done at or before ``at`` (as far as the replica has run)."""
+        return bisect_right(self.done_at, at)
+
+    def done_after(self, at: float) -> list[float]:
+        """When the requests done after ``at`` were done, in order."""
+        return self.done_at[bisect_right(self.done_at, at) :]
 
     def has_work(self) -> bool:
         """Requests routed here and not done: pending, queued or running."""
@@ -342,6 +348,12 @@ class Simulation:
         if not self.config.scheduler.enable_prefix_caching:
             return 0.0
         return float(self.manager.get_prefix_cache_hit_rate(Device.GPU))
+
+
+@lru_cache(maxsize=1)
+def probe_prompt(entry: TraceRequest) -> list[int]:
+    """The arriving request's prompt, made once for all the replicas a router asks."""
+    return entry.prompt_token_ids()
 
 
 @contextmanager

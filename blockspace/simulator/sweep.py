@@ -47,7 +47,7 @@ from blockspace.errors import InvalidArgumentError
 from blockspace.simulator.executor import map_unordered, ray_pool
 from blockspace.simulator.slo import SLO
 from blockspace.validation import Range, check_output_dir, option_name
-from blockspace.workloads import TraceRequest
+from blockspace.workloads import TraceRequest, describe
 
 if TYPE_CHECKING:
     from matplotlib.typing import LineStyleType
@@ -60,6 +60,7 @@ OUTPUTS = ("sweep.json", "sweep.csv", "sweep.png")  # what a sweep writes under 
 # sweepable, and each run reads its own value (tests/test_cli_modes.py holds both to that).
 NOT_SWEPT = {
     "trace": "a sweep replays one trace (sweep max_requests or time_scale to vary its requests)",
+    "workload": "a sweep replays one kind of workload (sweep the synthetic workload's options to vary it)",
     "manager": "a sweep runs one manager, --manager",
     "compare": "a sweep runs one manager, --manager",
     "sweep": "it names what is swept",
@@ -239,7 +240,8 @@ def run_job(job: Job) -> tuple[int, dict[str, Any]]:
 
     result = replay(job.trace, load_manager_class(job.manager), job.config)
     summary = summarize(result, job.slo)
-    write_json(job.path, [result], [summary], {"trace": job.trace_label, "sweep": job.values})
+    write_json(job.path, [result], [summary], {"trace": job.trace_label, "workload": describe(job.trace),
+                                               "sweep": job.values})  # fmt: skip
     return job.index, summary
 
 

@@ -303,3 +303,22 @@ def mark_computed(fast, loop):
 @njit(cache=True, inline="always")
 def hit_rate(fast, loop):
     return P.hit_rate(fast.gpu) if loop.config[CACHING] else 0.0
+
+
+# -- what a fleet's router asks ----------------------------------------------------------------
+@njit(cache=True)
+def probe_cached_tokens(fast, loop, requests, r):
+    """``get_num_cached_tokens`` of request ``r``'s prompt on a sequence the
+    tracker does not hold, then ``remove_seq_from_computed_blocks_tracker``:
+    a fresh row keys the prompt's full blocks and counts them, and goes back
+    to the free stack. No block is touched and no hit counted (``routers.kv_aware``,
+    ``Simulation.cached_tokens``). The driver made room for the keys and a row."""
+    block_size = loop.config[BLOCK_SIZE]
+    row = take_row(loop.free_tracker_rows, loop.meta, FREE_TRACKER_ROWS)
+    K.open_row(fast.tracker, row)
+    num_full = requests.prompt_len[r] // block_size
+    tokens = write_tokens(requests, loop.chunks, r, 0, num_full * block_size, loop.tokens)
+    count = K.num_cached_tokens(fast.gpu, fast.keys, fast.tracker, row, tokens, num_full, 0, -1, False)
+    K.open_row(fast.tracker, row)
+    give_row(loop.free_tracker_rows, loop.meta, FREE_TRACKER_ROWS, row)
+    return count

@@ -13,6 +13,7 @@ left as the Python engine leaves its manager, and ``check_invariants`` holds.
 
 from __future__ import annotations
 
+import math
 import time
 from array import array
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from blockspace.fast import tracker as K
 from blockspace.fast.manager import FastBlockSpaceManager
 from blockspace.simulator.compiled import loop as L
 from blockspace.simulator.compiled import state as S
-from blockspace.simulator.compiled.blocks import Fast
+from blockspace.simulator.compiled.blocks import Fast, probe_cached_tokens
 from blockspace.simulator.compiled.digest import signed
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.metrics import Metrics
@@ -98,19 +99,8 @@ class CompiledSimulation:
         startup_s = warm_up(self.manager_class, self.config)
         started = time.perf_counter()
         run = Run(self.trace, self.manager_class, self.config)
-        num_done = 0
-        while True:
-            why = run.step()
-            if self.on_progress is not None and run.num_done() != num_done:
-                num_done = run.num_done()
-                self.on_progress(num_done)
-            if why == S.DONE:
-                break
-        metrics = run.metrics()
-        metrics.wall_s = time.perf_counter() - started
-        metrics.startup_s = startup_s
-        records = run.records() if self.config.scheduler.record_tables else []
-        return SimulationResult(self.manager_name, self.config, metrics, records, run.manager)
+        run.advance(math.inf, self.on_progress)
+        return run.result(self.manager_name, time.perf_counter() - started, startup_s)
 
 
 class Run:
@@ -147,27 +137,56 @@ class Run:
     def num_done(self) -> int:
         return int(self.loop.meta[S.NUM_DONE])
 
+    def advance(self, until: float, on_progress: Callable[[int], None] | None = None) -> None:
+        """Run every step that starts before ``until`` (``Simulation.advance``):
+        all that was routed here when it is infinite, where a stall is an error."""
+        self.loop.until[0] = until
+        num_done = self.num_done()
+        while True:
+            why = self.step()
+            if on_progress is not None and self.num_done() != num_done:
+                num_done = self.num_done()
+                on_progress(num_done)
+            if why == S.STALLED and until == math.inf:
+                queues = self.loop.queue_ends
+                raise SimulationStalledError(f"step {self.loop.meta[S.STEP] - 1}: {queues[0, 1]} waiting, "
+                                             f"{queues[2, 1]} swapped, nothing can run")  # fmt: skip
+            if why in (S.DONE, S.PAUSED, S.STALLED):
+                return
+
+    def result(self, manager_name: str, wall_s: float, startup_s: float) -> SimulationResult:
+        """The run's result, once ``advance(math.inf)`` has returned."""
+        self._release_tracker_rows()
+        metrics = self.metrics()
+        metrics.wall_s, metrics.startup_s = wall_s, startup_s
+        records = self.records() if self.config.scheduler.record_tables else []
+        return SimulationResult(manager_name, self.config, metrics, records, self.manager)
+
     def fast(self) -> Fast:
         store = self.manager.store
         return Fast(store.gpu_ref, store.cpu_ref, store.keys_ref, store.tables_ref, store.tracker_ref, store.null_block)
 
     def step(self) -> int:
-        """Run the loop until it stops; make room if it asked; DONE at the end."""
+        """Run the loop until it stops, make room if it asked, and say why it stopped."""
         with np.errstate(over="ignore"):  # the digest wraps on purpose (only the uncompiled loop would warn)
             why = L.run(self.fast(), self.loop, self.requests)
         meta = self.loop.meta
         if why == S.ROOM:
             self._make_room()
-        elif why == S.STALLED:
-            queues = self.loop.queue_ends
-            raise SimulationStalledError(
-                f"step {meta[S.STEP] - 1}: {queues[0, 1]} waiting, {queues[2, 1]} swapped, nothing can run"
-            )
         elif why == S.ERROR_STOP:
             raise RuntimeError(f"the compiled engine: a kernel answered {meta[S.ERROR]} at step {meta[S.STEP]}")
-        elif why == S.DONE:
-            self._release_tracker_rows()
         return int(why)
+
+    def cached_tokens(self, r: int) -> int:
+        """Tokens of request ``r``'s prompt that the prefix cache holds, asked
+        as ``Simulation.cached_tokens`` asks the manager (``blocks.probe_cached_tokens``)."""
+        if not self.config.scheduler.enable_prefix_caching:
+            return 0
+        meta = self.loop.meta
+        meta[S.NEED_KEYS] = self.requests.prompt_len[r] // self.config.scheduler.block_size
+        meta[S.NEED_TRACKER_ROWS] = 1
+        self._make_room()
+        return int(probe_cached_tokens(self.fast(), self.loop, self.requests, r))
 
     def _make_room(self) -> None:
         """What the loop asked for (``meta[NEED_*]``): keys (the manager's
@@ -218,6 +237,8 @@ class Run:
             admissions=grown(loop.admissions, int(meta[S.NUM_ADMISSIONS])),
             timeline=grown(loop.timeline, int(meta[S.NUM_TIMELINE])),
             step_times=grown(loop.step_times, int(meta[S.STEP])),
+            gaps=grown(loop.gaps, int(meta[S.NUM_GAPS])),
+            done_at=grown(loop.done_at, int(meta[S.NUM_DONE])),
             digests=grown(loop.digests, int(meta[S.STEP])),
             scheduled=grown(loop.scheduled, int(meta[S.NUM_SCHEDULED])) if loop.config[S.RECORD] else loop.scheduled,
         )
@@ -239,9 +260,9 @@ class Run:
         requests, loop, meta = self.requests, self.loop, self.loop.meta
         ids = self.request_ids()
         metrics = Metrics()
-        num_arrived = int(meta[S.NUM_PENDING])
+        arrived = loop.arrivals[: meta[S.NUM_PENDING]]  # in order of arrival (and of r)
         statuses = requests.status.tolist()
-        for r in range(num_arrived):
+        for r in arrived.tolist():
             status = STATUS_OF.get(statuses[r], SequenceStatus.WAITING)
             metrics.requests.append(
                 ReplayedRequest(
@@ -255,7 +276,7 @@ class Run:
             )
         for name, values in (("first_token_s", requests.first_token), ("finish_s", requests.finish)):
             target = getattr(metrics, name)
-            for r in np.flatnonzero(~np.isnan(values[:num_arrived])).tolist():
+            for r in arrived[~np.isnan(values[arrived])].tolist():
                 target[ids[r]] = float(values[r])
         for name, values in (
             ("cached_tokens", requests.cached_tokens),
@@ -263,12 +284,12 @@ class Run:
             ("swap_outs", requests.swap_outs),
         ):
             target = getattr(metrics, name)
-            for r in np.flatnonzero(values[:num_arrived]).tolist():
+            for r in arrived[values[arrived] != 0].tolist():
                 target[ids[r]] = int(values[r])
         admissions = loop.admissions[:, : meta[S.NUM_ADMISSIONS]]
         for r, at in zip(admissions[0].astype(np.int64).tolist(), admissions[1].tolist()):
             metrics.admitted_s.setdefault(ids[r], []).append(at)
-        for r in np.flatnonzero(~np.isnan(requests.last_token[:num_arrived])).tolist():
+        for r in arrived[~np.isnan(requests.last_token[arrived])].tolist():
             metrics.last_token_s[ids[r]] = float(requests.last_token[r])
         metrics.itl_s = array("d")
         metrics.itl_s.frombytes(np.ascontiguousarray(loop.gaps[: meta[S.NUM_GAPS]]).tobytes())
@@ -321,7 +342,9 @@ def warm_up(manager_class: type, config: SimulationConfig) -> float:
     started = time.perf_counter()
     block_size = config.scheduler.block_size
     trace = [TraceRequest(i, 0.0, 2 * block_size + 1, 3, (i,)) for i in range(2)]
-    Run(trace, manager_class, config).step()
+    run = Run(trace, manager_class, config)
+    run.advance(math.inf)
+    run.cached_tokens(0)  # a router's question (fleet.py)
     return time.perf_counter() - started
 
 

@@ -9,6 +9,12 @@ progress bar), or at the start of a step that could run out of room: then
 the driver (``engine.py``) makes it and calls again. Returning there is
 safe: nothing of the step has happened yet, and the next call starts it
 afresh.
+
+A replica of a fleet (``fleet.py``) also returns at the first step that
+starts at or after ``Loop.until`` (PAUSED), and whenever all it was routed
+is done (DONE) or stuck (STALLED): it goes on from there at the next call,
+with the requests routed meanwhile (``Loop.arrivals``), as
+``Simulation.advance`` does.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from blockspace.simulator.compiled.state import (
     COPY_ON_WRITES,
     DECODES,
     DONE,
+    DONE_BLOCKS,
     ERROR,
     ERROR_STOP,
     FINISHED,
@@ -38,6 +45,7 @@ from blockspace.simulator.compiled.state import (
     FIRST_EVENT,
     FREE_TRACKER_ROWS,
     IGNORED_EVENT,
+    IS_STALLED,
     MAX_SEQS,
     MAX_TOKENS,
     NEED_KEYS,
@@ -51,10 +59,12 @@ from blockspace.simulator.compiled.state import (
     NUM_GAPS,
     NUM_GPU,
     NUM_PENDING,
+    NUM_ROUTED,
     NUM_SCHEDULED,
     NUM_SWAP_IN,
     NUM_SWAP_OUT,
     NUM_TIMELINE,
+    PAUSED,
     PREEMPTED,
     PREFILL_TOKENS_ADMITTED,
     PREFILLS,
@@ -77,23 +87,30 @@ from blockspace.simulator.compiled.state import (
 @njit(cache=True)
 def run(fast, loop, requests):
     """Replay until the end or a stop (see the module doc); returns why it stopped."""
-    meta, clock, num_requests = loop.meta, loop.clock, requests.arrival.shape[0]
+    meta, clock, arrivals, arrival = loop.meta, loop.clock, loop.arrivals, requests.arrival
     meta[STEPS_SINCE_CALL] = 0
     views = B.views_of(fast)
     while True:
         first = meta[ADMITTING] == 0
         if first:
-            pending = meta[NUM_PENDING]
-            while pending < num_requests and requests.arrival[pending] <= clock[0]:
-                Q.push(loop, Q.WAITING_QUEUE, pending)
+            pending, routed = meta[NUM_PENDING], meta[NUM_ROUTED]
+            if meta[IS_STALLED]:  # nothing queued could run: wait for the next arrival
+                if pending == routed:
+                    return STALLED
+                clock[0] = arrival[arrivals[pending]]
+                meta[IS_STALLED] = 0
+            while pending < routed and arrival[arrivals[pending]] <= clock[0]:
+                Q.push(loop, Q.WAITING_QUEUE, arrivals[pending])
                 pending += 1
             meta[NUM_PENDING] = pending
             unfinished = Q.size(loop, 0) + Q.size(loop, 1) + Q.size(loop, 2)
             if not unfinished:
-                if pending == num_requests:
+                if pending == routed:
                     return DONE
-                clock[0] = requests.arrival[pending]  # idle GPU: jump to the next arrival
+                clock[0] = arrival[arrivals[pending]]  # idle GPU: jump to the next arrival
                 continue
+            if clock[0] >= loop.until[0]:
+                return PAUSED
             if not room_for_step(fast, loop, requests):
                 return ROOM
             if meta[STEPS_SINCE_CALL] >= loop.config[PROGRESS_EVERY]:
@@ -115,9 +132,10 @@ def run(fast, loop, requests):
         if Q.length(loop, PREFILLS) == 0 and Q.length(loop, DECODES) == 0:
             if queues_changed:
                 continue  # the queues changed: schedule again
-            if pending < num_requests:
-                clock[0] = requests.arrival[pending]
+            if pending < meta[NUM_ROUTED]:
+                clock[0] = arrival[arrivals[pending]]
                 continue
+            meta[IS_STALLED] = 1
             return STALLED
         run_model(fast, views, loop, requests)
 
@@ -141,7 +159,7 @@ def decided(loop, requests, first_event):
         elif kind == SWAPPED_IN:
             meta[SWAP_INS] += 1
         elif kind == IGNORED_EVENT or kind == ABORTED_EVENT:
-            meta[NUM_DONE] += 1
+            done(loop, requests, r, loop.clock[0])
             changed = True
     meta[BLOCKS_SWAPPED_OUT] += meta[NUM_SWAP_OUT]
     meta[BLOCKS_SWAPPED_IN] += meta[NUM_SWAP_IN]
@@ -157,6 +175,16 @@ def decided(loop, requests, first_event):
         meta[NUM_ADMISSIONS] = n + 1
         requests.cached_tokens[r] += cached
     return changed
+
+
+@njit(cache=True, inline="always")
+def done(loop, requests, r, at):
+    """The request is done (finished, ignored or aborted) at ``at``: what a
+    fleet's router and closed loop read (``Simulation._done``)."""
+    meta = loop.meta
+    loop.done_at[meta[NUM_DONE]] = at
+    meta[NUM_DONE] += 1
+    meta[DONE_BLOCKS] += -(-requests.prompt_len[r] // loop.config[BLOCK_SIZE])
 
 
 @njit(cache=True, inline="always")
@@ -245,7 +273,7 @@ def run_model(fast, views, loop, requests):
             r = Q.item(loop, FINISHED_LIST, i)
             requests.finish[r] = now
             policy.log_at(loop, meta[STEP] - 1, FINISHED_EVENT, r)
-        meta[NUM_DONE] += Q.length(loop, FINISHED_LIST)
+            done(loop, requests, r, now)
     t = meta[NUM_TIMELINE]
     timeline = loop.timeline
     timeline[0, t] = now
@@ -296,6 +324,8 @@ def room_for_step(fast, loop, requests):
     if (
         meta[NUM_EVENTS] + entries > loop.events.shape[1]
         or meta[NUM_ADMISSIONS] + entries > loop.admissions.shape[1]
+        or meta[NUM_GAPS] + entries > loop.gaps.shape[0]
+        or meta[NUM_DONE] + entries > loop.done_at.shape[0]
         or meta[NUM_TIMELINE] + 1 >= loop.timeline.shape[1]
         or meta[STEP] + 1 >= loop.step_times.shape[0]
         or (config[RECORD] and meta[NUM_SCHEDULED] + entries > loop.scheduled.shape[1])

@@ -69,11 +69,15 @@ NUM_CONFIG = 10
     NUM_COPIES,
     NUM_SWAP_IN,
     NUM_SWAP_OUT,
-) = range(33)
-NUM_META = 33
+    # a replica of a fleet (fleet.py): requests routed here arrive one by one
+    NUM_ROUTED,  # requests routed so far (Loop.arrivals[:NUM_ROUTED])
+    DONE_BLOCKS,  # prompt blocks of the requests done (a router's load)
+    IS_STALLED,  # 1 after a STALLED stop, until a request arrives
+) = range(36)
+NUM_META = 36
 
-# why the loop returned
-DONE, ROOM, PROGRESS, STALLED, ERROR_STOP = range(5)
+# why the loop returned (PAUSED: at a step that starts at or after Loop.until)
+DONE, ROOM, PROGRESS, STALLED, ERROR_STOP, PAUSED = range(6)
 
 # decision events (StepRecord's lists, in the order they were made)
 ADMITTED, LATER, IGNORED_EVENT, PREEMPTED, SWAPPED_OUT, SWAPPED_IN, ABORTED_EVENT, FINISHED_EVENT = range(8)
@@ -121,6 +125,8 @@ class Loop(NamedTuple):
     step_model: np.ndarray  # float64[5]: StepTimeModel's coefficients, in its order
     meta: np.ndarray  # int64[NUM_META]
     clock: np.ndarray  # float64[1]: simulated seconds
+    until: np.ndarray  # float64[1]: no step starts at or after this (inf: none; a fleet's replica stops there)
+    arrivals: np.ndarray  # int64: the requests routed here, in the order they arrive (one replay: all, in order)
     chunks: np.ndarray  # int64: every trace request's chunk ids, one after another
     queues: np.ndarray  # int64[3, capacity]: waiting, running, swapped as ring buffers
     queue_ends: np.ndarray  # int64[3, 2]: head and length of each
@@ -140,6 +146,7 @@ class Loop(NamedTuple):
     # logs, grown by the driver between calls
     timeline: np.ndarray  # float64[8, steps]: time, step_s, used, running, waiting, swapped, hit rate, tokens
     gaps: np.ndarray  # float64: inter-token latencies, in order
+    done_at: np.ndarray  # float64: when each request was done (finished, ignored or aborted), in order
     events: np.ndarray  # int64[3, n]: step, kind, request
     scheduled: np.ndarray  # int64[3, n]: step, request, token_chunk_size (recorded runs)
     admissions: np.ndarray  # float64[2, n]: request, time
@@ -205,12 +212,15 @@ def new_loop(
     block_size, max_seqs = int(config[BLOCK_SIZE]), int(config[MAX_SEQS])
     num_gpu, num_cpu = int(config[NUM_GPU]), int(config[NUM_CPU])
     copies = 2 * (int(config[MAX_TOKENS]) // block_size + 2 * max_seqs + 16)
-    total_out = int(requests.out_len.sum())
+    meta = np.zeros(NUM_META, np.int64)
+    meta[NUM_ROUTED] = count  # every request, in arrival order (a fleet's replica routes its own: engine.py)
     return Loop(
         config=config,
         step_model=step_model,
-        meta=np.zeros(NUM_META, np.int64),
+        meta=meta,
         clock=np.zeros(1),
+        until=np.full(1, np.inf),
+        arrivals=np.arange(count, dtype=np.int64),
         chunks=chunks,
         queues=np.zeros((3, count + 1), np.int64),
         queue_ends=np.zeros((3, 2), np.int64),
@@ -228,7 +238,8 @@ def new_loop(
         one_len=np.zeros(1, np.int64),
         info=np.zeros(1, np.int64),
         timeline=np.zeros((8, 1024)),
-        gaps=np.zeros(max(total_out, 1)),
+        gaps=np.zeros(1024),
+        done_at=np.zeros(1024),
         events=np.zeros((3, 1024), np.int64),
         scheduled=np.zeros((3, 1024 if config[RECORD] else 0), np.int64),
         admissions=np.zeros((2, 1024)),
