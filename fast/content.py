@@ -91,19 +91,25 @@ def has_room(keys, num_new):
 
 
 @njit(cache=True, inline="always")
+def _slot_of(parents, extras, stored, slots, parent, tokens, start, extra):
+    """The slot that holds this content's key, or the free slot where it would go."""
+    mask = slots.shape[0] - 1
+    slot = _hash(parent, tokens, start, stored.shape[1], extra) & mask
+    while slots[slot] >= 0 and not _same(parents, extras, stored, slots[slot], parent, tokens, start, extra):
+        slot = (slot + 1) & mask
+    return slot
+
+
+@njit(cache=True, inline="always")
 def _intern(parents, extras, stored, slots, count, parent, tokens, start, extra):
     """``intern`` on the table's arrays. Why arrays: each read of a field
     of a handle counts the array's reference up and down (two atomic
     operations), and one probe reads five fields; a chain of blocks reads
     them once (``key_chain``)."""
     block_size = stored.shape[1]
-    mask = slots.shape[0] - 1
-    slot = _hash(parent, tokens, start, block_size, extra) & mask
-    while slots[slot] >= 0:
-        key = slots[slot]
-        if _same(parents, extras, stored, key, parent, tokens, start, extra):
-            return key
-        slot = (slot + 1) & mask
+    slot = _slot_of(parents, extras, stored, slots, parent, tokens, start, extra)
+    if slots[slot] >= 0:
+        return slots[slot]
     key = count[0]
     count[0] = key + 1
     parents[key] = parent
@@ -133,6 +139,25 @@ def key_chain(keys, root, tokens, extra, out, first, last):
     for index in range(first, last):
         parent = out[index - 1] if index else root
         out[index] = _intern(parents, extras, stored, slots, count, parent, tokens, (index - first) * block_size, extra)
+
+
+@njit(cache=True)
+def known_chain(keys, root, tokens, extra, out, last):
+    """The keys the table already holds of blocks ``0 .. last - 1`` of a
+    sequence (block ``index``'s tokens at ``tokens[index * block_size:]``),
+    into ``out``, interning none; returns how many. Past the first block
+    whose content was never keyed, none was: a key names its parent's key.
+    Why: to ask a cache about a prompt without adding its keys to the table
+    (a fleet's router, ``blockspace/simulator/compiled/blocks.py``)."""
+    parents, extras, stored, slots = keys.parent, keys.extra, keys.tokens, keys.slots
+    block_size = stored.shape[1]
+    for index in range(last):
+        parent = out[index - 1] if index else root
+        key = slots[_slot_of(parents, extras, stored, slots, parent, tokens, index * block_size, extra)]
+        if key < 0:
+            return index
+        out[index] = key
+    return last
 
 
 @njit(cache=True)

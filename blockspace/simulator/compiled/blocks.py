@@ -28,6 +28,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from blockspace.fast import content as C
 from blockspace.fast import pool as P
 from blockspace.fast import rules
 from blockspace.fast import table as T
@@ -42,7 +43,7 @@ from blockspace.simulator.compiled.state import (
     NUM_GPU,
     WATERMARK,
 )
-from blockspace.simulator.compiled.tokens import write_tokens
+from blockspace.simulator.compiled.tokens import prompt_token, write_tokens
 
 NO_ROWS = np.zeros(0, np.int64)
 
@@ -150,8 +151,8 @@ def count_known(views, row, frozen, block_size):
     if frozen:
         return views.num_cached[row]
     count = block_size * K.count_cached(
-        views.tracker_keys[row], views.num_keys[row], views.key_block, views.refcount, views.computed,
-        views.heap_pos, views.gpu_meta[P.FIRST_ID],
+        views.tracker_keys[row], views.num_keys[row], views.num_keys[row], views.key_block, views.refcount,
+        views.computed, views.heap_pos, views.gpu_meta[P.FIRST_ID],
     )  # fmt: skip
     views.num_cached[row] = count
     return count
@@ -307,18 +308,20 @@ def hit_rate(fast, loop):
 
 # -- what a fleet's router asks ----------------------------------------------------------------
 @njit(cache=True)
-def probe_cached_tokens(fast, loop, requests, r):
-    """``get_num_cached_tokens`` of request ``r``'s prompt on a sequence the
-    tracker does not hold, then ``remove_seq_from_computed_blocks_tracker``:
-    a fresh row keys the prompt's full blocks and counts them, and goes back
-    to the free stack. No block is touched and no hit counted (``routers.kv_aware``,
-    ``Simulation.cached_tokens``). The driver made room for the keys and a row."""
-    block_size = loop.config[BLOCK_SIZE]
-    row = take_row(loop.free_tracker_rows, loop.meta, FREE_TRACKER_ROWS)
-    K.open_row(fast.tracker, row)
-    num_full = requests.prompt_len[r] // block_size
-    tokens = write_tokens(requests, loop.chunks, r, 0, num_full * block_size, loop.tokens)
-    count = K.num_cached_tokens(fast.gpu, fast.keys, fast.tracker, row, tokens, num_full, 0, -1, False)
-    K.open_row(fast.tracker, row)
-    give_row(loop.free_tracker_rows, loop.meta, FREE_TRACKER_ROWS, row)
-    return count
+def probe_cached_tokens(gpu, keys, chunks, chunk_lo, prompt_len, out):
+    """``get_num_cached_tokens`` of a prompt on a sequence the tracker does
+    not hold, then ``remove_seq_from_computed_blocks_tracker``, as the
+    Python engine's router asks them (``Simulation.cached_tokens``), without
+    their side effects: the prompt's full blocks are looked up, not keyed,
+    and vLLM's search runs over them as over a fresh row (a block never
+    keyed is not cached). No block is touched and no hit counted. ``out``
+    is scratch: the keys, then the tokens (a prompt's length, and a key per block)."""
+    block_size = keys.tokens.shape[1]
+    num_full = prompt_len // block_size
+    tokens = out[num_full:]
+    for position in range(num_full * block_size):
+        tokens[position] = prompt_token(chunks, chunk_lo, position)
+    num_known = C.known_chain(keys, -1, tokens, 0, out, num_full)
+    return block_size * K.count_cached(
+        out, num_full, num_known, gpu.key_block, gpu.refcount, gpu.computed, gpu.heap_pos, gpu.meta[P.FIRST_ID]
+    )

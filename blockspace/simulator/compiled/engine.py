@@ -182,11 +182,10 @@ class Run:
         as ``Simulation.cached_tokens`` asks the manager (``blocks.probe_cached_tokens``)."""
         if not self.config.scheduler.enable_prefix_caching:
             return 0
-        meta = self.loop.meta
-        meta[S.NEED_KEYS] = self.requests.prompt_len[r] // self.config.scheduler.block_size
-        meta[S.NEED_TRACKER_ROWS] = 1
-        self._make_room()
-        return int(probe_cached_tokens(self.fast(), self.loop, self.requests, r))
+        store, prompt_len = self.manager.store, int(self.requests.prompt_len[r])
+        scratch = np.empty(prompt_len + prompt_len // self.config.scheduler.block_size + 1, np.int64)
+        return int(probe_cached_tokens(store.gpu_ref, store.keys_ref, self.loop.chunks, self.requests.chunk_lo[r],
+                                       prompt_len, scratch))  # fmt: skip
 
     def _make_room(self) -> None:
         """What the loop asked for (``meta[NEED_*]``): keys (the manager's

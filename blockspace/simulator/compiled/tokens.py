@@ -27,13 +27,18 @@ def output_token(request_index, sample, position):
 
 
 @njit(cache=True, inline="always")
+def prompt_token(chunks, chunk_lo, position):
+    """Prompt token ``position`` of the request whose chunk ids start at ``chunks[chunk_lo]``."""
+    return mix(chunks[chunk_lo + position // CHUNK_TOKENS] * CHUNK_TOKENS + position % CHUNK_TOKENS)
+
+
+@njit(cache=True, inline="always")
 def write_tokens(requests, chunks, r, start, end, out):
     """Tokens ``start`` up to ``end`` of request ``r`` into ``out[:end - start]``."""
     prompt_len, chunk_lo = requests.prompt_len[r], requests.chunk_lo[r]
     for position in range(start, end):
         if position < prompt_len:
-            x = chunks[chunk_lo + position // CHUNK_TOKENS] * CHUNK_TOKENS + position % CHUNK_TOKENS
-            out[position - start] = mix(x)
+            out[position - start] = prompt_token(chunks, chunk_lo, position)
         else:
             out[position - start] = output_token(requests.trace_index[r], requests.sample[r], position - prompt_len)
     return out[: end - start]
