@@ -409,7 +409,7 @@ def write_json(
         "config": dataclasses.asdict(results[0].config),
         **extra,
         "runs": summaries,
-        "timeline": {name: _thin(values) for name, values in dataclasses.asdict(timeline).items()},
+        "timeline": {column.name: _thin(getattr(timeline, column.name)) for column in dataclasses.fields(timeline)},
         "manager_s_per_step": {s["manager"]: _thin(r.metrics.timeline.manager_s) for s, r in zip(summaries, results)},
     }
     path.write_text(json.dumps(document, indent=1, default=str))  # a swept path (--step-model) as text
