@@ -26,6 +26,7 @@ from blockspace.fast import content as C
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import policy
 from blockspace.simulator.compiled import queues as Q
+from blockspace.simulator.compiled.borrowed import borrowed
 from blockspace.simulator.compiled.state import (
     ABORTED_EVENT,
     ADMITTING,
@@ -87,9 +88,9 @@ from blockspace.simulator.compiled.state import (
 @njit(cache=True)
 def run(fast, loop, requests):
     """Replay until the end or a stop (see the module doc); returns why it stopped."""
+    loop, requests, views = borrowed(loop), borrowed(requests), borrowed(B.views_of(fast))  # borrowed.py says why
     meta, clock, arrivals, arrival = loop.meta, loop.clock, loop.arrivals, requests.arrival
     meta[STEPS_SINCE_CALL] = 0
-    views = B.views_of(fast)
     while True:
         first = meta[ADMITTING] == 0
         if first:
