@@ -126,7 +126,8 @@ def _on_one_clock(
         from blockspace.simulator.compiled.replica import CompiledReplica
 
         startup_s = engine.warm_up(manager_class, single)
-        replicas += [CompiledReplica(trace, manager_class, single, progress) for _ in range(config.replicas)]
+        runs = [engine.Run(trace, manager_class, single) for _ in range(config.replicas)]
+        replicas += [CompiledReplica(run, progress) for run in runs]
     else:
         simulations = [Simulation([], manager_class, single, on_progress=progress) for _ in range(config.replicas)]
         startup_s = warm_up(manager_class, simulations[0].manager_kwargs())

@@ -21,26 +21,22 @@ import numpy as np
 from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.engine import Run
 from blockspace.simulator.routers import blocks_of
-from blockspace.simulator.simulation import SimulationConfig, SimulationResult
+from blockspace.simulator.simulation import SimulationResult
 from blockspace.workloads import TraceRequest
 
 
 class CompiledReplica:
     """One engine of a fleet, on the compiled loop; it starts with nothing routed."""
 
-    def __init__(
-        self,
-        trace: list[TraceRequest],
-        manager_class: type,
-        config: SimulationConfig,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> None:
-        self.run = Run(trace, manager_class, config)
-        self.run.loop.meta[S.NUM_ROUTED] = 0
+    def __init__(self, run: Run, on_progress: Callable[[int], None] | None = None) -> None:
+        """``run``: a replay of the whole trace (``Run``), of which this replica takes what is routed to it."""
+        self.run, self.on_progress = run, on_progress
+        run.loop.meta[S.NUM_ROUTED] = 0
+        manager_class = type(run.manager)
         self.manager_name = f"{manager_class.__module__}.{manager_class.__qualname__}"
-        self.position_of = {entry.index: position for position, entry in enumerate(trace)}
-        self.num_samples, self.block_size = config.num_samples, config.scheduler.block_size
-        self.on_progress = on_progress
+        self.num_samples, self.block_size = run.config.num_samples, run.config.scheduler.block_size
+        first_samples = run.requests.trace_index[:: self.num_samples].tolist()
+        self.position_of = {index: position for position, index in enumerate(first_samples)}
         self.routed_blocks = 0
 
     # -- what the fleet does --------------------------------------------------------------
