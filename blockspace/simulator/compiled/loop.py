@@ -313,7 +313,9 @@ def room_for_step(fast, loop, requests):
             tracker_rows += tracker_row[r] < 0
             looked_at += 1
     meta[RESERVED_KEYS] = keys  # the admissions leave these free (policy.room_to_admit)
-    tracker_rows += config[MAX_SEQS] + 2  # and the admissions' rows: tracker rows are cheap
+    # and rows for the admissions, at most one per waiting request: a row is as wide as the longest
+    # request (64 KB at 128k tokens), so a replica with a short queue keeps few
+    tracker_rows += min(config[MAX_SEQS], Q.size(loop, Q.WAITING_QUEUE)) + 2
     enough = True
     if not C.has_room(fast.keys, keys):
         meta[NEED_KEYS] = keys
