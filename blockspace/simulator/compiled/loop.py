@@ -141,7 +141,7 @@ def run(fast, loop, requests):
         run_model(fast, views, loop, requests)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # as the step's parts are (policy.py says why)
 def decided(loop, requests, first_event):
     """``Metrics.decided`` from the step's events and lists; True when a
     request was ignored, aborted, preempted or swapped out."""
@@ -217,7 +217,7 @@ def sample(seq_len, num_output, out_len, r):
     return num_output[r] >= out_len[r]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def run_model(fast, views, loop, requests):
     """Advance the clock by the batch's cost, then compute and sample
     (decodes first, then prefills, as ``_run_model``); free what finished.
@@ -289,7 +289,7 @@ def run_model(fast, views, loop, requests):
 
 
 # -- room for the next step ---------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def room_for_step(fast, loop, requests):
     """Is there room for what the step can do before its admissions (which
     ask for theirs one request at a time, ``policy.room_to_admit``)? If
