@@ -27,6 +27,7 @@ from blockspace.errors import InvalidConfigError
 from blockspace.fast import content as C
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
+from blockspace.fast.dispatch import direct
 from blockspace.fast.manager import FastBlockSpaceManager
 from blockspace.simulator.compiled import loop as L
 from blockspace.simulator.compiled import state as S
@@ -44,6 +45,10 @@ from blockspace.simulator.simulation import (
 from blockspace.workloads import TraceRequest
 
 PROGRESS_STEPS = 2000  # steps between two progress reports, when someone listens
+# The loop and a router's probe, called without the dispatcher typing every argument once their one
+# overload is compiled (fast/dispatch.py): typing the loop's tuples of arrays costs ~80 us a call, and
+# a fleet calls the loop at arrivals and probes every replica at each.
+run_loop, probe = direct(L.run), direct(probe_cached_tokens)
 STATUS_OF = {
     S.FINISHED: SequenceStatus.FINISHED_LENGTH_CAPPED,
     S.IGNORED: SequenceStatus.FINISHED_IGNORED,
@@ -169,7 +174,7 @@ class Run:
     def step(self) -> int:
         """Run the loop until it stops, make room if it asked, and say why it stopped."""
         with np.errstate(over="ignore"):  # the digest wraps on purpose (only the uncompiled loop would warn)
-            why = L.run(self.fast(), self.loop, self.requests)
+            why = run_loop(self.fast(), self.loop, self.requests)
         meta = self.loop.meta
         if why == S.ROOM:
             self._make_room()
@@ -184,8 +189,8 @@ class Run:
             return 0
         store, prompt_len = self.manager.store, int(self.requests.prompt_len[r])
         scratch = np.empty(prompt_len + prompt_len // self.config.scheduler.block_size + 1, np.int64)
-        return int(probe_cached_tokens(store.gpu_ref, store.keys_ref, self.loop.chunks, self.requests.chunk_lo[r],
-                                       prompt_len, scratch))  # fmt: skip
+        return int(probe(store.gpu_ref, store.keys_ref, self.loop.chunks, int(self.requests.chunk_lo[r]), prompt_len,
+                         scratch))  # fmt: skip
 
     def _make_room(self) -> None:
         """What the loop asked for (``meta[NEED_*]``): keys (the manager's
