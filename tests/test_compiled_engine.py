@@ -166,6 +166,18 @@ def test_the_compiled_engine_decides_as_the_python_one(name):
         assert counts.swap_outs or counts.recompute_preemptions
 
 
+def test_more_requests_ignored_in_one_step_than_the_logs_first_hold():
+    """3,000 prompts too long for the pool arrive at once: one step ignores
+    them all, each a request done. The loop's logs start at 1,024 entries,
+    so the admissions must ask for room as they go (``policy.room_to_admit``)."""
+    trace = [TraceRequest(i, 0.0, 500, 4, (i,)) for i in range(3_000)]  # 32 blocks each: never admitted
+    config = config_of(num_gpu_blocks=20, num_cpu_blocks=0)
+    python, compiled = assert_twins(trace, config)
+    assert len(compiled.metrics.requests) == 3_000
+    assert python.metrics.counts == compiled.metrics.counts
+    assert summarize(compiled)["requests"]["ignored"] == 3_000
+
+
 def test_a_stall_is_the_same_stall():
     """Swap mode with a pool too tight for its swapped groups to come back:
     the Python engine stalls, and so does the compiled one, with the same words."""

@@ -38,6 +38,7 @@ from blockspace.simulator.compiled.state import (
     CACHING,
     DECODES,
     FINISHED,
+    FIRST_EVENT,
     FREE_TABLE_ROWS,
     FREE_TRACKER_ROWS,
     IGNORED,
@@ -52,6 +53,7 @@ from blockspace.simulator.compiled.state import (
     NEW_PREFILLS,
     NUM_ADMISSIONS,
     NUM_COPIES,
+    NUM_DONE,
     NUM_EVENTS,
     NUM_SCHEDULED,
     NUM_SWAP_IN,
@@ -415,8 +417,15 @@ def room_to_admit(fast, views, loop, requests, r):
     if meta[FREE_TABLE_ROWS] == 0:
         meta[NEED_TABLE_ROWS] = 1
         enough = False
-    if meta[NUM_EVENTS] + 2 > loop.events.shape[1] or meta[NUM_ADMISSIONS] + 1 > loop.admissions.shape[1]:
-        meta[NEED_LOG] = 2
+    # the step's requests done so far are counted at its end (loop.decided), each ignored one
+    # an event, and those that finish at most the running ones and the admitted
+    num_done = meta[NUM_EVENTS] - meta[FIRST_EVENT] + Q.size(loop, Q.RUNNING_QUEUE) + 2
+    if (
+        meta[NUM_EVENTS] + 2 > loop.events.shape[1]
+        or meta[NUM_ADMISSIONS] + 1 > loop.admissions.shape[1]
+        or meta[NUM_DONE] + num_done > loop.done_at.shape[0]
+    ):
+        meta[NEED_LOG] = num_done
         enough = False
     return enough
 
