@@ -76,6 +76,7 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault(HUGE_PAGES, "0")  # before numpy is imported
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] in HELP:
         print(usage())
@@ -111,6 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = stdout
     return CLOSED_PIPE if status == 0 and guard.reader_gone else status
 
+
+# Why numpy is told not to ask for transparent huge pages (NUMPY_MADVISE_HUGEPAGE=0, unless the
+# user set it): on Linux numpy advises huge pages for every array of 4 MB or more, and the
+# kernel then zeroes, and may first compact, 2 MB at each first touch. A replay makes such arrays
+# (a manager's key table, a loop's logs) and touches them once or twice, so it gains little
+# and pays in system time: on the project's 2-core machine a fleet of four replicas spent 0.5 s
+# (0.4 to 1.2 s) of system time with them and 0.2 s without, and one replica's median was the
+# same either way (docs/measurements/2026-12-05-fleet-cost.md).
+HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
 
 # The exit status of a command whose every file was written but whose reader stopped reading
 # its standard output early (``blockspace simulate | head -3``): 128 + SIGPIPE, the status a

@@ -81,7 +81,9 @@ class KeySpace(SavedFields):
 
     def _remapped(self, pool: P.Pool, remap: np.ndarray) -> P.Pool:
         remap_keys(pool.block_key, remap)
-        key_block = np.full(len(self.store.keys.parent), -1, np.int64)
+        capacity = len(self.store.keys.parent)
+        key_block = pool.key_block if len(pool.key_block) == capacity else np.empty(capacity, np.int64)
+        key_block.fill(-1)
         cached = np.flatnonzero(pool.block_key >= 0)
         key_block[pool.block_key[cached]] = cached + pool.meta[P.FIRST_ID]
         return pool._replace(key_block=key_block)

@@ -91,6 +91,24 @@ def test_every_conformance_option_says_its_default_and_the_help_is_plain():
     assert "``" not in text and all(name in text for name in PROFILES)
 
 
+# -- numpy's huge pages ------------------------------------------------------------------------
+@pytest.mark.parametrize(("given", "advised"), [(None, "False"), ("1", "True")])
+def test_a_command_keeps_numpy_from_advising_huge_pages_unless_told(tmp_path, given, advised):
+    """``blockspace.cli.HUGE_PAGES``: a replay in a fresh process runs with
+    numpy's huge-page advice off; a user who set the variable keeps theirs."""
+    environ = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    script = (
+        "from blockspace.cli import main\n"
+        f"assert main(['simulate', '--max-requests', '3', '--engine', 'python', '--no-plot', '--quiet', "
+        f"'--out', {str(tmp_path)!r}]) == 0\n"
+        "from numpy._core import multiarray\n"
+        "print(multiarray._get_madvise_hugepage())"
+    )
+    env = environ if given is None else {**environ, "NUMPY_MADVISE_HUGEPAGE": given}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.splitlines()[-1] == advised
+
+
 # -- the notice while the fast kernels compile -------------------------------------------------
 needs_jit = pytest.mark.skipif(bool(numba_config.DISABLE_JIT), reason="NUMBA_DISABLE_JIT: nothing compiles")
 

@@ -314,14 +314,23 @@ def probe_cached_tokens(gpu, keys, chunks, chunk_lo, prompt_len, out):
     Python engine's router asks them (``Simulation.cached_tokens``), without
     their side effects: the prompt's full blocks are looked up, not keyed,
     and vLLM's search runs over them as over a fresh row (a block never
-    keyed is not cached). No block is touched and no hit counted. ``out``
-    is scratch: the keys, then the tokens (a prompt's length, and a key per block)."""
-    block_size = keys.tokens.shape[1]
+    keyed is not cached). No block is touched and no hit counted. A block's
+    tokens are made only once the block before it was found: most replicas
+    of a fleet miss at the first block. ``out`` is scratch: a key per full
+    block, then one block's tokens."""
+    parents, extras, stored, slots = keys.parent, keys.extra, keys.tokens, keys.slots
+    block_size = stored.shape[1]
     num_full = prompt_len // block_size
-    tokens = out[num_full:]
-    for position in range(num_full * block_size):
-        tokens[position] = prompt_token(chunks, chunk_lo, position)
-    num_known = C.known_chain(keys, -1, tokens, 0, out, num_full)
+    tokens = out[num_full : num_full + block_size]
+    num_known, parent = 0, -1
+    while num_known < num_full:
+        for j in range(block_size):
+            tokens[j] = prompt_token(chunks, chunk_lo, num_known * block_size + j)
+        parent = C.known_key(parents, extras, stored, slots, parent, tokens, 0, 0)
+        if parent < 0:
+            break
+        out[num_known] = parent
+        num_known += 1
     return block_size * K.count_cached(
         out, num_full, num_known, gpu.key_block, gpu.refcount, gpu.computed, gpu.heap_pos, gpu.meta[P.FIRST_ID]
     )

@@ -188,7 +188,8 @@ class Run:
         if not self.config.scheduler.enable_prefix_caching:
             return 0
         store, prompt_len = self.manager.store, int(self.requests.prompt_len[r])
-        scratch = np.empty(prompt_len + prompt_len // self.config.scheduler.block_size + 1, np.int64)
+        block_size = self.config.scheduler.block_size
+        scratch = np.empty(prompt_len // block_size + block_size, np.int64)
         return int(probe(store.gpu_ref, store.keys_ref, self.loop.chunks, int(self.requests.chunk_lo[r]), prompt_len,
                          scratch))  # fmt: skip
 
