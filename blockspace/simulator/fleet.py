@@ -36,16 +36,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import replace
-from itertools import chain
-from operator import itemgetter
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from blockspace.simulator.metrics import Metrics, Timeline
+from blockspace.simulator.metrics import Metrics, Timeline, filled
 from blockspace.simulator.routers import ROUTERS, Replica
 from blockspace.simulator.simulation import (
     Simulation,
@@ -200,7 +197,8 @@ def merged(
                  "last_token_s"):  # fmt: skip
         for part in parts:
             getattr(metrics, name).update(getattr(part, name))
-    metrics.itl_s = array("d", [gap for part in parts for gap in part.itl_s])
+    for part in parts:
+        metrics.itl_s.extend(part.itl_s)
     metrics.replica_of = {request.index: k for k, part in enumerate(parts) for request in part.requests}
     for counter in dataclasses.fields(metrics.counts):
         setattr(metrics.counts, counter.name, sum(getattr(part.counts, counter.name) for part in parts))
@@ -223,19 +221,13 @@ def merged(
 def merged_timeline(timelines: list[Timeline]) -> Timeline:
     """Every replica's steps in one timeline, in the order of their end
     times (a replica's own order kept for equal times)."""
-    order = np.argsort(np.concatenate([t.time_s for t in timelines] or [[]]), kind="stable").tolist()
+    order = np.argsort(np.concatenate([np.asarray(t.time_s) for t in timelines] or [[]]), kind="stable")
     fleet = Timeline()
     for column in dataclasses.fields(Timeline):
-        values = list(chain.from_iterable(getattr(t, column.name) for t in timelines))
-        setattr(fleet, column.name, _taken(values, order))
+        merged = getattr(fleet, column.name)
+        parts = [np.asarray(getattr(t, column.name), merged.typecode) for t in timelines]
+        filled(merged, np.concatenate(parts or [np.zeros(0)])[order])
     return fleet
-
-
-def _taken(values: list[Any], order: list[int]) -> list[Any]:
-    """``[values[i] for i in order]``, in C (a fleet's timeline has a row per step of every replica)."""
-    if len(order) < 2:
-        return [values[i] for i in order]
-    return list(itemgetter(*order)(values))
 
 
 __all__ = ["merged", "merged_timeline", "replay_fleet"]

@@ -13,9 +13,9 @@ left as the Python engine leaves its manager, and ``check_invariants`` holds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,7 @@ from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.blocks import Fast, probe_cached_tokens
 from blockspace.simulator.compiled.digest import signed
 from blockspace.simulator.decisions import StepRecord
-from blockspace.simulator.metrics import Metrics
+from blockspace.simulator.metrics import Metrics, Timeline, filled
 from blockspace.simulator.request import request_id_of
 from blockspace.simulator.simulation import (
     SimulationConfig,
@@ -296,18 +296,11 @@ class Run:
             metrics.admitted_s.setdefault(ids[r], []).append(at)
         for r in arrived[~np.isnan(requests.last_token[arrived])].tolist():
             metrics.last_token_s[ids[r]] = float(requests.last_token[r])
-        metrics.itl_s = array("d")
-        metrics.itl_s.frombytes(np.ascontiguousarray(loop.gaps[: meta[S.NUM_GAPS]]).tobytes())
-        timeline, count = metrics.timeline, int(meta[S.NUM_TIMELINE])
-        rows = loop.timeline[:, :count]
-        timeline.time_s, timeline.step_s = rows[0].tolist(), rows[1].tolist()
-        timeline.kv_used_blocks = rows[2].astype(np.int64).tolist()
-        timeline.num_running = rows[3].astype(np.int64).tolist()
-        timeline.num_waiting = rows[4].astype(np.int64).tolist()
-        timeline.num_swapped = rows[5].astype(np.int64).tolist()
-        timeline.hit_rate = rows[6].tolist()
-        timeline.num_batched_tokens = rows[7].astype(np.int64).tolist()
-        timeline.manager_s = [0.0] * count  # the manager's calls are inlined in the compiled step: not timed apart
+        filled(metrics.itl_s, loop.gaps[: meta[S.NUM_GAPS]])
+        count = int(meta[S.NUM_TIMELINE])
+        # the rows in the columns' order; the manager's calls are inlined in the compiled step: not timed apart
+        for column, values in zip(dataclasses.fields(Timeline), (*loop.timeline[:, :count], np.zeros(count))):
+            filled(getattr(metrics.timeline, column.name), values)
         counts = metrics.counts
         for field, slot in (
             ("recompute_preemptions", S.RECOMPUTE_PREEMPTIONS), ("swap_outs", S.SWAP_OUTS), ("swap_ins", S.SWAP_INS),
