@@ -221,7 +221,7 @@ def merged(
 def merged_timeline(timelines: list[Timeline]) -> Timeline:
     """Every replica's steps in one timeline, in the order of their end
     times (a replica's own order kept for equal times)."""
-    order = np.argsort(np.concatenate([np.asarray(t.time_s) for t in timelines] or [[]]), kind="stable")
+    order = np.argsort(np.concatenate([np.asarray(t.time_s) for t in timelines] or [np.zeros(0)]), kind="stable")
     fleet = Timeline()
     for column in dataclasses.fields(Timeline):
         merged = getattr(fleet, column.name)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -393,7 +394,7 @@ def first_difference(a: list[StepRecord], b: list[StepRecord]) -> str | None:
     return None
 
 
-def _thin(values: list[Any]) -> list[Any]:
+def _thin(values: Sequence[Any]) -> list[Any]:
     if len(values) <= MAX_TIMELINE_POINTS:
         return list(values)
     picks = np.linspace(0, len(values) - 1, MAX_TIMELINE_POINTS).astype(int)
