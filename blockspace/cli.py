@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 # kernel then zeroes, and may first compact, 2 MB at each first touch. A replay makes such arrays
 # (a manager's key table, a loop's logs) and touches them once or twice, so it gains little
 # and pays in system time: on the project's 2-core machine a fleet of four replicas spent 0.5 s
-# (0.4 to 1.2 s) of system time with them and 0.2 s without, and one replica's median was the
+# (0.3 to 1.2 s) of system time with them and 0.2 s without, and one replica's median was the
 # same either way (docs/measurements/2026-12-05-fleet-cost.md).
 HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
 

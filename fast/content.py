@@ -198,8 +198,8 @@ def collect_keys(keys: Keys, live: np.ndarray, num_more: int) -> tuple[Keys, np.
 
 @njit(cache=True)
 def _compact(keys, live, remap):
-    """Each live key to its new number, ``remap[key] <= key``: moving them
-    up in order overwrites only keys already moved or forgotten."""
+    """Each live key to its new number, ``remap[key] <= key``: taken in
+    increasing order, a key is written over only once it was moved or forgotten."""
     for key in range(live.shape[0]):
         if live[key]:
             new = remap[key]
