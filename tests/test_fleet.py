@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -282,3 +286,22 @@ def test_never_more_requests_in_flight_than_the_limit(replicas, engine):
     for _, change in events:  # a request done at the moment another is sent is out first (-1 sorts first)
         in_flight.append(in_flight[-1] + change)
     assert max(in_flight) == limit
+
+
+# -- the benchmark of the target (a fleet within 1.3x of one replica) ---------------------------
+def test_the_fleet_benchmark_times_each_router_against_one_replica_and_checks_the_target():
+    """``scripts/fleet_vs_one.py`` on a small trace: a row of four figures
+    (median and spread) for the router, exit 0 under a target it meets and
+    1, naming the router, under one it cannot."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "fleet_vs_one.py"
+
+    def bench(target: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), "--requests", "20", "--replicas", "2", "--runs", "1",
+                               "--target", target, "kv_aware"], capture_output=True, text=True)  # fmt: skip
+
+    met, missed = bench("100"), bench("0.01")
+    assert met.returncode == 0, met.stderr
+    row = next(line for line in met.stdout.splitlines() if line.startswith("kv_aware"))
+    assert len(re.findall(r"\d+\.\d\d \(\d+\.\d\d to \d+\.\d\d\)", row)) == 4
+    assert met.stdout.rstrip().endswith("every router within 100.0x by the median wall ratio")
+    assert missed.returncode == 1 and missed.stdout.rstrip().endswith("over 0.01x by the median wall ratio: kv_aware")
