@@ -119,7 +119,7 @@ class Simulation:
         self.trace = trace
         self.config = config
         self.manager = manager_class(**self.manager_kwargs())
-        self.manager_name = f"{manager_class.__module__}.{manager_class.__qualname__}"
+        self.manager_name = manager_name_of(manager_class)
         self.timed = TimedManager(self.manager)  # the wall time inside the manager, read once per step
         self.scheduler = Scheduler(self.timed, config.scheduler)
         self.metrics = Metrics()
@@ -350,6 +350,11 @@ class Simulation:
         return float(self.manager.get_prefix_cache_hit_rate(Device.GPU))
 
 
+def manager_name_of(manager_class: type) -> str:
+    """A manager as results and reports name it: its module and class."""
+    return f"{manager_class.__module__}.{manager_class.__qualname__}"
+
+
 @lru_cache(maxsize=1)
 def probe_prompt(entry: TraceRequest) -> list[int]:
     """The arriving request's prompt, made once for all the replicas a router asks."""
@@ -428,6 +433,7 @@ __all__ = [
     "SimulationResult",
     "SimulationStalledError",
     "Simulation",
+    "manager_name_of",
     "run_simulation",
     "warm_up",
 ]

@@ -41,6 +41,7 @@ from blockspace.simulator.simulation import (
     SimulationResult,
     SimulationStalledError,
     collector_paused,
+    manager_name_of,
 )
 from blockspace.workloads import TraceRequest
 
@@ -93,7 +94,7 @@ class CompiledSimulation:
             raise InvalidConfigError(f"the compiled engine runs fast's kernels: {manager_class.__name__} has none")
         self.trace, self.config, self.on_progress = trace, config, on_progress
         self.manager_class = manager_class
-        self.manager_name = f"{manager_class.__module__}.{manager_class.__qualname__}"
+        self.manager_name = manager_name_of(manager_class)
 
     def run(self) -> SimulationResult:
         """Replay the trace (Python's collector paused, as the Python engine does)."""

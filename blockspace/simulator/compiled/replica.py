@@ -21,7 +21,7 @@ import numpy as np
 from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.engine import Run
 from blockspace.simulator.routers import blocks_of
-from blockspace.simulator.simulation import SimulationResult
+from blockspace.simulator.simulation import SimulationResult, manager_name_of
 from blockspace.workloads import TraceRequest
 
 
@@ -32,8 +32,7 @@ class CompiledReplica:
         """``run``: a replay of the whole trace (``Run``), of which this replica takes what is routed to it."""
         self.run, self.on_progress = run, on_progress
         run.loop.meta[S.NUM_ROUTED] = 0
-        manager_class = type(run.manager)
-        self.manager_name = f"{manager_class.__module__}.{manager_class.__qualname__}"
+        self.manager_name = manager_name_of(type(run.manager))
         self.num_samples, self.block_size = run.config.num_samples, run.config.scheduler.block_size
         first_samples = run.requests.trace_index[:: self.num_samples].tolist()
         self.position_of = {index: position for position, index in enumerate(first_samples)}
