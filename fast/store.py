@@ -128,20 +128,27 @@ class Store(Derived):
 STATE_NAMES = ("gpu", "cpu", "keys", "tables", "tracker")
 DEVICE_OF_CODE = {T.GPU: Device.GPU, T.CPU: Device.CPU}  # a table row's device code (``fast/table.py``)
 CODE_OF_DEVICE = {device: code for code, device in DEVICE_OF_CODE.items()}
-MAX_KEY_TOKENS = 1 << 22  # the key table's token cells made at the start (32 MiB); past that it grows
+FIRST_KEY_TOKENS = 1 << 14  # the key table's token cells made at the start (128 KiB); past that it grows
 FIRST_SIZE = 4  # the key table's least first size (and its size without prefix caching, where it stays empty)
 
 
 def key_capacity(block_size: int, num_blocks: int) -> int:
     """The key table's first size with prefix caching: twice the blocks
     (every cached block names a key, and tracker rows name more), a power
-    of two, at most ``MAX_KEY_TOKENS`` token cells. Why not smaller: a
-    table that doubles its way up rehashes every key at each doubling, in
-    the middle of the first requests' keying. Why not larger: a small pool
-    then fills its key table and runs the collector (``fast/key_space.py``),
-    as the small worlds of the conformance explorer must for it to be checked."""
+    of two, at most ``FIRST_KEY_TOKENS`` token cells; it grows, doubling,
+    as keys are made (``KeySpace.make_room``, between kernel calls).
+
+    Why not the pool's size at once: a manager holds its key table before
+    it gets any work, and at 49,152 blocks of 16 tokens that table was
+    21 MB, most of a fleet replica's idle bytes (a fleet of 1,024 held
+    21 GB doing nothing). A pool's blocks fill with keys only as requests
+    come; the doublings rehash each key about once more in all (the sizes
+    sum to twice the last), between kernel calls. Why no more than twice
+    the blocks: a small pool then fills its key table and runs the
+    collector (``fast/key_space.py``), as the small worlds of the
+    conformance explorer must for it to be checked."""
     capacity = FIRST_SIZE
-    while capacity < 2 * num_blocks and 2 * capacity * block_size <= MAX_KEY_TOKENS:
+    while capacity < 2 * num_blocks and 2 * capacity * block_size <= FIRST_KEY_TOKENS:
         capacity *= 2
     return capacity
 
