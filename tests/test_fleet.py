@@ -28,7 +28,7 @@ EXACT_STEPS = StepTimeModel(
     step_overhead_ms=10.0, prefill_token_us=0.0, decode_seq_us=0.0, kv_token_read_ns=0.0, swap_block_us=0.0
 )  # fmt: skip: every step exactly 10 ms
 TIMELINE = ("time_s", "step_s", "kv_used_blocks", "num_running", "num_waiting", "num_swapped", "hit_rate",
-            "num_batched_tokens")  # fmt: skip
+            "num_batched_tokens", "prefill_tokens_admitted")  # fmt: skip
 
 
 def config(

@@ -99,6 +99,9 @@ class Timeline:
     num_swapped: array[int] = field(default_factory=_ints)
     hit_rate: array[float] = field(default_factory=_floats)
     num_batched_tokens: array[int] = field(default_factory=_ints)
+    # the prompt tokens admitted so far (``Counts.prefill_tokens_admitted``): a fleet weighs its
+    # replicas' hit rates by it, at each time as at the end (``plot.py``, ``fleet.merged``)
+    prefill_tokens_admitted: array[int] = field(default_factory=_ints)
     manager_s: array[float] = field(default_factory=_floats)
 
 
@@ -272,6 +275,7 @@ class Metrics:
         timeline.num_swapped.append(queues[2])
         timeline.hit_rate.append(hit_rate)
         timeline.num_batched_tokens.append(num_batched_tokens)
+        timeline.prefill_tokens_admitted.append(self.counts.prefill_tokens_admitted)
         timeline.manager_s.append(manager_s)
 
     # -- what the readers take -------------------------------------------------------------

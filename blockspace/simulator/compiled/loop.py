@@ -285,6 +285,7 @@ def run_model(fast, views, loop, requests):
     timeline[5, t] = Q.size(loop, Q.SWAPPED_QUEUE)
     timeline[6, t] = B.hit_rate(fast, loop)
     timeline[7, t] = num_prefill_tokens + num_decodes
+    timeline[8, t] = meta[PREFILL_TOKENS_ADMITTED]
     meta[NUM_TIMELINE] = t + 1
 
 

@@ -144,7 +144,8 @@ class Loop(NamedTuple):
     one_len: np.ndarray  # int64[1]
     info: np.ndarray  # int64[1]: the allocate kernel's need
     # logs, grown by the driver between calls
-    timeline: np.ndarray  # float64[8, steps]: time, step_s, used, running, waiting, swapped, hit rate, tokens
+    timeline: np.ndarray  # float64[9, steps]: time, step_s, used, running, waiting, swapped, hit rate, tokens,
+    # prompt tokens admitted so far (Timeline's columns, less manager_s)
     gaps: np.ndarray  # float64: inter-token latencies, in order
     done_at: np.ndarray  # float64: when each request was done (finished, ignored or aborted), in order
     events: np.ndarray  # int64[3, n]: step, kind, request
@@ -237,7 +238,7 @@ def new_loop(
         one_row=np.zeros(1, np.int64),
         one_len=np.zeros(1, np.int64),
         info=np.zeros(1, np.int64),
-        timeline=np.zeros((8, 1024)),
+        timeline=np.zeros((9, 1024)),
         gaps=np.zeros(1024),
         done_at=np.zeros(1024),
         events=np.zeros((3, 1024), np.int64),
