@@ -7,7 +7,19 @@ Four panels share the simulated time axis:
 * the prefix-cache hit rate since the start (vLLM's GPU block metric, which
   is cumulative), in %;
 * the wall time spent inside the manager per step (one line per manager
-  when comparing), after the warm-up.
+  when comparing), after the warm-up, where the Python engine timed one
+  engine's steps; else (the compiled engine inlines the manager's calls,
+  and a fleet's replicas step apart) the tokens computed per simulated
+  second, which every run knows.
+
+A fleet's replicas each step on their own clock, so their steps, merged in
+time order, alternate between replicas: drawn as one line, every panel
+would saw between them. Its figure draws the fleet instead (``FleetSeries``),
+each replica's state held from its step's end until its next: the queues
+summed, KV usage as the mean over the replicas with the emptiest and the
+fullest as a band, and the fleet's hit rate (the replicas' weighted by the
+prompt tokens each admitted, as the summary's) with the lowest and highest
+replica's as a band.
 
 Below them, the latency of the requests as cumulative distributions: TTFT
 and end-to-end latency in seconds, TPOT and ITL in milliseconds (their
@@ -16,7 +28,8 @@ requests, where percentiles per time bin were mostly empty bins; the
 legend says how many requests (or gaps) each curve is over, and the panel
 title how many requests finished, were ignored or aborted.
 
-The title says what ran: manager, block size, GPU blocks, caching, trace.
+The title says what ran: manager, block size, GPU blocks, caching, trace,
+and a fleet's replicas and router.
 Long runs are thinned to ``MAX_POINTS`` evenly spaced steps so plotting
 stays quick.
 """
@@ -29,10 +42,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from blockspace.outputs import replacing
+from blockspace.simulator.metrics import Timeline
 from blockspace.simulator.simulation import SimulationResult
 from blockspace.simulator.slo import SLO
 
 MAX_POINTS = 20_000
+RATE_BINS = 100  # the tokens-per-second panel's time bins, at most
 
 
 def _picks(num_steps: int) -> np.ndarray:
@@ -71,10 +87,86 @@ def title_of(result: SimulationResult, trace_label: str) -> str:
     config = result.config
     caching = "prefix caching on" if config.scheduler.enable_prefix_caching else "prefix caching off"
     num_requests = len(result.metrics.outcomes())  # trace requests, not their samples
+    manager = result.manager_name.rsplit(".", 1)[-1]
+    blocks = f"{config.num_gpu_blocks:,} GPU blocks"
+    if result.replicas:
+        weight = f" (weight {config.router_weight:g})" if config.router == "kv_aware" else ""
+        manager, blocks = f"{manager}, {len(result.replicas)} replicas, {config.router}{weight}", blocks + " each"
     return (
-        f"{result.manager_name.rsplit('.', 1)[-1]}: block size {config.scheduler.block_size}, "
-        f"{config.num_gpu_blocks:,} GPU blocks, {caching}\n{num_requests:,} requests of {trace_label}"
+        f"{manager}: block size {config.scheduler.block_size}, {blocks}, {caching}\n"
+        f"{num_requests:,} requests of {trace_label}"
     )
+
+
+class FleetSeries(NamedTuple):
+    """A fleet over time, at ``time_s`` (its steps' end times, thinned to
+    ``MAX_POINTS``): each replica's state is its latest step's, and nothing
+    before its first. KV usage in % of a replica's GPU blocks, hit rates in
+    %; the hit band is over the replicas that had admitted a prompt (NaN
+    where none had)."""
+
+    time_s: np.ndarray
+    kv_mean: np.ndarray
+    kv_low: np.ndarray
+    kv_high: np.ndarray
+    running: np.ndarray  # summed over the replicas, as are the next two
+    waiting: np.ndarray
+    swapped: np.ndarray
+    hit_rate: np.ndarray  # the fleet's: each replica's weighted by the prompt tokens it admitted
+    hit_low: np.ndarray
+    hit_high: np.ndarray
+
+
+def fleet_series(fleet: SimulationResult) -> FleetSeries:
+    """``FleetSeries`` of a fleet's result (its ``replicas``), one replica
+    at a time so that a thousand replicas cost a thousand passes over the
+    times, not a thousand copies of them."""
+    times = np.asarray(fleet.metrics.timeline.time_s)
+    times = times[_picks(len(times))]
+    sums = {name: np.zeros(len(times)) for name in ("kv", "running", "waiting", "swapped", "hits", "admitted")}
+    kv_low, kv_high = np.full(len(times), np.inf), np.full(len(times), -np.inf)
+    hit_low, hit_high = kv_low.copy(), kv_high.copy()
+    for replica in fleet.replicas:
+        timeline = replica.metrics.timeline
+        at = np.searchsorted(np.asarray(timeline.time_s), times, side="right") - 1  # its latest step by then
+        kv = held(timeline, "kv_used_blocks", at) / fleet.config.num_gpu_blocks * 100
+        rate, admitted = held(timeline, "hit_rate", at) * 100, held(timeline, "prefill_tokens_admitted", at)
+        sums["kv"] += kv
+        for name in ("running", "waiting", "swapped"):
+            sums[name] += held(timeline, f"num_{name}", at)
+        sums["hits"] += rate * admitted
+        sums["admitted"] += admitted
+        np.minimum(kv_low, kv, out=kv_low)
+        np.maximum(kv_high, kv, out=kv_high)
+        np.minimum(hit_low, np.where(admitted > 0, rate, np.inf), out=hit_low)
+        np.maximum(hit_high, np.where(admitted > 0, rate, -np.inf), out=hit_high)
+    admitted = sums["admitted"]
+    hit_rate = np.divide(sums["hits"], admitted, out=np.zeros(len(times)), where=admitted > 0)
+    return FleetSeries(
+        times, sums["kv"] / max(len(fleet.replicas), 1), kv_low, kv_high, sums["running"], sums["waiting"],
+        sums["swapped"], hit_rate, np.where(admitted > 0, hit_low, np.nan), np.where(admitted > 0, hit_high, np.nan),
+    )  # fmt: skip
+
+
+def held(timeline: Timeline, column: str, at: np.ndarray) -> np.ndarray:
+    """``column`` of ``timeline`` at the steps ``at`` (-1: before the first step, 0)."""
+    values = np.asarray(getattr(timeline, column), dtype=float)
+    return np.where(at >= 0, values[np.maximum(at, 0)], 0.0) if values.size else np.zeros(len(at))
+
+
+def tokens_per_second(timeline: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens computed (prefill and decode, cache hits left out) per
+    simulated second, in up to ``RATE_BINS`` equal bins from the first
+    step's start to the last step's end, each step counted in the bin it
+    ends in: (the bins' edges, the rate in each). A fleet's merged timeline
+    gives the fleet's, its steps' order not mattering to a sum."""
+    ends = np.asarray(timeline.time_s)
+    if not ends.size:
+        return np.zeros(1), np.zeros(0)
+    start = float(np.min(ends - np.asarray(timeline.step_s)))
+    edges = np.linspace(start, max(float(ends.max()), start + 1e-9), min(RATE_BINS, ends.size) + 1)
+    tokens, _ = np.histogram(ends, edges, weights=np.asarray(timeline.num_batched_tokens, dtype=float))
+    return edges, tokens / np.diff(edges)
 
 
 def _counts_line(result: SimulationResult) -> str:
@@ -86,6 +178,9 @@ def _counts_line(result: SimulationResult) -> str:
         f"latency CDFs: {count['finished']:,} of {len(outcomes):,} requests finished ({count['ignored']:,} ignored, "
         f"{count['aborted']:,} aborted); TTFT, TPOT and end-to-end are over the finished ones"
     )
+
+
+QUEUES = (("num_running", "tab:green"), ("num_waiting", "tab:orange"), ("num_swapped", "tab:red"))
 
 
 class CDFPanel(NamedTuple):
@@ -149,57 +244,94 @@ def _plot_cdfs(axis: Any, samples: dict[str, np.ndarray], panel: CDFPanel, bound
     axis.set_ylabel("% at or below")
 
 
+def _one_over_time(result: SimulationResult, kv: Any, queues: Any, hits: Any) -> None:
+    """One engine's state after each of its steps."""
+    timeline = result.metrics.timeline
+    picks = _picks(len(timeline.time_s))
+    time_s = np.asarray(timeline.time_s)[picks]
+    used = np.asarray(timeline.kv_used_blocks, dtype=float)[picks] / result.config.num_gpu_blocks * 100
+    kv.plot(time_s, used, color="tab:blue", linewidth=0.8)
+    for name, color in QUEUES:
+        values = np.asarray(getattr(timeline, name))[picks]
+        queues.plot(time_s, values, label=name.removeprefix("num_"), color=color, linewidth=0.8)
+    queues.set_ylabel("requests")
+    if result.config.scheduler.enable_prefix_caching:
+        label = f"final {result.metrics.final_hit_rate:.1%}"
+        hits.plot(time_s, np.asarray(timeline.hit_rate)[picks] * 100, color="tab:purple", linewidth=0.8, label=label)
+        hits.legend(loc="upper right")
+
+
+def _fleet_over_time(fleet: SimulationResult, kv: Any, queues: Any, hits: Any) -> None:
+    """A fleet's state (``FleetSeries``): its totals, and its replicas' spread as bands."""
+    series, count = fleet_series(fleet), len(fleet.replicas)
+    time_s = series.time_s
+    kv.fill_between(time_s, series.kv_low, series.kv_high, color="tab:blue", alpha=0.25, linewidth=0,
+                    label="emptiest to fullest replica")  # fmt: skip
+    kv.plot(time_s, series.kv_mean, color="tab:blue", linewidth=0.8, label=f"mean of the {count} replicas")
+    kv.legend(loc="upper left")
+    for name, color in QUEUES:
+        label = name.removeprefix("num_")
+        queues.plot(time_s, getattr(series, label), label=label, color=color, linewidth=0.8)
+    queues.set_ylabel(f"requests, summed\nover the {count} replicas")
+    if fleet.config.scheduler.enable_prefix_caching:
+        hits.fill_between(time_s, series.hit_low, series.hit_high, color="tab:purple", alpha=0.2, linewidth=0,
+                          label="lowest to highest replica")  # fmt: skip
+        label = f"the fleet's (prompt tokens weighted), final {fleet.metrics.final_hit_rate:.1%}"
+        hits.plot(time_s, series.hit_rate, color="tab:purple", linewidth=0.8, label=label)
+        hits.legend(loc="upper right")
+
+
+def _manager_time(axis: Any, timed: list[SimulationResult]) -> None:
+    """The wall time inside the manager at each step, a line per run."""
+    for result in timed:
+        timeline = result.metrics.timeline
+        picks = _picks(len(timeline.time_s))
+        manager_ms = np.asarray(timeline.manager_s)[picks] * 1e3
+        name = result.manager_name.rsplit(".", 1)[-1]
+        axis.plot(np.asarray(timeline.time_s)[picks], manager_ms, label=name, linewidth=0.6)
+    axis.set_ylabel("wall time inside the\nmanager per step (ms)")
+    axis.set_yscale("log")
+    axis.legend(loc="upper left")
+
+
+def _tokens_per_second(axis: Any, timeline: Timeline) -> None:
+    """``tokens_per_second`` as stairs."""
+    edges, rates = tokens_per_second(timeline)
+    width = f"{edges[1] - edges[0]:.3g} s" if rates.size else "no step"
+    axis.stairs(rates, edges, color="tab:gray", label=f"prefill + decode, cache hits left out; bins of {width}")
+    axis.set_ylabel("tokens computed per\nsimulated second")
+    axis.set_ylim(bottom=0)
+    axis.legend(loc="upper left")
+
+
 def run_figure(results: list[SimulationResult], trace_label: str = "the trace", slo: SLO | None = None) -> Any:
     """The figure of ``plot_runs``: ``results[0]`` over time and its latency
     CDFs (with ``slo``'s bounds marked on them), with the manager time of
-    every run."""
+    every run the Python engine timed one engine of."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     first = results[0]
-    timeline = first.metrics.timeline
-    picks = _picks(len(timeline.time_s))
-    time_s = np.asarray(timeline.time_s)[picks]
     figure = plt.figure(figsize=(11, 15.5), layout="constrained")
     over_time, latency = figure.subfigures(2, 1, squeeze=False, height_ratios=(4, 1.5))[:, 0]
-    kv, queues, hits, manager = over_time.subplots(4, 1, sharex=True)
-
-    used = np.asarray(timeline.kv_used_blocks, dtype=float)[picks] / first.config.num_gpu_blocks * 100
-    kv.plot(time_s, used, color="tab:blue", linewidth=0.8)
+    kv, queues, hits, last = over_time.subplots(4, 1, sharex=True)
+    (_fleet_over_time if first.replicas else _one_over_time)(first, kv, queues, hits)
     kv.set_ylabel("KV usage\n(% of GPU blocks)")
     kv.set_ylim(0, 100)
-
-    for name, color in (("num_running", "tab:green"), ("num_waiting", "tab:orange"), ("num_swapped", "tab:red")):
-        values = np.asarray(getattr(timeline, name))[picks]
-        queues.plot(time_s, values, label=name.removeprefix("num_"), color=color, linewidth=0.8)
-    queues.set_ylabel("requests")
     queues.set_ylim(bottom=0)
     queues.legend(loc="upper left")
-
-    if first.config.scheduler.enable_prefix_caching:
-        label = f"final {first.metrics.final_hit_rate:.1%}"
-        hits.plot(time_s, np.asarray(timeline.hit_rate)[picks] * 100, color="tab:purple", linewidth=0.8, label=label)
-        hits.legend(loc="upper right")
-    else:
+    if not first.config.scheduler.enable_prefix_caching:
         hits.text(0.5, 0.5, "prefix caching off", ha="center", va="center", transform=hits.transAxes)
     hits.set_ylabel("prefix-cache hit rate\n(%, cumulative)")
     hits.set_ylim(0, 100)
-
     timed = [result for result in results if result.config.engine == "python"]  # compiled: not timed apart
-    for result in timed:
-        manager_ms = np.asarray(result.metrics.timeline.manager_s)[picks] * 1e3
-        name = result.manager_name.rsplit(".", 1)[-1]
-        manager.plot(time_s, manager_ms, label=name, linewidth=0.6)
-    manager.set_ylabel("wall time inside the\nmanager per step (ms)")
-    if timed:
-        manager.set_yscale("log")
-        manager.legend(loc="upper left")
+    if timed and not first.replicas:
+        _manager_time(last, timed)
     else:
-        manager.text(0.5, 0.5, "compiled engine: the manager's calls are inside the compiled step, not timed apart",
-                     ha="center", va="center", transform=manager.transAxes)  # fmt: skip
-    manager.set_xlabel("simulated time (s)")
+        _tokens_per_second(last, first.metrics.timeline)
+    last.set_xlabel("simulated time (s)")
 
     samples = latency_samples(first)
     bounds = {} if slo is None else slo.bounds()
@@ -218,8 +350,10 @@ def plot_runs(
     import matplotlib.pyplot as plt
 
     figure = run_figure(results, trace_label, slo)
-    figure.savefig(path, dpi=110)
+    with replacing(path) as partial:
+        figure.savefig(partial, dpi=110)
     plt.close(figure)
 
 
-__all__ = ["cdf", "latency_samples", "plot_runs", "run_figure", "title_of"]
+__all__ = ["FleetSeries", "cdf", "fleet_series", "latency_samples", "plot_runs", "run_figure", "title_of",
+           "tokens_per_second"]  # fmt: skip
