@@ -54,7 +54,7 @@ def replay(trace: list[TraceRequest], manager_class: type, config: SimulationCon
     if config.replicas > 1 or config.max_concurrency is not None:
         from blockspace.simulator.fleet import replay_fleet
 
-        return replay_fleet(trace, manager_class, config, replay, **hooks)
+        return replay_fleet(trace, manager_class, config, **hooks)
     if config.engine == "compiled":
         from blockspace.simulator.compiled.engine import run_compiled
 

@@ -88,21 +88,23 @@ def replay_fleet(
     trace: list[TraceRequest],
     manager_class: type,
     config: SimulationConfig,
-    replay_one: Callable[[list[TraceRequest], type, SimulationConfig], SimulationResult],
     on_progress: Callable[[int], None] | None = None,
 ) -> SimulationResult:
-    """Replay ``trace`` through the fleet ``config`` describes;
-    ``replay_one(trace, manager_class, config)`` replays one replica apart
-    (``engines.replay``); ``on_progress`` hears the requests done on one
-    clock (apart, the replicas replay one after another, unheard)."""
+    """Replay ``trace`` through the fleet ``config`` describes; ``on_progress``
+    hears the requests done on one clock (apart, the replicas replay one
+    after another, unheard)."""
     single = replace(config, replicas=1, max_concurrency=None)
     if config.engine != "python" and not config.reads_replicas:  # a static router: each share is known first
+        from blockspace.simulator.compiled.engine import replay_apart
+
         assignment = [position % config.replicas for position in range(len(trace))]
         shares = [[entry for entry, k in zip(trace, assignment, strict=True) if k == replica]
                   for replica in range(config.replicas)]  # fmt: skip
         started = time.perf_counter()
-        results = [replay_one(share, manager_class, single) for share in shares]
-        return merged(results, assignment, config, time.perf_counter() - started)
+        results, startup_s = replay_apart(shares, manager_class, single)
+        fleet = merged(results, assignment, config, time.perf_counter() - started)
+        fleet.metrics.startup_s = startup_s
+        return fleet
     with collector_paused():
         return _on_one_clock(trace, manager_class, config, single, on_progress)
 
@@ -122,11 +124,11 @@ def _on_one_clock(
 
     if config.engine == "compiled":
         from blockspace.simulator.compiled import engine
-        from blockspace.simulator.compiled.replica import CompiledReplica
+        from blockspace.simulator.compiled.replica import CompiledReplica, FleetTrace
 
         startup_s = engine.warm_up(manager_class, single)
-        runs = [engine.Run(trace, manager_class, single) for _ in range(config.replicas)]
-        replicas += [CompiledReplica(run, progress) for run in runs]
+        shared = FleetTrace.of(trace, single)
+        replicas += [CompiledReplica(shared, manager_class, single, progress) for _ in range(config.replicas)]
     else:
         simulations = [Simulation([], manager_class, single, on_progress=progress) for _ in range(config.replicas)]
         startup_s = warm_up(manager_class, simulations[0].manager_kwargs())
@@ -189,7 +191,9 @@ def slot_free(replicas: list[Member], at: float, limit: int) -> float:
 def merged(
     results: list[SimulationResult], assignment: list[int], config: SimulationConfig, wall_s: float
 ) -> SimulationResult:
-    """One result for the fleet, its replicas' kept beside it."""
+    """One result for the fleet, its replicas' kept beside it, without their
+    managers: a fleet's result holds its replicas' figures, not their pools."""
+    results = [replace(result, manager=None) for result in results]
     metrics = Metrics()
     parts = [result.metrics for result in results]
     metrics.requests = sorted((r for part in parts for r in part.requests), key=lambda r: (r.index, r.sample))

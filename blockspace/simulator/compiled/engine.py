@@ -112,14 +112,22 @@ class CompiledSimulation:
 class Run:
     """The arrays of one replay and the calls of the compiled loop."""
 
-    def __init__(self, trace: list[TraceRequest], manager_class: type, config: SimulationConfig) -> None:
+    def __init__(
+        self, trace: list[TraceRequest], manager_class: type, config: SimulationConfig,
+        chunks: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
+        """A replay of ``trace``; or, given a fleet's ``chunks``, of nothing
+        yet: a replica, whose requests come by ``take`` (``replica.py``)."""
         sched = config.scheduler
         self.config = config
         self.manager = manager_class(
             block_size=sched.block_size, num_gpu_blocks=config.num_gpu_blocks, num_cpu_blocks=config.num_cpu_blocks,
             watermark=config.watermark, enable_caching=sched.enable_prefix_caching,
         )  # fmt: skip
-        self.requests, chunks = S.new_requests(trace, config.num_samples, config.max_output_len)
+        if chunks is None:
+            self.requests, chunks = S.new_requests(trace, config.num_samples, config.max_output_len)
+        else:
+            self.requests = S.blank_requests(0)
         settings = np.zeros(S.NUM_CONFIG, np.int64)
         settings[S.BLOCK_SIZE], settings[S.CACHING] = sched.block_size, sched.enable_prefix_caching
         settings[S.MAX_SEQS], settings[S.MAX_TOKENS] = sched.max_num_seqs, sched.max_num_batched_tokens
@@ -135,10 +143,36 @@ class Run:
         )  # fmt: skip
         longest = int((self.requests.prompt_len + self.requests.out_len).max(initial=0))
         self.loop = S.new_loop(settings, coefficients, chunks, self.requests, longest)
-        num_cols = -(-longest // sched.block_size) + 1
+        self.longest = 0
+        self._columns_for(longest)
+
+    def take(self, requests: S.Requests, first: int, count: int, arrival_s: float) -> None:
+        """Requests ``first`` up to ``first + count`` of a fleet's ``requests``
+        (``S.new_requests`` of its trace) are routed here, arriving at
+        ``arrival_s``, after every request routed before. They take the next
+        entries of this replay's arrays, grown to hold them (``S.with_room``):
+        a replica holds what it was sent, not the fleet's trace."""
+        routed = int(self.loop.meta[S.NUM_ROUTED])
+        longest = int((requests.prompt_len[first : first + count] + requests.out_len[first : first + count]).max())
+        self.loop, self.requests = S.with_room(self.loop, self.requests, routed + count, longest)
+        for mine, theirs in zip(self.requests, requests):
+            mine[routed : routed + count] = theirs[first : first + count]
+        self.requests.arrival[routed : routed + count] = arrival_s
+        self.loop.arrivals[routed : routed + count] = np.arange(routed, routed + count)
+        self.loop.meta[S.NUM_ROUTED] = routed + count
+        self._columns_for(longest)
+
+    def _columns_for(self, longest: int) -> None:
+        """Table and tracker rows as wide as a sequence of ``longest`` tokens."""
+        if longest <= self.longest and self.longest:
+            return
+        self.longest = max(self.longest, longest)
+        num_cols = -(-self.longest // self.config.scheduler.block_size) + 1
         store = self.manager.store
-        store.tables = T.grow_tables(store.tables, num_cols=num_cols)
-        store.tracker = K.grow_tracker(store.tracker, num_cols=num_cols)
+        if store.tables.blocks.shape[1] < num_cols:
+            store.tables = T.grow_tables(store.tables, num_cols=num_cols)
+        if store.tracker.keys.shape[1] < num_cols:
+            store.tracker = K.grow_tracker(store.tracker, num_cols=num_cols)
 
     def num_done(self) -> int:
         return int(self.loop.meta[S.NUM_DONE])
@@ -183,16 +217,16 @@ class Run:
             raise RuntimeError(f"the compiled engine: a kernel answered {meta[S.ERROR]} at step {meta[S.STEP]}")
         return int(why)
 
-    def cached_tokens(self, r: int) -> int:
-        """Tokens of request ``r``'s prompt that the prefix cache holds, asked
-        as ``Simulation.cached_tokens`` asks the manager (``blocks.probe_cached_tokens``)."""
+    def cached_tokens(self, chunks: np.ndarray, chunk_lo: int, prompt_len: int) -> int:
+        """Tokens of a prompt (its chunk ids from ``chunks[chunk_lo]`` on) that
+        the prefix cache holds, asked as ``Simulation.cached_tokens`` asks the
+        manager (``blocks.probe_cached_tokens``): a router's question, about a
+        request perhaps never routed here."""
         if not self.config.scheduler.enable_prefix_caching:
             return 0
-        store, prompt_len = self.manager.store, int(self.requests.prompt_len[r])
-        block_size = self.config.scheduler.block_size
+        store, block_size = self.manager.store, self.config.scheduler.block_size
         scratch = np.empty(prompt_len // block_size + block_size, np.int64)
-        return int(probe(store.gpu_ref, store.keys_ref, self.loop.chunks, int(self.requests.chunk_lo[r]), prompt_len,
-                         scratch))  # fmt: skip
+        return int(probe(store.gpu_ref, store.keys_ref, chunks, chunk_lo, prompt_len, scratch))
 
     def _make_room(self) -> None:
         """What the loop asked for (``meta[NEED_*]``): keys (the manager's
@@ -259,8 +293,10 @@ class Run:
 
     # -- the results, as the Python engine gives them ----------------------------------
     def request_ids(self) -> list[str]:
-        n = self.config.num_samples
-        return [request_id_of(int(i), int(s), n) for i, s in zip(self.requests.trace_index, self.requests.sample)]
+        """The id of each request routed here (a replica's arrays may hold more entries, blank)."""
+        n, count = self.config.num_samples, int(self.loop.meta[S.NUM_ROUTED])
+        indexes, samples = self.requests.trace_index[:count].tolist(), self.requests.sample[:count].tolist()
+        return [request_id_of(i, s, n) for i, s in zip(indexes, samples)]
 
     def metrics(self) -> Metrics:
         requests, loop, meta = self.requests, self.loop, self.loop.meta
@@ -343,8 +379,29 @@ def warm_up(manager_class: type, config: SimulationConfig) -> float:
     trace = [TraceRequest(i, 0.0, 2 * block_size + 1, 3, (i,)) for i in range(2)]
     run = Run(trace, manager_class, config)
     run.advance(math.inf)
-    run.cached_tokens(0)  # a router's question (fleet.py)
+    run.cached_tokens(run.loop.chunks, 0, 2 * block_size + 1)  # a router's question (fleet.py)
     return time.perf_counter() - started
+
+
+def replay_apart(
+    shares: list[list[TraceRequest]], manager_class: type, config: SimulationConfig
+) -> tuple[list[SimulationResult], float]:
+    """Each share of a fleet's trace replayed on a replica of its own, one
+    after another, after one warm-up (``fleet.py``, a router that reads no
+    replica); each result without its manager, and the warm-up's seconds.
+    Why: a replica's state is freed once its share is done, so the fleet
+    holds one replica's state at a time and its replicas' figures."""
+    name = manager_name_of(manager_class)
+    results = []
+    with collector_paused():
+        startup_s = warm_up(manager_class, config)
+        for share in shares:
+            started = time.perf_counter()
+            run = Run(share, manager_class, config)
+            run.advance(math.inf)
+            result = run.result(name, time.perf_counter() - started, startup_s)
+            results.append(dataclasses.replace(result, manager=None))
+    return results, startup_s
 
 
 def run_compiled(
@@ -354,4 +411,4 @@ def run_compiled(
     return CompiledSimulation(trace, manager_class, config, **hooks).run()
 
 
-__all__ = ["CompiledSimulation", "run_compiled", "warm_up"]
+__all__ = ["CompiledSimulation", "replay_apart", "run_compiled", "warm_up"]

@@ -2,52 +2,65 @@
 as ``fleet.py`` drives it (``add``, ``advance``, and what a router or a
 closed loop reads: ``routers.Replica``).
 
-Why the whole trace at the start: the compiled loop's state is arrays, one
-entry per request, indexed by the request's place in the trace (``r``,
-``state.py``). A replica holds an entry for every request of the trace, and
-``Loop.arrivals`` lists those routed to it, in order; the loop takes only
-those. So a request routed here keeps the index, chunk ids and sequence id
-it has everywhere, and a router's question about a request not yet routed
-reads its prompt from the same arrays (``Run.cached_tokens``).
+Why the trace's arrays are the fleet's, made once (``FleetTrace``): a
+request's prompt is its chunk ids (``state.py``), which every replica
+reads, and a router asks each replica about a request before any holds
+it. A replica holds only what is routed to it (``Run.take``): its own
+entry per request, in the order they came, and arrays grown as they
+come. So a fleet's memory grows with its work, not with its replicas
+times its trace: a replica that gets nothing holds its manager's pools
+and little else (``blockspace/simulator/memory.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.engine import Run
 from blockspace.simulator.routers import blocks_of
-from blockspace.simulator.simulation import SimulationResult, manager_name_of
+from blockspace.simulator.simulation import SimulationConfig, SimulationResult, manager_name_of
 from blockspace.workloads import TraceRequest
+
+
+@dataclass(frozen=True)
+class FleetTrace:
+    """The trace as the compiled engine holds it, once for a whole fleet."""
+
+    requests: S.Requests  # an entry per request (sample), in trace order (``S.new_requests``)
+    chunks: np.ndarray  # every request's chunk ids, one after another
+    position_of: dict[int, int]  # a trace request's index -> its place in the trace
+
+    @classmethod
+    def of(cls, trace: list[TraceRequest], config: SimulationConfig) -> FleetTrace:
+        requests, chunks = S.new_requests(trace, config.num_samples, config.max_output_len)
+        return cls(requests, chunks, {entry.index: position for position, entry in enumerate(trace)})
 
 
 class CompiledReplica:
     """One engine of a fleet, on the compiled loop; it starts with nothing routed."""
 
-    def __init__(self, run: Run, on_progress: Callable[[int], None] | None = None) -> None:
-        """``run``: a replay of the whole trace (``Run``), of which this replica takes what is routed to it."""
-        self.run, self.on_progress = run, on_progress
-        run.loop.meta[S.NUM_ROUTED] = 0
-        self.manager_name = manager_name_of(type(run.manager))
-        self.num_samples, self.block_size = run.config.num_samples, run.config.scheduler.block_size
-        first_samples = run.requests.trace_index[:: self.num_samples].tolist()
-        self.position_of = {index: position for position, index in enumerate(first_samples)}
+    def __init__(
+        self, trace: FleetTrace, manager_class: type, config: SimulationConfig,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:  # fmt: skip
+        """``config``: the replica's own (one engine, ``fleet.py``)."""
+        self.trace, self.on_progress = trace, on_progress
+        self.run = Run([], manager_class, config, chunks=trace.chunks)
+        self.manager_name = manager_name_of(manager_class)
+        self.num_samples, self.block_size = config.num_samples, config.scheduler.block_size
         self.routed_blocks = 0
 
     # -- what the fleet does --------------------------------------------------------------
     def add(self, entry: TraceRequest) -> None:
         """A trace request routed here: its samples arrive at ``entry.arrival_s``
         (a closed loop may have moved it), after every request routed before."""
-        loop, n = self.run.loop, self.num_samples
-        first = self.position_of[entry.index] * n
-        routed = int(loop.meta[S.NUM_ROUTED])
-        loop.arrivals[routed : routed + n] = np.arange(first, first + n)
-        self.run.requests.arrival[first : first + n] = entry.arrival_s
-        loop.meta[S.NUM_ROUTED] = routed + n
+        n = self.num_samples
+        self.run.take(self.trace.requests, self.trace.position_of[entry.index] * n, n, entry.arrival_s)
         self.routed_blocks += blocks_of(entry.input_length, self.block_size) * n
 
     def advance(self, until: float) -> None:
@@ -87,7 +100,8 @@ class CompiledReplica:
         return self.routed_blocks - int(self.run.loop.meta[S.DONE_BLOCKS])
 
     def cached_tokens(self, entry: TraceRequest) -> int:
-        return self.run.cached_tokens(self.position_of[entry.index] * self.num_samples)
+        first = self.trace.position_of[entry.index] * self.num_samples
+        return self.run.cached_tokens(self.trace.chunks, int(self.trace.requests.chunk_lo[first]), entry.input_length)
 
     def has_work(self) -> bool:
         loop = self.run.loop
@@ -107,4 +121,4 @@ class CompiledReplica:
         return loop.done_at[: loop.meta[S.NUM_DONE]]
 
 
-__all__ = ["CompiledReplica"]
+__all__ = ["CompiledReplica", "FleetTrace"]

@@ -159,7 +159,6 @@ def new_requests(
     trace: list[TraceRequest], num_samples: int, max_output_len: int | None
 ) -> tuple[Requests, np.ndarray]:
     """The trace as requests, and every chunk id in one array."""
-    count = len(trace) * num_samples
     lengths = np.array([len(entry.hash_ids) for entry in trace], np.int64)
     starts = np.zeros(len(trace) + 1, np.int64)
     np.cumsum(lengths, out=starts[1:])
@@ -172,10 +171,7 @@ def new_requests(
     def each(values: np.ndarray) -> np.ndarray:
         return np.repeat(values, num_samples)
 
-    def filled(value: float, dtype: type = np.int64) -> np.ndarray:
-        return np.full(count, value, dtype)
-
-    requests = Requests(
+    requests = blank_requests(len(trace) * num_samples)._replace(
         trace_index=each(np.array([entry.index for entry in trace], np.int64)),
         sample=np.tile(np.arange(num_samples, dtype=np.int64), len(trace)),
         seq_id=np.array([entry.index * num_samples + i for entry in trace for i in range(num_samples)], np.int64),
@@ -184,34 +180,31 @@ def new_requests(
         arrival=each(np.array([entry.arrival_s for entry in trace], np.float64)),
         chunk_lo=each(starts[:-1]),
         seq_len=each(prompt_len),
-        computed=filled(0),
-        num_output=filled(0),
-        decoding=filled(0),
-        status=filled(WAITING),
-        table_row=filled(-1),
-        tracker_row=filled(-1),
-        tracked=filled(0),
-        accessed=filled(0),
-        access_time=filled(0.0, np.float64),
-        budget_step=filled(-1),
-        first_token=filled(np.nan, np.float64),
-        last_token=filled(np.nan, np.float64),
-        finish=filled(np.nan, np.float64),
-        cached_tokens=filled(0),
-        preemptions=filled(0),
-        swap_outs=filled(0),
     )
     return requests, chunks
+
+
+# what an entry of ``Requests`` holds before its request comes (the trace's fields: 0)
+BLANK = {"status": WAITING, "table_row": -1, "tracker_row": -1, "budget_step": -1, "access_time": 0.0,
+         "first_token": np.nan, "last_token": np.nan, "finish": np.nan, "arrival": 0.0}  # fmt: skip
+FLOATS = frozenset({"arrival", "access_time", "first_token", "last_token", "finish"})
+
+
+def blank_requests(count: int) -> Requests:
+    """``count`` entries, none a request yet (``BLANK``)."""
+    return Requests(*(np.full(count, BLANK.get(name, 0), np.float64 if name in FLOATS else np.int64)
+                      for name in Requests._fields))  # fmt: skip
 
 
 def new_loop(
     config: np.ndarray, step_model: np.ndarray, chunks: np.ndarray, requests: Requests, max_tokens: int
 ) -> Loop:
     """Queues and step lists for every request; the scratch buffers sized
-    for the longest sequence and the pools; small logs (the driver grows them)."""
+    for the longest sequence (and, swapping, the pools); small logs (the
+    driver grows them, and a fleet's replica the rest: ``with_room``)."""
     count = len(requests.arrival)
     block_size, max_seqs = int(config[BLOCK_SIZE]), int(config[MAX_SEQS])
-    num_gpu, num_cpu = int(config[NUM_GPU]), int(config[NUM_CPU])
+    swaps = 2 * (int(config[NUM_GPU]) + int(config[NUM_CPU])) + 2 if config[SWAP_MODE] else 2  # else none
     copies = 2 * (int(config[MAX_TOKENS]) // block_size + 2 * max_seqs + 16)
     meta = np.zeros(NUM_META, np.int64)
     meta[NUM_ROUTED] = count  # every request, in arrival order (a fleet's replica routes its own: engine.py)
@@ -233,17 +226,52 @@ def new_loop(
         free_tracker_rows=np.zeros(0, np.int64),
         tokens=np.zeros(max_tokens + block_size, np.int64),
         copies=np.zeros(copies, np.int64),
-        swap_in=np.zeros(2 * (num_gpu + num_cpu) + 2, np.int64),
-        swap_out=np.zeros(2 * (num_gpu + num_cpu) + 2, np.int64),
+        swap_in=np.zeros(swaps, np.int64),
+        swap_out=np.zeros(swaps, np.int64),
         one_row=np.zeros(1, np.int64),
         one_len=np.zeros(1, np.int64),
         info=np.zeros(1, np.int64),
-        timeline=np.zeros((9, 1024)),
-        gaps=np.zeros(1024),
-        done_at=np.zeros(1024),
-        events=np.zeros((3, 1024), np.int64),
-        scheduled=np.zeros((3, 1024 if config[RECORD] else 0), np.int64),
-        admissions=np.zeros((2, 1024)),
-        step_times=np.zeros(1024),
-        digests=np.zeros(1024, np.uint64),
+        timeline=np.zeros((9, LOG_SIZE)),
+        gaps=np.zeros(LOG_SIZE),
+        done_at=np.zeros(LOG_SIZE),
+        events=np.zeros((3, LOG_SIZE), np.int64),
+        scheduled=np.zeros((3, LOG_SIZE if config[RECORD] else 0), np.int64),
+        admissions=np.zeros((2, LOG_SIZE)),
+        step_times=np.zeros(LOG_SIZE),
+        digests=np.zeros(LOG_SIZE, np.uint64),
     )
+
+
+LOG_SIZE = 64  # a log's first entries: the driver doubles it as the loop asks (engine.py)
+
+
+def with_room(loop: Loop, requests: Requests, count: int, max_tokens: int) -> tuple[Loop, Requests]:
+    """The same state, with room for ``count`` requests and a sequence of
+    ``max_tokens`` tokens: what a fleet's replica grows to as requests are
+    routed to it (``replica.py``), between calls of the loop. Each array
+    that grows at least doubles; a queue's ring is laid out again from its head."""
+    capacity = len(requests.arrival)
+    if count > capacity:
+        capacity = max(count, 2 * capacity)
+        grown = blank_requests(capacity)
+        for old, new in zip(requests, grown):
+            new[: len(old)] = old
+        requests = grown
+
+        def longer(values: np.ndarray, size: int) -> np.ndarray:
+            bigger = np.zeros((*values.shape[:-1], size), values.dtype)
+            bigger[..., : values.shape[-1]] = values
+            return bigger
+
+        queues = np.zeros((3, capacity + 1), np.int64)
+        for q, (head, size) in enumerate(loop.queue_ends.tolist()):
+            queues[q, :size] = loop.queues[q, (head + np.arange(size)) % loop.queues.shape[1]]
+        loop.queue_ends[:, 0] = 0
+        loop = loop._replace(
+            arrivals=longer(loop.arrivals, capacity), queues=queues, lists=longer(loop.lists, capacity + 1),
+            chunk=longer(loop.chunk, capacity + 1), uncached=longer(loop.uncached, capacity + 1),
+        )  # fmt: skip
+    block_size = int(loop.config[BLOCK_SIZE])
+    if max_tokens + block_size > len(loop.tokens):
+        loop = loop._replace(tokens=np.zeros(max(max_tokens + block_size, 2 * len(loop.tokens)), np.int64))
+    return loop, requests
