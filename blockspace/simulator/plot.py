@@ -295,12 +295,16 @@ def _manager_time(axis: Any, timed: list[SimulationResult]) -> None:
 
 
 def _tokens_per_second(axis: Any, timeline: Timeline) -> None:
-    """``tokens_per_second`` as stairs."""
+    """``tokens_per_second`` as stairs, on a log scale: a bin with a prompt
+    computes tens of times the tokens of one that only decodes, and both
+    should show (a bin where nothing ran drops off the bottom)."""
     edges, rates = tokens_per_second(timeline)
     width = f"{edges[1] - edges[0]:.3g} s" if rates.size else "no step"
     axis.stairs(rates, edges, color="tab:gray", label=f"prefill + decode, cache hits left out; bins of {width}")
     axis.set_ylabel("tokens computed per\nsimulated second")
-    axis.set_ylim(bottom=0)
+    if rates.any():
+        axis.set_yscale("log")
+        axis.set_ylim(max(float(rates[rates > 0].min()) / 2, 1), float(rates.max()) * 5)  # room for the legend
     axis.legend(loc="upper left")
 
 
