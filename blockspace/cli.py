@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from blockspace.errors import InvalidArgumentError, MissingExtraError
 from blockspace.extras import require
+from blockspace.interrupts import say_interrupted
 from blockspace.validation import refuse
 
 
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         guard.flush()
     except MissingExtraError as error:
         return refuse(error)
+    except KeyboardInterrupt as stop:  # Ctrl-C, wherever it came: one line, 130, no traceback (interrupts.py)
+        return say_interrupted(stop)
     finally:
         sys.stdout = stdout
     return CLOSED_PIPE if status == 0 and guard.reader_gone else status

@@ -77,6 +77,7 @@ from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, 
 from blockspace.conformance.vllm_manager import Excluded
 from blockspace.extras import missing_modules
 from blockspace.interfaces import load_manager_class, offers_rows
+from blockspace.interrupts import worker_pool
 from blockspace.reference.rules import window_blocks
 from blockspace.saved_state import SavedState
 from blockspace.snapshot import diff
@@ -505,7 +506,8 @@ def expand_layer(
     _SEEN, _FOUND, _KEEPER, _REACHED = seen, Counter(), keeper, dict(reached or {})
     if workers <= 1 or len(jobs) <= 1:
         return [_expand_chunk(job) for job in jobs]
-    with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+    # its workers deaf to Ctrl-C, which terminates the pool at once (blockspace/interrupts.py)
+    with worker_pool(lambda: multiprocessing.get_context("fork").Pool(min(workers, len(jobs)))) as pool:
         return pool.map(_expand_chunk, jobs, chunksize=1)
 
 

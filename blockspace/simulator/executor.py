@@ -6,6 +6,10 @@ Why its own module: a sweep (``sweep.py``) and the searches
 both want the same choice of executor (``--workers``, ``--executor``).
 Worker processes are spawned, so each starts clean; Ray's ``Pool`` has the
 same interface and spreads the runs over a cluster.
+
+On Ctrl-C (or a run that fails) the pool is terminated, not joined: the
+runs still going are not wanted, and joining would wait for them. Its
+workers never hear SIGINT themselves (``interrupts.worker_pool``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from blockspace.errors import MissingExtraError
+from blockspace.interrupts import worker_pool
 
 Job = TypeVar("Job")
 Result = TypeVar("Result")
@@ -30,27 +35,25 @@ def ray_pool() -> type:
 
 
 def _pool(executor: str, workers: int) -> Any:
-    """A pool with ``imap_unordered``: worker processes, or Ray's."""
+    """A pool with ``imap_unordered`` (worker processes, or Ray's), as a
+    context (``interrupts.worker_pool``): terminated if the block raises."""
     if executor == "ray":
-        return ray_pool()(processes=workers)
+        return worker_pool(lambda: ray_pool()(processes=workers))
     import multiprocessing
 
-    return multiprocessing.get_context("spawn").Pool(processes=workers)
+    return worker_pool(lambda: multiprocessing.get_context("spawn").Pool(processes=workers))
 
 
 def map_unordered(function: Callable[[Job], Result], jobs: list[Job], workers: int, executor: str) -> Iterator[Result]:
     """``function(job)`` of every job, as each finishes. One worker runs them
     here, in order; more use a pool (``function`` must then be a module-level
-    function, and the jobs picklable)."""
+    function, and the jobs picklable). Ctrl-C, a run that fails, or a caller
+    that stops reading ends the pool's workers at once."""
     if executor == "process" and (workers == 1 or len(jobs) == 1):
         yield from map(function, jobs)
         return
-    pool = _pool(executor, min(workers, len(jobs)))
-    try:
+    with _pool(executor, min(workers, len(jobs))) as pool:
         yield from pool.imap_unordered(function, jobs)
-    finally:
-        pool.close()
-        pool.join()
 
 
 def rounds(
@@ -61,19 +64,21 @@ def rounds(
     executor: str,
     say: Callable[[str], None] | None = None,
     said: Callable[[dict[str, Any]], str] = str,
-) -> Callable[[list[Any]], list[dict[str, Any]]]:
+) -> Callable[[list[Any]], Iterator[dict[str, Any]]]:
     """``evaluate(points)`` for a search (``capacity.py``, ``fleet_size.py``):
-    each point's job (``job_of``) run in parallel, the answers sorted by
-    their ``order`` key; with ``say``, one line a round of what each
-    answered (``said``): a search over a long trace takes minutes, and a
-    silent one looks hung."""
+    each point's job (``job_of``) run in parallel, each answer as it comes
+    (so that a search stopped by Ctrl-C keeps those of its last round);
+    with ``say``, once the round is over, one line of what each answered
+    (``said``), in their ``order`` key's order: a search over a long trace
+    takes minutes, and a silent one looks hung."""
 
-    def evaluate(points: list[Any]) -> list[dict[str, Any]]:
-        jobs = [job_of(point) for point in points]
-        answers = sorted(map_unordered(function, jobs, workers, executor), key=lambda answer: answer[order])
+    def evaluate(points: list[Any]) -> Iterator[dict[str, Any]]:
+        answers = []
+        for answer in map_unordered(function, [job_of(point) for point in points], workers, executor):
+            answers.append(answer)
+            yield answer
         if say is not None:
-            say("  tried " + ", ".join(said(answer) for answer in answers))
-        return answers
+            say("  tried " + ", ".join(said(answer) for answer in sorted(answers, key=lambda answer: answer[order])))
 
     return evaluate
 

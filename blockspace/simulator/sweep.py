@@ -23,6 +23,10 @@ under ``--out``:
                          headline figures
     sweep.png            the same figures in panels, against the first swept key
 
+Stopped by Ctrl-C, a sweep ends its workers at once and writes sweep.json
+and sweep.csv of the runs that finished, marked incomplete (``"complete":
+false``, and a line under the table); no plot (``interrupts.py``).
+
 Latencies are over the finished requests only, so the counts of ignored
 and aborted requests stand beside them in every output: without them a
 configuration that turns requests away would look faster.
@@ -44,6 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from blockspace.errors import InvalidArgumentError
+from blockspace.interrupts import Interrupted
+from blockspace.outputs import remove_partials, replacing, write_text
 from blockspace.simulator.executor import map_unordered, ray_pool
 from blockspace.simulator.slo import SLO
 from blockspace.validation import Range, check_output_dir, option_name
@@ -279,19 +285,32 @@ def _cell(value: Any) -> str:
 
 
 def write_outputs(
-    out: Path, sweeps: list[tuple[str, list[Any]]], rows: list[dict[str, Any]], summaries: list[Any]
+    out: Path,
+    sweeps: list[tuple[str, list[Any]]],
+    rows: list[dict[str, Any]],
+    summaries: list[Any],
+    complete: bool = True,
 ) -> None:
-    (out / "sweep.json").write_text(
+    """sweep.json and sweep.csv of the runs that finished (``rows``, in the
+    order of ``configurations``); ``complete`` False after Ctrl-C, where
+    some did not (sweep.json says so; the CSV then has no row for
+    them). Each file written whole (``outputs.py``)."""
+    write_text(
+        out / "sweep.json",
         json.dumps(
             {
                 "swept": dict(sweeps),
+                "complete": complete,
                 "runs": [{"values": {k: r[k] for k, _ in sweeps}, "summary": s} for r, s in zip(rows, summaries)],
             },
             indent=1,
             default=str,  # a swept path (step_model) as text
-        )  # fmt: skip
+        ),
     )
-    with open(out / "sweep.csv", "w", newline="", encoding="utf-8") as handle:
+    if not rows:  # Ctrl-C before any run finished: no table, and not an earlier sweep's under this one's name
+        (out / "sweep.csv").unlink(missing_ok=True)
+        return
+    with replacing(out / "sweep.csv") as partial, open(partial, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -399,7 +418,8 @@ def plot_sweep(path: Path, sweeps: list[tuple[str, list[Any]]], rows: list[dict[
     import matplotlib.pyplot as plt
 
     figure = sweep_figure(sweeps, rows, title)
-    figure.savefig(path, dpi=110)
+    with replacing(path) as partial:
+        figure.savefig(partial, dpi=110)
     plt.close(figure)
 
 
@@ -456,16 +476,26 @@ def sweep(
     advance, stop = progress(len(jobs), not args.quiet)
     summaries: list[Any] = [None] * len(jobs)
     started = time.perf_counter()
+    complete = True
     try:
         for index, summary in map_unordered(run_job, jobs, workers, args.executor):
             summaries[index] = summary
             advance(", ".join(f"{k}={v}" for k, v in chosen[index].items()) + f": {summary['wall_s']:.1f} s")
+    except KeyboardInterrupt:  # the workers are ended (executor.py): keep the runs that finished
+        complete = False
+        remove_partials(runs_dir)  # a worker ended while it wrote its run's file
     finally:
         stop()
-    rows = [headline_row(values, summary) for values, summary in zip(chosen, summaries)]
-    write_outputs(args.out, sweeps, rows, summaries)
-    print(format_table(rows))
-    print(table_note(args.slo))
+    finished = [(values, summary) for values, summary in zip(chosen, summaries) if summary is not None]
+    rows = [headline_row(values, summary) for values, summary in finished]
+    write_outputs(args.out, sweeps, rows, [summary for _, summary in finished], complete)
+    if rows:
+        print(format_table(rows))
+        print(table_note(args.slo))
+    if not complete:
+        print(f"incomplete: Ctrl-C stopped the sweep after {len(rows)} of {len(jobs)} runs; the table holds those")
+        raise Interrupted(f"{len(rows)} of {len(jobs)} runs finished, kept in {args.out / 'sweep.json'}"
+                          + (f" and {args.out / 'sweep.csv'}" if rows else "") + ", marked incomplete")  # fmt: skip
     print(f"{len(jobs)} runs in {time.perf_counter() - started:.1f} s wall; per-run figures: {runs_dir}/")
     print(f"summary: {args.out / 'sweep.json'}, {args.out / 'sweep.csv'}")
     if not args.no_plot:
