@@ -29,6 +29,7 @@ from blockspace.extras import require
 from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
 from blockspace.simulator.engines import replay, resolve
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
+from blockspace.simulator.memory import check_fits, fleet_cap
 from blockspace.simulator.report import (
     first_difference,
     format_comparison,
@@ -524,11 +525,15 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         raise InvalidArgumentError("--replicas cannot go with --find min-replicas: the search sets it")
     prepare = preparer(sweeps, resolve_manager(args.manager))
     points = []  # (swept values, configuration, requests, their rate, the rate the search scales)
+    caps = []  # min-replicas: each point's largest fleet that fits in memory, and a line where memory set it
     for values in configurations(sweeps):
         run_args = argparse.Namespace(**{**vars(args), **values})
         config, trace = prepare(run_args)
         offered = None if fleet else capacity.base_rate(trace)  # as drawn, where --request-rate names the rate
         points.append((values, config, trace, offered, offered_rate(run_args) or offered))
+        if fleet:  # as many runs at once as workers
+            caps.append(fleet_cap(trace, resolve_manager(args.manager), config, fleet_size.MAX_REPLICAS,
+                                  args.workers or os.cpu_count() or 1))  # fmt: skip
     if args.executor == "ray":
         ray_pool()
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
@@ -545,10 +550,13 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
                                   "workload": describe(trace)}  # fmt: skip
         try:
             if fleet:
+                most, bound = caps[len(searches)]
+                if bound is not None:
+                    print(bound, flush=True)
                 template = fleet_size.Try(1, trace, config, args.manager, args.slo)
                 counts = fleet_size.evaluator(template, workers, args.executor, say)
                 search |= {"router": config.router, **fleet_size.find_min_replicas(counts, args.target / 100,
-                                                                                   workers)}  # fmt: skip
+                                                                                   workers, most)}  # fmt: skip
             else:
                 assert rate is not None  # a rate search's points have one (capacity.base_rate)
                 rates = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor, rate, say)
@@ -634,6 +642,9 @@ def plan(args: argparse.Namespace, command: list[str], given: frozenset[str] = f
     ]
     trace = load_requests(args)
     check_output_dir(args.out, "--out", OUTPUTS)
+    for cls, run_config in configs:  # a fleet that will not fit in memory is refused now, not killed later
+        if run_config.replicas > 1:
+            check_fits(trace, cls, run_config)
     return Plan(args, configs, trace, command)
 
 

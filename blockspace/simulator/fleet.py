@@ -102,7 +102,7 @@ def replay_fleet(
                   for replica in range(config.replicas)]  # fmt: skip
         started = time.perf_counter()
         results, startup_s = replay_apart(shares, manager_class, single)
-        fleet = merged(results, assignment, config, time.perf_counter() - started)
+        fleet = merged(results, assignment, config, time.perf_counter() - started - startup_s)
         fleet.metrics.startup_s = startup_s
         return fleet
     with collector_paused():

@@ -10,7 +10,8 @@ Every count tried is reported, so a curve that does not rise can be seen.
 The search runs in rounds of as many counts as there are workers, on the
 sweep's executor (``executor.py``):
 
-1. bracket: 1, 2, 4, ... until a count meets the target (at most ``MAX_REPLICAS``);
+1. bracket: 1, 2, 4, ... until a count meets the target (at most ``MAX_REPLICAS``,
+   or the largest fleet whose estimated memory fits: ``memory.py``);
 2. narrow: between the highest failing count and the lowest passing one,
    try counts spread evenly, until the two are adjacent.
 
@@ -59,14 +60,15 @@ def run_try(attempt: Try) -> dict[str, Any]:
     }
 
 
-def next_counts(tried: dict[int, bool], width: int) -> list[int]:
+def next_counts(tried: dict[int, bool], width: int, most: int = MAX_REPLICAS) -> list[int]:
     """The replica counts of the next round (``tried``: count -> passed), or
-    [] when the search is over: found, or past ``MAX_REPLICAS``."""
+    [] when the search is over: found, or past ``most`` (``MAX_REPLICAS``,
+    or fewer: the largest fleet that fits in memory, ``memory.py``)."""
     passing = [k for k, passed in tried.items() if passed]
     low = max((k for k, passed in tried.items() if not passed), default=0)  # the highest failing count
     if not passing:
-        most = max(tried)
-        return [] if most >= MAX_REPLICAS else [min(most * 2 ** (i + 1), MAX_REPLICAS) for i in range(width)]
+        top = max(tried)
+        return [] if top >= most else sorted({min(top * 2 ** (i + 1), most) for i in range(width)})
     high = min(k for k in passing if k > low)
     if high - low <= 1:
         return []
@@ -75,23 +77,24 @@ def next_counts(tried: dict[int, bool], width: int) -> list[int]:
 
 
 def find_min_replicas(
-    evaluate: Callable[[list[int]], list[dict[str, Any]]], target: float, width: int
+    evaluate: Callable[[list[int]], list[dict[str, Any]]], target: float, width: int, most: int = MAX_REPLICAS
 ) -> dict[str, Any]:
     """Search (see the module doc). ``evaluate(counts)`` replays those counts
     (in parallel) and returns ``run_try``'s answers; ``target`` is the
     attainment wanted (0-1), ``width`` the counts per round."""
     tries: dict[int, dict[str, Any]] = {}
-    counts = sorted({min(2**i, MAX_REPLICAS) for i in range(width)})
+    counts = sorted({min(2**i, most) for i in range(width)})  # ``most``: as ``next_counts``
     while counts:
         for answer in evaluate(counts):
             tries[answer["replicas"]] = answer
-        counts = next_counts({k: t["attainment"] >= target for k, t in tries.items()}, width)
+        counts = next_counts({k: t["attainment"] >= target for k, t in tries.items()}, width, most)
     failing = max((k for k, t in tries.items() if t["attainment"] < target), default=0)
     passing = [k for k, t in tries.items() if t["attainment"] >= target and k > failing]
     return {
         "min_replicas": min(passing, default=None),
         "target": target,
         "runs": len(tries),
+        "most": most,  # the largest count it could try
         "curve": [tries[k] for k in sorted(tries)],
     }
 
@@ -119,7 +122,9 @@ def format_answer(found: dict[str, Any], slo: SLO, router: str) -> str:
         )
     target = f"{found['target']:.0%} of requests within {slo}"
     if found["min_replicas"] is None:
-        lines.append(f"min replicas: none found up to {MAX_REPLICAS} under {router} for {target}; {found['runs']} runs")
+        bound = "" if found["most"] >= MAX_REPLICAS else ", the largest fleet that fits in memory"
+        lines.append(f"min replicas: none found up to {found['most']:,}{bound} under {router} for {target}; "
+                     f"{found['runs']} runs")  # fmt: skip
     else:
         lines.append(f"min replicas: {found['min_replicas']} under {router} keep {target}; {found['runs']} runs")
     return "\n".join(lines)

@@ -392,15 +392,20 @@ def replay_apart(
     Why: a replica's state is freed once its share is done, so the fleet
     holds one replica's state at a time and its replicas' figures."""
     name = manager_name_of(manager_class)
-    results = []
+    results: list[SimulationResult] = []
+    idle = None  # the result of a replica sent nothing, made once: a fleet larger than its trace has many
     with collector_paused():
         startup_s = warm_up(manager_class, config)
         for share in shares:
+            if not share and idle is not None:
+                results.append(idle)
+                continue
             started = time.perf_counter()
             run = Run(share, manager_class, config)
             run.advance(math.inf)
-            result = run.result(name, time.perf_counter() - started, startup_s)
-            results.append(dataclasses.replace(result, manager=None))
+            result = dataclasses.replace(run.result(name, time.perf_counter() - started, startup_s), manager=None)
+            idle = result if not share else idle
+            results.append(result)
     return results, startup_s
 
 

@@ -76,6 +76,16 @@ class CompiledReplica:
         """The replica's result, once ``advance(math.inf)`` has returned."""
         return self.run.result(self.manager_name, wall_s, startup_s)
 
+    def held_bytes(self) -> int:
+        """The bytes of the arrays this replica holds: its manager's (pools,
+        key table, tables, tracker) and its loop's; the fleet's trace, which
+        every replica reads (``FleetTrace``), is not counted."""
+        from blockspace.simulator.memory import array_bytes
+
+        store, loop = self.run.manager.store, self.run.loop
+        own = array_bytes(store.gpu, store.cpu, store.keys, store.tables, store.tracker, loop, self.run.requests)
+        return own - self.trace.chunks.nbytes  # the loop's chunks are the fleet's
+
     # -- what a router and a closed loop read --------------------------------------------
     @property
     def routed(self) -> int:
