@@ -13,7 +13,7 @@ import pytest
 
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.engines import replay
-from blockspace.simulator.plot import run_figure
+from blockspace.simulator.plot import run_figure, tokens_per_second
 from blockspace.simulator.scheduler import SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult
 from blockspace.workloads import load_trace
@@ -133,3 +133,17 @@ def test_one_engine_on_the_python_engine_still_draws_the_manager_time():
         assert "replicas" not in figure.get_suptitle()
     finally:
         plt.close(figure)
+
+
+def test_the_guides_example_computes_its_prompts_then_only_decodes():
+    """docs/simulator.md, the fourth panel of ``--max-requests 50``: 16,000
+    to 21,700 tokens a second while prompts wait (to 29 s), about 1,800 from
+    30 s, when only decodes remain, falling as the last requests finish."""
+    result = replay(load_trace(None, 50), FAST, SimulationConfig(num_gpu_blocks=49152, num_cpu_blocks=0))
+    edges, rates = tokens_per_second(result.metrics.timeline)
+    starts = edges[:-1]
+    assert len(rates) == 100
+    assert 16_000 <= rates[starts < 29].min() and rates[starts < 29].max() <= 21_800
+    decoding = rates[(starts >= 29.7) & (starts < 35)]
+    assert 1_700 <= decoding.min() and decoding.max() <= 2_100
+    assert rates[-1] < 500
