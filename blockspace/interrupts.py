@@ -23,6 +23,7 @@ traceback, and exits with ``INTERRUPTED``.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -98,7 +99,16 @@ def worker_pool(make: Callable[[], Any]) -> Iterator[Any]:
     its interface: Ray's), made with SIGINT held so that its workers never
     see it (see the module doc); closed and joined when the block ends,
     terminated if it raises (Ctrl-C among the rest): the runs still going
-    are not wanted, and joining would wait for them."""
+    are not wanted, and joining would wait for them.
+
+    Python's resource tracker, a process that a spawned pool's first lock
+    starts, is started first: starting it, ``multiprocessing`` blocks and
+    then unblocks SIGINT (to keep the tracker deaf), and that would undo
+    the hold for the workers made after it."""
+    if os.name == "posix":
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
     pool = None
     try:
         with sigint_held():

@@ -36,8 +36,8 @@ class Profile:
 # (tests/test_situations.py), in minutes on two cores (docs/conformance.md, *The standard set*).
 STANDARD_SCOPES = (
     "default", "plain_single", "wide", "big_steps", "evictions", "stale_pair", "shared_writes", "adapter_rows",
-    "salts", "key_room", "long_tables", "step_tails", "two_buckets", "sliding_window_single", "swap_single",
-    "encoder_decoder_single",
+    "salts", "key_room", "long_tables", "step_tails", "two_buckets", "tracker_hole", "untracked",
+    "sliding_window_single", "window_mid_block", "swap_single", "encoder_decoder_single",
 )  # fmt: skip
 
 PROFILES = {

@@ -363,10 +363,11 @@ def check_output_file(path: str | Path, option: str) -> None:
 
 def write_output(path: str | Path, text: str) -> None:
     """Write a checked output file (``check_output_file``), making its
-    missing folders: the check accepted them as makeable."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    missing folders: the check accepted them as makeable. Whole or not at
+    all (``outputs.write_text``)."""
+    from blockspace.outputs import write_text
+
+    write_text(path, text)
 
 
 def _check_writable(folder: Path, option: str, named: Path) -> None:

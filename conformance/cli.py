@@ -32,7 +32,6 @@ import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from blockspace.conformance.check import Check, CheckResult, failure_signature
@@ -45,6 +44,7 @@ from blockspace.conformance.runner import (
 from blockspace.conformance.scope import Scope, ScopeError, scope_from
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.kit_options import FEATURES, RANGES, Profile, build_parser
+from blockspace.outputs import write_text
 from blockspace.validation import check_output_file, check_ranges, given_options, load_manager, option_name, refuse
 
 
@@ -79,10 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     print_summary(report)
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)  # check_output_file allowed a folder still to be made
-        path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    if args.json:  # whole or not at all, its folder made: check_output_file allowed one still to be made
+        write_text(args.json, json.dumps(report, indent=2, default=str))
     return 0 if report["passed"] else 1
 
 

@@ -24,11 +24,12 @@ The answer is the highest passing rate found below the lowest failing one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from blockspace.errors import InvalidArgumentError
+from blockspace.interrupts import Interrupted, incomplete_line
 from blockspace.simulator.slo import SLO
 from blockspace.workloads import TraceRequest, scale_arrivals
 
@@ -100,7 +101,7 @@ def next_scales(tried: dict[float, bool], width: int, tolerance: float) -> list[
 
 
 def find_max_rate(
-    evaluate: Callable[[list[float]], list[dict[str, Any]]],
+    evaluate: Callable[[list[float]], Iterable[dict[str, Any]]],
     rate: float,
     target: float,
     width: int,
@@ -110,18 +111,24 @@ def find_max_rate(
     """Search (see the module doc). ``evaluate(scales)`` runs those rate
     scales (in parallel) and returns ``run_probe``'s answers; ``rate`` is
     the trace's own request rate, ``target`` the attainment wanted (0-1),
-    ``width`` the rates per round."""
+    ``width`` the rates per round. Stopped by Ctrl-C, it raises
+    ``Interrupted`` with the rates tried so far (``complete`` False)."""
     probes: dict[float, dict[str, Any]] = {}
     scales = [2.0**i for i in range(width)]  # the first round: the trace's rate and up
-    while scales and len(probes) < max_runs:
-        for answer in evaluate(scales[: max_runs - len(probes)]):
-            probes[answer["scale"]] = answer
-        scales = next_scales({s: p["attainment"] >= target for s, p in probes.items()}, width, tolerance)
+    complete = True
+    try:
+        while scales and len(probes) < max_runs:
+            for answer in evaluate(scales[: max_runs - len(probes)]):
+                probes[answer["scale"]] = answer
+            scales = next_scales({s: p["attainment"] >= target for s, p in probes.items()}, width, tolerance)
+    except KeyboardInterrupt:
+        complete = False
     failing = min((s for s, p in probes.items() if p["attainment"] < target), default=None)
     passing = [s for s, p in probes.items() if p["attainment"] >= target and (failing is None or s < failing)]
     best = max(passing, default=None)
     curve = [{**probes[s], "rate_requests_per_s": s * rate} for s in sorted(probes)]
-    return {
+    found = {
+        "complete": complete,
         "max_rate_requests_per_s": None if best is None else best * rate,
         "rate_scale": best,
         "lowest_failing_rate_requests_per_s": None if failing is None else failing * rate,
@@ -131,6 +138,9 @@ def find_max_rate(
         "converged": not scales,
         "curve": curve,
     }
+    if not complete:
+        raise Interrupted(partial=found)
+    return found
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -146,7 +156,7 @@ def evaluator(
     executor: str,
     rate: float,
     say: Callable[[str], None] | None = None,
-) -> Callable[[list[float]], list[dict[str, Any]]]:
+) -> Callable[[list[float]], Iterable[dict[str, Any]]]:
     """``evaluate`` for ``find_max_rate``: each round's rate scales in
     parallel, and with ``say`` a line per round (``executor.rounds``)."""
     from blockspace.simulator.executor import rounds
@@ -169,7 +179,9 @@ def format_answer(found: dict[str, Any], slo: SLO) -> str:
             f"{point['finished']}/{point['ignored']}/{point['aborted']}"
         )
     target = f"{found['target']:.0%} of requests within {slo}"
-    if found["max_rate_requests_per_s"] is None:
+    if not found["complete"]:
+        lines.append(incomplete_line("max rate", found["runs"]))
+    elif found["max_rate_requests_per_s"] is None:
         lowest = found["curve"][0]
         lines.append(
             f"max rate: none found: even {lowest['rate_requests_per_s']:.4g} req/s ({lowest['scale']:.4g}x the "

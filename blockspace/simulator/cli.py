@@ -26,6 +26,8 @@ from typing import Any
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.extras import require
+from blockspace.interrupts import Interrupted
+from blockspace.outputs import replacing, write_text
 from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
 from blockspace.simulator.engines import replay, resolve
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
@@ -540,6 +542,7 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     workers = args.workers or os.cpu_count() or 1
     source = workload_source(args)
     searches = []
+    stopped = None  # Ctrl-C's Interrupted, once a search was stopped: its points are kept, the rest not run
     for values, config, trace, offered, rate in points:
         named = "".join(f", {name}={value}" for name, value in values.items())
         goal = f"the fewest replicas under {config.router}" if fleet else "the highest rate"
@@ -562,19 +565,27 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
                 rates = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor, rate, say)
                 search |= {"arrival_times": capacity.arrival_times(trace), "offered_requests_per_s": offered,
                            **capacity.find_max_rate(rates, rate, args.target / 100, workers)}  # fmt: skip
+        except Interrupted as stop:  # Ctrl-C: the points tried so far, written below marked incomplete
+            search |= stop.partial
+            stopped = stop
         except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
             return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
         print(fleet_size.format_answer(search, args.slo, config.router) if fleet
               else capacity.format_answer(search, args.slo))  # fmt: skip
         searches.append(search)
-    if len(searches) > 1:
+        if stopped is not None:
+            break
+    if len(searches) > 1 and stopped is None:
         print(fleet_size.format_answers(searches) if fleet else capacity.format_answers(searches))
     args.out.mkdir(parents=True, exist_ok=True)
     document = {"command": shlex.join(command), "version": __version__, "find": args.find, "trace": source,
                 "manager": args.manager, "slo": str(args.slo), "target": args.target / 100,
-                "configurations": searches}  # fmt: skip
-    (args.out / "capacity.json").write_text(json.dumps(document, indent=1))
+                "complete": stopped is None, "configurations": searches}  # fmt: skip
+    write_text(args.out / "capacity.json", json.dumps(document, indent=1))
     print(f"figures: {args.out / 'capacity.json'}")
+    if stopped is not None:  # no plot: Ctrl-C asked to stop now
+        runs = sum(search["runs"] for search in searches)
+        raise Interrupted(f"{runs:,} finished run(s) kept in {args.out / 'capacity.json'}, marked incomplete")
     if not args.no_plot:
         size = max(search["requests"] for search in searches)
         title = f"{'fewest replicas' if fleet else 'max rate'} within {args.slo} for {args.target:g}% of {size:,} " \
@@ -773,9 +784,9 @@ def write_requests(path: Path, results: list[SimulationResult], slo: SLO | None)
     schema is in docs/simulator.md), its folders made as needed. Times are
     rounded to the nanosecond, the finest unit of the step-time model
     (``kv_token_read_ns``): a sum of steps carries float noise below it
-    (0.3841899999999999 is 0.38419)."""
+    (0.3841899999999999 is 0.38419). Written whole (``outputs.replacing``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as out:
+    with replacing(path) as partial, open(partial, "w", encoding="utf-8") as out:
         for result in results:
             manager = result.manager_name.rsplit(".", 1)[-1]
             for record in result.metrics.request_records(slo):

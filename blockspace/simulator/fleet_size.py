@@ -20,10 +20,11 @@ The answer is the lowest passing count above the highest failing one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from blockspace.interrupts import Interrupted, incomplete_line
 from blockspace.simulator.slo import SLO
 from blockspace.workloads import TraceRequest
 
@@ -77,31 +78,41 @@ def next_counts(tried: dict[int, bool], width: int, most: int = MAX_REPLICAS) ->
 
 
 def find_min_replicas(
-    evaluate: Callable[[list[int]], list[dict[str, Any]]], target: float, width: int, most: int = MAX_REPLICAS
+    evaluate: Callable[[list[int]], Iterable[dict[str, Any]]], target: float, width: int, most: int = MAX_REPLICAS
 ) -> dict[str, Any]:
     """Search (see the module doc). ``evaluate(counts)`` replays those counts
     (in parallel) and returns ``run_try``'s answers; ``target`` is the
-    attainment wanted (0-1), ``width`` the counts per round."""
+    attainment wanted (0-1), ``width`` the counts per round. Stopped by
+    Ctrl-C, it raises ``Interrupted`` with the counts tried so far
+    (``complete`` False)."""
     tries: dict[int, dict[str, Any]] = {}
     counts = sorted({min(2**i, most) for i in range(width)})  # ``most``: as ``next_counts``
-    while counts:
-        for answer in evaluate(counts):
-            tries[answer["replicas"]] = answer
-        counts = next_counts({k: t["attainment"] >= target for k, t in tries.items()}, width, most)
+    complete = True
+    try:
+        while counts:
+            for answer in evaluate(counts):
+                tries[answer["replicas"]] = answer
+            counts = next_counts({k: t["attainment"] >= target for k, t in tries.items()}, width, most)
+    except KeyboardInterrupt:
+        complete = False
     failing = max((k for k, t in tries.items() if t["attainment"] < target), default=0)
     passing = [k for k, t in tries.items() if t["attainment"] >= target and k > failing]
-    return {
+    found = {
+        "complete": complete,
         "min_replicas": min(passing, default=None),
         "target": target,
         "runs": len(tries),
         "most": most,  # the largest count it could try
         "curve": [tries[k] for k in sorted(tries)],
     }
+    if not complete:
+        raise Interrupted(partial=found)
+    return found
 
 
 def evaluator(
     template: Try, workers: int, executor: str, say: Callable[[str], None] | None = None
-) -> Callable[[list[int]], list[dict[str, Any]]]:
+) -> Callable[[list[int]], Iterable[dict[str, Any]]]:
     """``evaluate`` for ``find_min_replicas``: each round's counts (the
     ``template`` at each) in parallel, and with ``say`` a line per round
     (``executor.rounds``)."""
@@ -121,7 +132,9 @@ def format_answer(found: dict[str, Any], slo: SLO, router: str) -> str:
             f"{point['hit_rate']:>8.1%}  {ttft:>10}  {'SATURATED' if point['saturated'] else 'keeps up'}"
         )
     target = f"{found['target']:.0%} of requests within {slo}"
-    if found["min_replicas"] is None:
+    if not found["complete"]:
+        lines.append(incomplete_line("min replicas", found["runs"]))
+    elif found["min_replicas"] is None:
         bound = "" if found["most"] >= MAX_REPLICAS else ", the largest fleet that fits in memory"
         lines.append(f"min replicas: none found up to {found['most']:,}{bound} under {router} for {target}; "
                      f"{found['runs']} runs")  # fmt: skip

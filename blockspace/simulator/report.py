@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from blockspace.outputs import write_text
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.simulation import SimulationResult
 from blockspace.simulator.slo import SLO, attainment
@@ -413,7 +414,7 @@ def write_json(
         "timeline": {column.name: _thin(getattr(timeline, column.name)) for column in dataclasses.fields(timeline)},
         "manager_s_per_step": {s["manager"]: _thin(r.metrics.timeline.manager_s) for s, r in zip(summaries, results)},
     }
-    path.write_text(json.dumps(document, indent=1, default=str))  # a swept path (--step-model) as text
+    write_text(path, json.dumps(document, indent=1, default=str))  # a swept path (--step-model) as text
 
 
 __all__ = [

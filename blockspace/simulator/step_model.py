@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from blockspace.errors import InvalidArgumentError, InvalidConfigError
+from blockspace.outputs import write_text
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.validation import Range, check_keys, check_number, option_name, read_json_object
 
@@ -64,9 +65,9 @@ def step_model_json(model: StepTimeModel, provenance: dict[str, Any] | None = No
 
 
 def save_step_model(model: StepTimeModel, path: str | Path, provenance: dict[str, Any] | None = None) -> None:
-    """Write ``model`` and its ``provenance`` to ``path`` as ``load_step_model`` reads it."""
+    """Write ``model`` and its ``provenance`` to ``path`` as ``load_step_model`` reads it (whole: ``outputs.py``)."""
     text = json.dumps(step_model_json(model, provenance), indent=2, allow_nan=False)
-    Path(path).write_text(text + "\n", encoding="utf-8")
+    write_text(path, text + "\n")
 
 
 def load_step_model(path: str | Path, kv: KVCacheModel | None = None) -> StepTimeModel:
