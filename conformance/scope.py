@@ -222,6 +222,26 @@ SCOPES = {
     "stale_pair": Scope(name="stale_pair", family="caching", block_size=2, num_gpu_blocks=3, num_cpu_blocks=0,
                         enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1, 2), alphabet=(1,),
                         max_len=2, max_preemptions=0),
+    # A hole in a cached prefix (spec §14.8): a one-token prompt's block, in use and not yet computed,
+    # and a two-token prompt sharing it, recomputed, so its second block waits idle (computed, as every
+    # idle block is); asked again, vLLM's binary search counts both blocks past the first, where a scan
+    # in order stops at it (conformance/wrong.py: LinearScanTracker). Three blocks, so that it is let in.
+    "tracker_hole": Scope(name="tracker_hole", family="caching", block_size=1, num_gpu_blocks=3, num_cpu_blocks=0,
+                          enable_caching=True, max_requests=2, max_seqs=1, prompt_lengths=(1, 2), alphabet=(1,),
+                          max_len=2, max_preemptions=1),
+    # A sequence that leaves the tracker and comes back: the cache calls as moves of their own, so a
+    # count, a removal, a marking and a count again come in every order (vLLM counts afresh; a tracker
+    # that parks a row must not take its old count back: conformance/wrong.py, TrackerCountKept).
+    "untracked": Scope(name="untracked", family="caching", block_size=2, num_gpu_blocks=1, num_cpu_blocks=0,
+                       enable_caching=True, max_requests=1, max_seqs=1, prompt_lengths=(2,), alphabet=(1,),
+                       max_len=2, new_tokens=(0,), max_preemptions=0, free_calls=True),
+    # A sliding window cut while the computed count is mid-block: blocks of two tokens (the family's
+    # scope has blocks of one, where every count is a block edge), a window of two blocks, a sequence
+    # grown to seven tokens, so the cut at 5 computed tokens rounds down (conformance/wrong.py,
+    # WindowCutRoundedUp, rounds it up and drops a block early).
+    "window_mid_block": Scope(name="window_mid_block", family="sliding_window", block_size=2, num_gpu_blocks=5,
+                              num_cpu_blocks=0, sliding_window=1, max_requests=1, max_seqs=1, prompt_lengths=(1,),
+                              alphabet=(1,), max_len=7, max_preemptions=0),
     "swap": Scope(name="swap", family="swap", block_size=2, num_gpu_blocks=2, num_cpu_blocks=1,
                   enable_caching=True, max_requests=2, max_seqs=2, prompt_lengths=(1,), alphabet=(1,),
                   max_len=2, max_preemptions=1),

@@ -113,9 +113,12 @@ def _leading_cached(t: Transition, blocks: list[int]) -> int:
 
 
 def _past_hole(t: Transition) -> bool:
+    """A count of two blocks or more past its table's cached prefix: a hole
+    and a block past it (a count of one block may only be stale, frozen
+    while the prefix changed, which no scan order decides)."""
     for seq, (_, cached_tokens) in t.after["tracker"].items():
         table = t.after["tables"].get(seq)
-        if table is not None and table["device"] == "GPU" and cached_tokens:
+        if table is not None and table["device"] == "GPU" and cached_tokens // t.block_size > 1:
             if cached_tokens // t.block_size > _leading_cached(t, table["blocks"]):
                 return True
     return False
