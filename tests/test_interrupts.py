@@ -4,7 +4,7 @@ SIGINT sent to its whole process group, as a terminal sends it, with one
 search keeps the runs that finished, marked incomplete; no file is left
 half-written (blockspace/outputs.py).
 
-Each command runs in a session of its own (``start_new_session``), gets
+Each command runs in a process group of its own (``start_new_session``), gets
 its work going, and is interrupted once a line or its worker processes
 show the work has started. The runs use the reference manager on the
 Python engine: no compiled code, so the tests time the same with Numba's
@@ -59,9 +59,9 @@ def workers_of(pid: int) -> list[int]:
 
 
 def interrupt(argv: list[str], marker: str | None = None, workers: int = 0) -> Stopped:
-    """Run ``blockspace ARGV`` in a new session; once a line of its output
+    """Run ``blockspace ARGV`` in a new process group; once a line of its output
     matches ``marker`` (and it has ``workers`` child processes), send SIGINT
-    to the session's process group and time the exit."""
+    to that group and time the exit."""
     process = subprocess.Popen(
         [sys.executable, "-m", "blockspace", *argv],
         stdout=subprocess.PIPE,
