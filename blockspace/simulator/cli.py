@@ -541,7 +541,7 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
     workers = args.workers or os.cpu_count() or 1
     source = workload_source(args)
-    searches = []
+    searches: list[dict[str, Any]] = []
     stopped = None  # Ctrl-C's Interrupted, once a search was stopped: its points are kept, the rest not run
     for values, config, trace, offered, rate in points:
         named = "".join(f", {name}={value}" for name, value in values.items())

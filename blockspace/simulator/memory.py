@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import resource
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def idle_bytes(manager_class: type, config: SimulationConfig) -> int:
     return max(held, 0)
 
 
-def _replica_builder(manager_class: type, config: SimulationConfig) -> object:
+def _replica_builder(manager_class: type, config: SimulationConfig) -> Callable[[], object]:
     """A function that builds one idle replica of ``config`` as its engine's fleet does."""
     if config.engine == "compiled":
         from blockspace.simulator.compiled.replica import CompiledReplica, FleetTrace

@@ -384,7 +384,7 @@ def warm_up(manager_class: type, config: SimulationConfig) -> float:
 def new_manager(manager_class: type, config: SimulationConfig) -> FastBlockSpaceManager:
     """A fresh manager of ``config``'s pools."""
     sched = config.scheduler
-    return manager_class(  # type: ignore[no-any-return]  # a fast manager's class (CompiledSimulation checks)
+    return manager_class(  # a fast manager's class (CompiledSimulation checks)
         block_size=sched.block_size, num_gpu_blocks=config.num_gpu_blocks, num_cpu_blocks=config.num_cpu_blocks,
         watermark=config.watermark, enable_caching=sched.enable_prefix_caching,
     )  # fmt: skip
