@@ -226,6 +226,7 @@ def situation_coverage(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     scopes of this run reached, each with the scopes and the shallowest
     depth; None when no scope was explored."""
     from blockspace.conformance.situations import SITUATIONS
+    from blockspace.conformance.wrong import killers  # each situation's wrong implementations (issue #51)
 
     explored = [entry for entry in entries if "situations" in entry]
     if not explored:
@@ -238,7 +239,7 @@ def situation_coverage(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
             seen["scopes"].append(entry["scope"])
     return {
         "registered": len(SITUATIONS),
-        "reached": {s.name: reached[s.name] for s in SITUATIONS if s.name in reached},
+        "reached": {s.name: {**reached[s.name], "kills": killers(s.name)} for s in SITUATIONS if s.name in reached},
         "not_reached": [s.name for s in SITUATIONS if s.name not in reached],
         "scopes_exhausted": [entry["scope"] for entry in explored if entry.get("exhausted")],
     }

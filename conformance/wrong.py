@@ -6,7 +6,7 @@ does not say the scope would notice that rule done otherwise. Here each
 situation gets at least one *wrong implementation*: the reference with
 one rule replaced by another a re-implementer could well write (a linear
 scan for vLLM's binary search, a window cut rounded up, the hit rate's
-running mean updated in place, a reset that keeps the statistics), each a
+running bucket blended in place, a reset that keeps the statistics), each a
 small subclass of the reference that overrides one part or one method.
 Each agrees with the reference until its rule is put to the test, so the
 check that catches it is evidence that the rule was tested.
@@ -205,11 +205,11 @@ class EvictLargerIdFirst(_Rewired):
 # -- the prefix cache (§6.4-§6.7) ----------------------------------------------------------------
 class _IdleHitsOnly(CachingAllocator):
     def fill_full(self, key: int | None) -> int:
-        hit = key in self.cached
-        block_id = super().fill_full(key)
-        if hit and self.refs(block_id) > 1:  # shared with a table that holds it: counted as a miss
-            self.stats.num_hits -= 1 if self.stats.num_queries else 0
-        return block_id
+        if key in self.cached and self.refs(self.cached[key]) > 0:  # shared with a table that holds it
+            self.stats.query(False)  # counted as a miss
+            self._adopt(self.cached[key])
+            return self.cached[key]
+        return super().fill_full(key)
 
 
 @wrong("hit_in_use", "counts a prompt block found in use by another table as a miss (only revivals are hits)",

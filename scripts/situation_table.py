@@ -4,8 +4,10 @@
     python scripts/situation_table.py report.json
 
 One row per situation of ``conformance/situations.py``: its sections of the
-spec, what it is, the scopes of the run that reached it, and the shallowest
-depth (moves from the start) at which one did.
+spec, what it is, the scopes of the run that reached it, the shallowest
+depth (moves from the start) at which one did, and the wrong implementation
+it kills (``conformance/wrong.py``: each situation's plausible wrong rule,
+caught by a scope that reaches it or by the check named beside it).
 """
 
 from __future__ import annotations
@@ -14,18 +16,21 @@ import json
 import sys
 
 from blockspace.conformance.situations import SITUATIONS
+from blockspace.conformance.wrong import table_cell
 
 
 def table(report: dict) -> str:
     reached = (report.get("situations") or {}).get("reached", {})
-    lines = ["| situation | spec | what happens | scopes that reach it | shallowest depth |",
-             "|---|---|---|---|---:|"]  # fmt: skip
+    headings = ("situation", "spec", "what happens", "scopes that reach it", "shallowest depth",
+                "wrong implementation it kills")  # fmt: skip
+    lines = [f"| {' | '.join(headings)} |", "|---|---|---|---|---:|---|"]
     for situation in SITUATIONS:
         seen = reached.get(situation.name)
         scopes = ", ".join(f"`{name}`" for name in seen["scopes"]) if seen else "none"
         depth = str(seen["depth"]) if seen else "-"
         lines.append(
-            f"| `{situation.name}` | {', '.join(situation.sections)} | {situation.says} | {scopes} | {depth} |"
+            f"| `{situation.name}` | {', '.join(situation.sections)} | {situation.says} | {scopes} | {depth} "
+            f"| {table_cell(situation.name)} |"
         )
     return "\n".join(lines)
 

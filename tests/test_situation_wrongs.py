@@ -116,6 +116,7 @@ def test_the_scopes_reaching_its_situation_pass_the_float_drift(tmp_path, name):
     report = kit(tmp_path, "--impl", w.impl, "--profile", "exhaustive", "--scope", scopes[0], "--only",
                  f"explore[{scopes[0]}]", "--workers", "2")  # fmt: skip
     assert report["passed"] and report["checks"][0]["exhausted"]
+    assert report["situations"]["reached"][w.situation]["kills"] == killers(w.situation)  # the report's column
 
 
 def test_the_held_out_style_ones_are_registered_and_held_to_a_check():
