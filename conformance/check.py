@@ -44,20 +44,27 @@ from blockspace.kit_options import Profile
 REPRO = REPRO_HEADING.lstrip("\n")  # what separates a Divergence's message from its script
 PLACE = re.compile(r"^(?:in .+? with \d+ GPU and \d+ CPU blocks|at step \d+): ")  # a sweep's play, a long run's step
 NUMBERS = re.compile(r"-?\d+(?:[.,] ?-?\d+)*")  # 5, -1, 0.25, [0, 1, 2]: counts, ids, rates
+VALUES = re.compile(r" \(.* vs .*\)(?=\)$)")  # a mismatch's values whole: "(value: length 2 != 3 ([...] vs [...]))"
 
 
 def failure_signature(message: str) -> str:
-    """What a failure looks like, whichever check met it: the first three
-    lines of its ``Divergence`` message (what disagreed, each manager's
-    answer) without the place in the check (a sweep's play, a long run's
-    step) and with every number as ``#`` (block ids and counts follow the
-    configuration). Why: one bug is met by many checks, each in its own
-    configuration (one wrong free count by 13 of the quick profile's); the
-    report gives each signature one repro and the list of checks that met it."""
-    lines = [line.strip() for line in message.partition(REPRO)[0].splitlines() if line.strip()][:3]
-    if lines:
-        lines[0] = PLACE.sub("", lines[0])
-    return NUMBERS.sub("#", "\n".join(lines))
+    """What a failure looks like, whichever check met it: the call its
+    repro ends in (the first line of its ``Divergence`` message, without
+    the place in the check: a sweep's play, a long run's step) and how the
+    answers differ, with every number as ``#`` (block ids and counts follow
+    the configuration). Where both answered a value, how they differ is
+    the mismatch's first difference (``(value[0][0]: 3 != 5)``), not the
+    values whole: a swap of two pairs and one of three, each in reverse
+    order, are one bug. Else (an error, a state or an invariant) the two
+    lines after the first. Why: one bug is met by many checks, each in its
+    own configuration (one wrong free count by 13 of the quick profile's);
+    the report gives each signature one repro and the list of checks that met it."""
+    lines = [line.strip() for line in message.partition(REPRO)[0].splitlines() if line.strip()]
+    if not lines:
+        return ""
+    answered = len(lines) > 3 and all(" returned " in line for line in lines[1:3]) and lines[3].startswith("(")
+    kept = [PLACE.sub("", lines[0]), *([VALUES.sub("", lines[3])] if answered else lines[1:3])]
+    return NUMBERS.sub("#", "\n".join(kept))
 
 
 @dataclass

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from blockspace.conformance.check import Check, CheckResult, failure_signature
+from blockspace.conformance.check import REPRO, Check, CheckResult, failure_signature
 from blockspace.conformance.runner import (
     PROFILES,
     capabilities_of,
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "capabilities": plan.capabilities,
         "passed": checked > 0 and all(r.status != "failed" for r in results),
         "checks": entries,
-        "situations": situation_coverage(entries),
+        "situations": situation_coverage(entries, [check.name for check in plan.checks]),
         "totals": {
             "checks": len(results),
             "failed": sum(r.status == "failed" for r in results),
@@ -221,16 +221,27 @@ def listed(names: Sequence[str]) -> str:
     return f"it runs {len(names)} checks: {', '.join(names[:3])}, ..."
 
 
-def situation_coverage(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+def situation_coverage(entries: list[dict[str, Any]], planned: Sequence[str]) -> dict[str, Any] | None:
     """Which situations of the spec (``situations.py``) the explorer's
     scopes of this run reached, each with the scopes and the shallowest
-    depth; None when no scope was explored."""
+    depth; None when the run explores no scope (``planned``: the names of
+    its checks). Not measured (``measured`` False, and why) where a search
+    stopped at a failure or the run stopped before a search (``--fail-fast``):
+    the situations its scopes would have reached would read as not reached,
+    a coverage gap that is not one."""
     from blockspace.conformance.situations import SITUATIONS
     from blockspace.conformance.wrong import killers  # each situation's wrong implementations (issue #51)
 
-    explored = [entry for entry in entries if "situations" in entry]
-    if not explored:
+    searches = [name for name in planned if name.startswith("explore[")]
+    if not searches:
         return None
+    ran = {entry["name"]: entry for entry in entries}
+    failed = [name for name in searches if name in ran and ran[name]["status"] == "failed"]
+    stopped = any(name not in ran for name in searches)
+    if failed or stopped:
+        where = "the run stopped at the first failure" if stopped else f"{failed[0]} stopped at its first failure"
+        return {"registered": len(SITUATIONS), "measured": False, "not_measured": where}
+    explored = [entry for entry in entries if "situations" in entry]
     reached: dict[str, dict[str, Any]] = {}
     for entry in explored:
         for name, depth in entry["situations"].items():
@@ -239,24 +250,35 @@ def situation_coverage(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
             seen["scopes"].append(entry["scope"])
     return {
         "registered": len(SITUATIONS),
+        "measured": True,
         "reached": {s.name: {**reached[s.name], "kills": killers(s.name)} for s in SITUATIONS if s.name in reached},
         "not_reached": [s.name for s in SITUATIONS if s.name not in reached],
         "scopes_exhausted": [entry["scope"] for entry in explored if entry.get("exhausted")],
     }
 
 
+def repro_lines(result: CheckResult) -> int:
+    """How long a failure's repro is, in lines (a failure with none: 0)."""
+    return len(result.detail.partition(REPRO)[2].splitlines())
+
+
 def check_entries(results: list[CheckResult]) -> list[dict[str, Any]]:
-    """The report's entry of each check; a failed check whose failure has the
-    signature of an earlier one's (``check.failure_signature``) names that
-    check as ``same_failure_as``: the report shows the first one's repro."""
-    first_with: dict[str, str] = {}
+    """The report's entry of each check. Failures of one signature
+    (``check.failure_signature``: the call the repro ends in and how the
+    answers differ) are one bug: each check but the one with the shortest
+    repro names that one as ``same_failure_as``, and the report shows its
+    repro alone. Why the shortest: one bug met by a state machine (a few
+    calls, shrunk), a trace (hundreds) and a sweep reads best in the few."""
+    groups: dict[str, list[CheckResult]] = {}
+    for result in results:
+        if result.status == "failed":
+            groups.setdefault(result.signature, []).append(result)
+    shown = {signature: min(group, key=repro_lines).name for signature, group in groups.items()}
     entries = []
     for result in results:
         entry = result.as_dict()
-        if result.status == "failed":
-            first = first_with.setdefault(result.signature, result.name)
-            if first != result.name:
-                entry["same_failure_as"] = first
+        if result.status == "failed" and shown[result.signature] != result.name:
+            entry["same_failure_as"] = shown[result.signature]
         entries.append(entry)
     return entries
 
@@ -399,7 +421,9 @@ def print_summary(report: dict[str, Any]) -> None:
                 f"{check['name']}: not compared on {sum(refused.values()):,} call(s) a manager refused, by reason: "
                 + "; ".join(f"{reason}: {count:,}" for reason, count in refused.items())
             )
-    if (coverage := report.get("situations")) is not None:
+    if (coverage := report.get("situations")) is not None and not coverage["measured"]:
+        say(f"situations of the spec: not measured: {coverage['not_measured']}")
+    elif coverage is not None:
         missed = coverage["not_reached"]
         say(f"situations of the spec reached: {len(coverage['reached'])} of {coverage['registered']} "
             f"(conformance/situations.py); " + (f"not reached by these scopes: {', '.join(missed)}" if missed
