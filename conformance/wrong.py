@@ -282,9 +282,11 @@ class MarksOwnGroupOnly(ReferenceBlockSpaceManager):
     def mark_blocks_as_computed(self, seq_group: SequenceGroupLike, token_chunk_size: int) -> None:
         tables = [self.block_tables.get(seq.seq_id) for seq in seq_group.get_seqs()]
         own = {entry.block_id for table in tables if table is not None for entry in table.entries}
-        for block_id in self.gpu.touched & own if isinstance(self.gpu, CachingAllocator) else ():
-            self.gpu.computed[block_id - self.gpu.first_id] = True
-            self.gpu.touched.discard(block_id)
+        gpu = self.gpu
+        if isinstance(gpu, CachingAllocator):
+            for block_id in gpu.touched & own:
+                gpu.computed[block_id - gpu.first_id] = True
+                gpu.touched.discard(block_id)
 
 
 class _IdleByFlag(CachingAllocator):
@@ -706,11 +708,12 @@ class SwapOutStamps(ReferenceBlockSpaceManager):
         running = [self.block_tables.get(seq.seq_id) for seq in seq_group.get_seqs(status=SequenceStatus.RUNNING)]
         stamps = [(table.block_ids, table.last_access) for table in running if table and table.last_access is not None]
         mapping = super().swap_out(seq_group)
+        gpu = self.gpu
         for block_ids, time in stamps:
             for block_id in block_ids:
-                if self.gpu.owns(block_id) and block_id in getattr(self.gpu, "evictor", ()):
-                    self.gpu.evictor.add(block_id, self.gpu.evictor._idle[block_id].key,
-                                         self.gpu.evictor._idle[block_id].depth, time)  # fmt: skip
+                if isinstance(gpu, CachingAllocator) and block_id in gpu.evictor:  # parked again, at the time
+                    idle = gpu.evictor._idle[block_id]
+                    gpu.evictor.add(block_id, idle.key, idle.depth, time)
         return mapping
 
 
@@ -779,7 +782,7 @@ class EncoderRefusedLate(ReferenceBlockSpaceManager):
             try:
                 check_encoder_decoder(seq_group, self.sliding_window, self.enable_caching)
             except Exception:
-                super().allocate(_DecoderOnly(seq_group))  # type: ignore[arg-type]
+                super().allocate(_DecoderOnly(seq_group))
                 raise
         super().allocate(seq_group)
 
@@ -789,7 +792,7 @@ class EncoderRefusedLate(ReferenceBlockSpaceManager):
        "while the count is mid-block", "explore[window_mid_block]")  # fmt: skip
 class WindowCutRoundedUp(ReferenceBlockSpaceManager):
     def append_slots(self, seq: SequenceLike, num_lookahead_slots: int) -> list[tuple[int, int]]:
-        return super().append_slots(_ComputedRoundedUp(seq, self.block_size), num_lookahead_slots)  # type: ignore[arg-type]
+        return super().append_slots(_ComputedRoundedUp(seq, self.block_size), num_lookahead_slots)
 
 
 class _ComputedRoundedUp:
