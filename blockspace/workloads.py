@@ -50,6 +50,7 @@ import json
 import math
 import numbers
 import os
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -233,7 +234,9 @@ def load_trace_option(path: str | Path | None, max_requests: int | None = None) 
     """``load_trace`` for a command's ``--trace`` (``path``; None: the
     default trace): an error names ``--trace`` when the path came from it,
     and a trace of no requests is refused, since a run of none has no figure
-    to report. Every command that replays a trace reads it here."""
+    to report. Every command that replays a trace reads it here, so each
+    says the same when ``--max-requests`` asks for more than the trace
+    holds: a warning on stderr, and the whole trace replayed."""
     option = "--trace: " if path is not None else ""
     try:
         requests = load_trace(path, max_requests)
@@ -241,6 +244,12 @@ def load_trace_option(path: str | Path | None, max_requests: int | None = None) 
         raise InvalidArgumentError(f"{option}{error}") from None
     if not requests:
         raise InvalidArgumentError(f"{option}{trace_source(path)} holds no requests")
+    if max_requests is not None and len(requests) < max_requests:
+        print(
+            f"warning: --max-requests {max_requests:,}: {trace_source(path)} holds {len(requests):,} requests;"
+            " replaying all of them",
+            file=sys.stderr,
+        )
     return requests
 
 

@@ -92,6 +92,15 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--requests-out", "afile/r.jsonl"],
             ["--requests-out", "/proc/nope/r.jsonl"],
         ],
+        "router": [  # one replica leaves a router no choice (issue #51)
+            ["--replicas", "1", "--router", "kv_aware"],
+            ["--sweep", "router=round_robin,kv_aware"],
+        ],
+        "router_weight": [["--replicas", "1", "--router", "kv_aware", "--router-weight", "2"]],
+        "max_concurrency": [  # a closed loop makes the rate a max-rate search scales irrelevant (issue #51)
+            ["--find", "max-rate", "--slo", "ttft=1s", "--max-concurrency", "8"],
+            ["--find", "max-rate", "--slo", "ttft=1s", "--sweep", "max_concurrency=4,8"],
+        ],
         "num_gpu_blocks": [["--num-gpu-blocks", "8", "--kv-memory-gib", "1"]],
         "kv_memory_gib": [["--kv-memory-gib", "1e-9"]],
         "out": [

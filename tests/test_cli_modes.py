@@ -282,6 +282,7 @@ REFUSED = {
     *((name, "single") for name in ("workers", "executor")),
     *((("executor", mode) for mode in ("sweep", "find")) if not RAY else ()),  # --executor ray, without Ray
     *((name, "swept") for name in NOT_SWEPT),
+    ("max_concurrency", "find"),  # a closed loop: the rate --find max-rate scales has no effect (issue #51)
 }
 
 # Each mode's command line, by the option each part belongs to; a probe replaces its option's part.
@@ -404,3 +405,20 @@ def test_an_option_is_honoured_or_refused_by_name(workspace, monkeypatch, capsys
 def test_the_swap_space_default_is_what_the_probes_assume():
     """The probes read pool sizes off the defaults: guard them."""
     assert (DEFAULT_KV_MEMORY_GIB, DEFAULT_SWAP_SPACE_GIB) == (96.0, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("find", "slo", "answer"),
+    [("max-rate", "e2e=1000s", "max_rate_requests_per_s"), ("min-replicas", "ttft=1us", "min_replicas")],
+)
+def test_a_search_whose_variable_has_no_effect_says_so_and_names_no_bound(workspace, capsys, find, slo, answer):
+    """The grid's search (8 requests) where its variable changes nothing:
+    every rate meets e2e=1000s, and no replica count meets a TTFT of 1 us.
+    Each says so and names no bound (issue #51: a closed loop's search named
+    24,580 req/s with exit 0)."""
+    argv = [*BASE["find"]["trace"], "--manager", "reference", "--workers", "1", "--num-gpu-blocks", "64"]
+    assert simulate.main([*argv, "--find", find, "--slo", slo, "--no-plot", "--quiet", "--out", "out"]) == 0
+    stdout = capsys.readouterr().out
+    (search,) = json.loads((workspace / "out" / "capacity.json").read_text())["configurations"]
+    assert search["no_effect"] and search[answer] is None and search["runs"] >= 2
+    assert f"{find.replace('-', ' ')}: no bound: " in stdout and "so it has no effect here" in stdout

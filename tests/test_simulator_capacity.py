@@ -5,6 +5,7 @@ whose answer follows from queueing by hand."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -15,10 +16,13 @@ from blockspace.simulator.capacity import (
     find_max_rate,
     flat_floor,
     format_answer,
+    format_answers,
     next_scales,
-    plot_curves,
 )
 from blockspace.simulator.cli import main as simulate
+from blockspace.simulator.fleet_size import find_min_replicas
+from blockspace.simulator.fleet_size import format_answer as fleet_answer
+from blockspace.simulator.report import significant
 from blockspace.simulator.slo import SLO
 
 
@@ -27,6 +31,12 @@ def probe(scale: float, attainment: float) -> dict:
     counts = dict.fromkeys(("finished", "ignored", "aborted"), 0)
     return {"scale": scale, "attainment": attainment, "goodput_requests_per_s": attainment * scale, **counts,
             "served_requests_per_s": attainment * scale, "saturated": attainment < 0.5}  # fmt: skip
+
+
+def fleet_try(replicas: int, attainment: float) -> dict:
+    """What ``fleet_size.run_try`` answers, made up."""
+    return {"replicas": replicas, "attainment": attainment, "goodput_requests_per_s": attainment, "finished": 1,
+            "hit_rate": 0.0, "ttft_p90_s": 1.0, "saturated": False}  # fmt: skip
 
 
 def threshold(limit: float, calls: list[list[float]]):
@@ -52,9 +62,52 @@ def test_the_search_closes_in_on_the_threshold_from_below(limit, width):
 
 
 def test_a_target_every_rate_meets_is_a_lower_bound():
-    found = find_max_rate(threshold(1e9, []), rate=1.0, target=0.5, width=3)
+    """Attainment falls with the rate but stays above the target: the highest rate tried is a lower bound."""
+
+    def evaluate(scales: list[float]) -> list[dict]:
+        return [probe(s, 1.0 if s < 100 else 0.95) for s in scales]
+
+    found = find_max_rate(evaluate, rate=1.0, target=0.5, width=3)
     assert found["lowest_failing_rate_requests_per_s"] is None and found["rate_scale"] >= MAX_SCALE
+    assert not found["no_effect"]
     assert "every rate tried does, the max is higher" in format_answer(found, SLO(ttft_s=1.0))
+
+
+@pytest.mark.parametrize("attainment", [0.9355, 0.2])
+def test_a_search_whose_rate_has_no_effect_says_so_and_names_no_bound(attainment):
+    """Issue #51: a closed loop held attainment at 93.55 % at every rate, and
+    the search answered "max rate: 2.458e+04 req/s" with exit 0. The same
+    attainment everywhere means the rate changed nothing: no bound is named,
+    above the target (a max the search ran into) or below it."""
+    found = find_max_rate(lambda scales: [probe(s, attainment) for s in scales], rate=3.0, target=0.9, width=2)
+    assert found["no_effect"] and found["max_rate_requests_per_s"] is None and found["rate_scale"] is None
+    said = format_answer(found, SLO(ttft_s=2.0)).splitlines()[-1]
+    assert said.startswith(f"max rate: no bound: {attainment:.1%} of requests meet the SLO at every rate tried")
+    assert "has no effect" in said and "e+" not in said
+    assert "no effect" in format_answers([{"values": {"n": 1}, **found}])
+    assert not find_max_rate(threshold(3.3, []), rate=1.0, target=0.9, width=2)["no_effect"]
+
+
+def test_min_replicas_with_no_effect_says_so():
+    """Replicas that change nothing (every count 20 %, none passing) say so;
+    every count passing names 1, a real answer: no fleet is smaller."""
+    found = find_min_replicas(lambda counts: [fleet_try(k, 0.2) for k in counts], target=0.9, width=2)
+    assert found["no_effect"] and found["min_replicas"] is None
+    said = fleet_answer(found, SLO(ttft_s=2.0), "kv_aware").splitlines()[-1]
+    assert said.startswith("min replicas: no bound: 20.0% of requests meet the SLO at every replica count tried")
+    everywhere = find_min_replicas(lambda counts: [fleet_try(k, 1.0) for k in counts], target=0.9, width=2)
+    assert everywhere["min_replicas"] == 1 and not everywhere["no_effect"]
+
+
+def test_rates_print_at_four_significant_digits_without_exponents():
+    """Issue #51: ``48`` on one line and ``1.229e+04`` on the next."""
+    found = find_max_rate(threshold(2000.0, []), rate=3.0, target=0.9, width=1)
+    said = format_answer(found, SLO(ttft_s=2.0))
+    assert not re.search(r"\de[+-]\d", said), said
+    assert "max rate: 5,952 req/s (1,984x the trace's 3 req/s)" in said and "6,048 req/s does not" in said
+    assert [significant(v) for v in (48.0, 12290.4, 0.0007324, 0.9355, 999.96)] == [
+        "48", "12,290", "0.0007324", "0.9355", "1,000"
+    ]  # fmt: skip
 
 
 def test_a_target_no_rate_meets_says_none():
@@ -80,22 +133,6 @@ def test_a_flat_floor_says_why_lower_rates_do_not_help():
     assert said[-1].startswith("why: attainment stays at 40.0% from 1.5 req/s down, so lowering the rate no longer")
     assert "(2,000 requests arrive at 224 distinct times)" in said[-1]
     assert flat_floor([probe(1, 0.4), probe(2, 0.3), probe(4, 0.2)]) is None  # still rising as the rate falls
-
-
-def test_the_capacity_plot_says_none_found(tmp_path, monkeypatch):
-    """No dotted answer line, no legend promising one, and the curve
-    labelled as having found none."""
-    import matplotlib.pyplot as plt
-
-    figures = []
-    monkeypatch.setattr(plt.Figure, "savefig", lambda self, *args, **kwargs: figures.append(self))
-    found = find_max_rate(threshold(0.0, []), rate=1.0, target=0.5, width=2)
-    plot_curves(tmp_path / "capacity.png", [{"values": {}, **found}], "title")
-    share, good = figures[0].axes
-    assert "dotted verticals" not in share.get_xlabel()
-    assert [t.get_text() for t in share.get_legend().get_texts()][0] == "requests within the SLO (none found)"
-    assert "no rate tried meets the target" in [t.get_text() for t in share.texts]
-    assert not [line for line in share.lines if line.get_linestyle() == ":"]
 
 
 def test_the_next_round_brackets_then_splits():

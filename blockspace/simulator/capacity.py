@@ -20,6 +20,9 @@ in parallel on the sweep's executor (``executor.py``):
    ``tolerance`` of each other (relative), or the runs run out.
 
 The answer is the highest passing rate found below the lowest failing one.
+A search whose every rate gave the same attainment names no rate: there
+the rate had no effect (``no_effect``), and a bound read off it would mean
+nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 from blockspace.errors import InvalidArgumentError
 from blockspace.interrupts import Interrupted, incomplete_line
+from blockspace.simulator.report import significant
 from blockspace.simulator.slo import SLO
 from blockspace.workloads import TraceRequest, scale_arrivals
 
@@ -125,7 +129,8 @@ def find_max_rate(
         complete = False
     failing = min((s for s, p in probes.items() if p["attainment"] < target), default=None)
     passing = [s for s, p in probes.items() if p["attainment"] >= target and (failing is None or s < failing)]
-    best = max(passing, default=None)
+    no_effect = has_no_effect(list(probes.values()))
+    best = None if no_effect else max(passing, default=None)
     curve = [{**probes[s], "rate_requests_per_s": s * rate} for s in sorted(probes)]
     found = {
         "complete": complete,
@@ -136,11 +141,27 @@ def find_max_rate(
         "target": target,
         "runs": len(probes),
         "converged": not scales,
+        "no_effect": no_effect,
         "curve": curve,
     }
     if not complete:
         raise Interrupted(partial=found)
     return found
+
+
+def has_no_effect(points: list[dict[str, Any]]) -> bool:
+    """Every point of a search (two or more) gave the same attainment: its
+    variable changed nothing within the range tried (a shared rule of both
+    searches, ``fleet_size.py`` too)."""
+    return len(points) >= 2 and len({point["attainment"] for point in points}) == 1
+
+
+def no_effect_line(found: dict[str, Any], variable: str, tried: str) -> str:
+    """What a search with no effect says instead of a bound."""
+    return (
+        f"{variable}: no bound: {found['curve'][0]['attainment']:.1%} of requests meet the SLO at every {tried},"
+        f" so it has no effect here; {found['runs']} runs"
+    )
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -162,40 +183,51 @@ def evaluator(
     from blockspace.simulator.executor import rounds
 
     return rounds(run_probe, lambda scale: Probe(scale, trace, config, manager, slo), "scale", workers, executor,
-                  say, lambda a: f"{a['scale'] * rate:.4g} req/s {a['attainment']:.1%}")  # fmt: skip
+                  say, lambda a: f"{significant(a['scale'] * rate)} req/s {a['attainment']:.1%}")  # fmt: skip
 
 
 def format_answer(found: dict[str, Any], slo: SLO) -> str:
     """The curve as a table, then the answer in a sentence. Rates have four
-    significant digits: a search that halves the rate down to 1/4096 of the
-    trace's goes far below a thousandth of a request a second."""
+    significant digits (``report.significant``): a search that halves the
+    rate down to 1/4096 of the trace's goes far below a thousandth of a
+    request a second, one that doubles it to thousands."""
     lines = [f"{'rate (req/s)':>13}  {'scale':>8}  {'attainment':>10}  {'goodput':>9}  {'served':>9}  "
              f"{'load':>9}  finished/ignored/aborted"]  # fmt: skip
     for point in found["curve"]:
         load = "SATURATED" if point["saturated"] else "keeps up"
         lines.append(
-            f"{point['rate_requests_per_s']:>13.4g}  {point['scale']:>8.4g}  {point['attainment']:>10.1%}  "
-            f"{point['goodput_requests_per_s']:>9.4g}  {point['served_requests_per_s']:>9.4g}  {load:>9}  "
-            f"{point['finished']}/{point['ignored']}/{point['aborted']}"
+            f"{significant(point['rate_requests_per_s']):>13}  {significant(point['scale']):>8}  "
+            f"{point['attainment']:>10.1%}  {significant(point['goodput_requests_per_s']):>9}  "
+            f"{significant(point['served_requests_per_s']):>9}  {load:>9}  "
+            f"{point['finished']:,}/{point['ignored']:,}/{point['aborted']:,}"
         )
     target = f"{found['target']:.0%} of requests within {slo}"
+    trace_rate = significant(found["trace_rate_requests_per_s"])
     if not found["complete"]:
         lines.append(incomplete_line("max rate", found["runs"]))
+    elif found["no_effect"]:
+        low, high = found["curve"][0], found["curve"][-1]
+        tried = (
+            f"rate tried, {significant(low['rate_requests_per_s'])} to {significant(high['rate_requests_per_s'])} req/s"
+        )
+        lines.append(no_effect_line(found, "max rate", tried))
     elif found["max_rate_requests_per_s"] is None:
         lowest = found["curve"][0]
         lines.append(
-            f"max rate: none found: even {lowest['rate_requests_per_s']:.4g} req/s ({lowest['scale']:.4g}x the "
-            f"trace's {found['trace_rate_requests_per_s']:.4g} req/s) misses {target}; {found['runs']} runs"
+            f"max rate: none found: even {significant(lowest['rate_requests_per_s'])} req/s "
+            f"({significant(lowest['scale'])}x the trace's {trace_rate} req/s) misses {target}; {found['runs']} runs"
         )
         flat = flat_floor(found["curve"])
         if flat is not None:
             lines.append(why_flat(flat, found))
     else:
         above = found["lowest_failing_rate_requests_per_s"]
-        bound = ": every rate tried does, the max is higher" if above is None else f", {above:.4g} req/s does not"
+        bound = (
+            ": every rate tried does, the max is higher" if above is None else f", {significant(above)} req/s does not"
+        )
         lines.append(
-            f"max rate: {found['max_rate_requests_per_s']:.4g} req/s ({found['rate_scale']:.4g}x the trace's "
-            f"{found['trace_rate_requests_per_s']:.4g} req/s) keeps {target}{bound}; {found['runs']} runs"
+            f"max rate: {significant(found['max_rate_requests_per_s'])} req/s ({significant(found['rate_scale'])}x the"
+            f" trace's {trace_rate} req/s) keeps {target}{bound}; {found['runs']} runs"
             + ("" if found["converged"] else " (stopped at the run limit before the bracket closed)")
         )
     return "\n".join(lines)
@@ -219,8 +251,8 @@ def why_flat(point: dict[str, Any], found: dict[str, Any]) -> str:
     arrivals spreads the bursts apart but keeps each burst together, and a
     request that misses when it has the GPU to itself misses at any rate."""
     said = (
-        f"why: attainment stays at {point['attainment']:.1%} from {point['rate_requests_per_s']:.4g} req/s down, so"
-        " lowering the rate no longer helps. Scaling the arrivals keeps requests that arrive together together"
+        f"why: attainment stays at {point['attainment']:.1%} from {significant(point['rate_requests_per_s'])} req/s"
+        " down, so lowering the rate no longer helps. Scaling the arrivals keeps requests that arrive together together"
     )
     if "arrival_times" in found:
         said += f" ({found['requests']:,} requests arrive at {found['arrival_times']:,} distinct times)"
@@ -238,57 +270,9 @@ def format_answers(searches: list[dict[str, Any]]) -> str:
     for search in searches:
         values = ", ".join(f"{name}={value}" for name, value in search["values"].items())
         rate = search["max_rate_requests_per_s"]
-        lines.append(f"  {values}: " + ("none found" if rate is None else f"{rate:.4g} req/s"))
+        answer = "no effect" if search["no_effect"] else "none found" if rate is None else f"{significant(rate)} req/s"
+        lines.append(f"  {values}: {answer}")
     return "\n".join(lines)
-
-
-def plot_curves(path: Any, searches: list[dict[str, Any]], title: str) -> None:
-    """Attainment (percent, 0-100) and goodput against the request rate, a
-    line per configuration, with the target and each answer marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter, NullFormatter
-
-    figure, (share, good) = plt.subplots(1, 2, figsize=(12, 4.5))
-    found = [search for search in searches if search["max_rate_requests_per_s"] is not None]
-    for index, search in enumerate(searches):
-        color = f"C{index % 10}"
-        named = ", ".join(f"{name}={value}" for name, value in search["values"].items())
-        curve = search["curve"]
-        rates = [p["rate_requests_per_s"] for p in curve]
-        none = " (none found)" if search["max_rate_requests_per_s"] is None else ""
-        share.plot(rates, [100 * p["attainment"] for p in curve], "-o", color=color, markersize=4,
-                   label=(named or "requests within the SLO") + none)  # fmt: skip
-        good.plot(rates, [p["goodput_requests_per_s"] for p in curve], "-o", color=color, markersize=4,
-                  label=named or "goodput")  # fmt: skip
-        if search["max_rate_requests_per_s"] is not None:
-            for axis in (share, good):
-                axis.axvline(search["max_rate_requests_per_s"], color=color, linestyle=":")
-    share.axhline(
-        100 * searches[0]["target"], color="grey", linestyle="--", label=f"target {searches[0]['target']:.0%}"
-    )
-    offered = sorted({p["rate_requests_per_s"] for search in searches for p in search["curve"]})
-    good.plot(offered, offered, ":", color="grey", label="offered rate")
-    for axis in (share, good):
-        axis.set_xscale("log")
-        low, high = axis.get_xlim()
-        axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))  # plain numbers, not powers of ten
-        # within a decade or so the minor ticks are the only labels; over many they would crowd
-        axis.xaxis.set_minor_formatter(FormatStrFormatter("%g") if high / low < 20 else NullFormatter())
-        axis.set_xlabel("request rate (req/s, log scale)" + ("; dotted verticals: the max rate found" if found else ""))
-        axis.legend(fontsize=8)
-    if not found:
-        share.text(0.5, 0.5, "no rate tried meets the target", transform=share.transAxes, ha="center", color="grey")
-    share.set_ylim(0, 100)
-    share.set_ylabel("requests meeting the SLO (%)")
-    good.set_ylim(bottom=0)
-    good.set_ylabel("goodput (req/s)")
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 __all__ = [
@@ -301,6 +285,5 @@ __all__ = [
     "format_answer",
     "format_answers",
     "next_scales",
-    "plot_curves",
     "run_probe",
 ]

@@ -322,6 +322,18 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
     check_mode_options(written, modes + searched + [name for name in OPTION_MODES if name in written], NEEDS, APART)
     if "router_weight" in written and args.router != "kv_aware" and "router" not in swept:
         raise InvalidArgumentError(f"--router-weight goes with --router kv_aware: --router {args.router} has no weight")
+    one_replica = args.replicas == 1 and "replicas" not in swept and args.find != "min-replicas"
+    for name in ("router_weight", "router"):
+        if name in written and one_replica:
+            raise InvalidArgumentError(
+                f"{option_name(name)} goes with --replicas above 1: one replica leaves no choice"
+            )
+    if args.find == "max-rate" and "max_concurrency" in written:
+        raise InvalidArgumentError(
+            "--max-concurrency cannot go with --find max-rate: a closed loop sends a request when one is done, so"
+            " the arrival rate the search scales has no effect (to find the highest concurrency within the SLO,"
+            " --sweep max_concurrency=V1,V2 with --slo)"
+        )
     if "turn_gap" in written and args.turns == 1 and "turns" not in swept:
         raise InvalidArgumentError("--turn-gap goes with --turns above 1: a conversation of one turn has no gap")
     if "prefix_groups" in written and args.shared_prefix_ratio == 0 and "shared_prefix_ratio" not in swept:
@@ -545,7 +557,8 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     stopped = None  # Ctrl-C's Interrupted, once a search was stopped: its points are kept, the rest not run
     for values, config, trace, offered, rate in points:
         named = "".join(f", {name}={value}" for name, value in values.items())
-        goal = f"the fewest replicas under {config.router}" if fleet else "the highest rate"
+        under = "" if "router" in values else f" under {config.router}"  # a swept router is named once, below
+        goal = f"the fewest replicas{under}" if fleet else "the highest rate"
         print(f"finding {goal} at which {args.target:g}% of {len(trace):,} requests from {source} meet "
               f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
         say = None if args.quiet else partial(print, flush=True)
@@ -590,7 +603,9 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         size = max(search["requests"] for search in searches)
         title = f"{'fewest replicas' if fleet else 'max rate'} within {args.slo} for {args.target:g}% of {size:,} " \
                 f"requests of {source}"  # fmt: skip
-        (fleet_size if fleet else capacity).plot_curves(args.out / "capacity.png", searches, title)
+        from blockspace.simulator.capacity_plot import plot_curves
+
+        plot_curves(args.out / "capacity.png", searches, title, args.find)
         print(f"plot:    {args.out / 'capacity.png'}")
     return 0
 

@@ -16,6 +16,9 @@ sweep's executor (``executor.py``):
    try counts spread evenly, until the two are adjacent.
 
 The answer is the lowest passing count above the highest failing one.
+Where no count passes and every count gave the same attainment, the count
+had no effect (``no_effect``, as ``capacity.py`` says it): the search says
+so. Where every count passes, 1 is a real answer: no fleet is smaller.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from blockspace.interrupts import Interrupted, incomplete_line
+from blockspace.simulator.capacity import has_no_effect, no_effect_line
 from blockspace.simulator.slo import SLO
 from blockspace.workloads import TraceRequest
 
@@ -103,6 +107,7 @@ def find_min_replicas(
         "target": target,
         "runs": len(tries),
         "most": most,  # the largest count it could try
+        "no_effect": not passing and has_no_effect(list(tries.values())),
         "curve": [tries[k] for k in sorted(tries)],
     }
     if not complete:
@@ -134,6 +139,10 @@ def format_answer(found: dict[str, Any], slo: SLO, router: str) -> str:
     target = f"{found['target']:.0%} of requests within {slo}"
     if not found["complete"]:
         lines.append(incomplete_line("min replicas", found["runs"]))
+    elif found["no_effect"]:
+        lines.append(
+            no_effect_line(found, "min replicas", f"replica count tried, up to {found['curve'][-1]['replicas']:,}")
+        )
     elif found["min_replicas"] is None:
         bound = "" if found["most"] >= MAX_REPLICAS else ", the largest fleet that fits in memory"
         lines.append(f"min replicas: none found up to {found['most']:,}{bound} under {router} for {target}; "
@@ -148,46 +157,10 @@ def format_answers(searches: list[dict[str, Any]]) -> str:
     lines = ["min replicas per configuration:"]
     for search in searches:
         values = ", ".join(f"{name}={value}" for name, value in search["values"].items())
-        lines.append(
-            f"  {values}: " + ("none found" if search["min_replicas"] is None else str(search["min_replicas"]))
-        )
+        answer = "no effect" if search["no_effect"] else search["min_replicas"] or "none found"
+        lines.append(f"  {values}: {answer}")
     return "\n".join(lines)
 
 
-def plot_curves(path: Any, searches: list[dict[str, Any]], title: str) -> None:
-    """Attainment (percent) and the hit rate against the replica count, a
-    line per configuration, with the target and each answer marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
-
-    figure, (share, hits) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for index, search in enumerate(searches):
-        color = f"C{index % 10}"
-        named = ", ".join(f"{name}={value}" for name, value in search["values"].items()) or search["router"]
-        counts = [p["replicas"] for p in search["curve"]]
-        share.plot(counts, [100 * p["attainment"] for p in search["curve"]], "-o", color=color, label=named)
-        hits.plot(counts, [100 * p["hit_rate"] for p in search["curve"]], "-o", color=color, label=named)
-        if search["min_replicas"] is not None:
-            for axis in (share, hits):
-                axis.axvline(search["min_replicas"], color=color, linestyle=":")
-    share.axhline(
-        100 * searches[0]["target"], color="grey", linestyle="--", label=f"target {searches[0]['target']:.0%}"
-    )
-    for axis, label in ((share, "requests meeting the SLO (%)"), (hits, "prefix-cache hit rate (%)")):
-        axis.set_xscale("log", base=2)
-        axis.xaxis.set_major_formatter(FormatStrFormatter("%g"))
-        axis.set_xlabel("replicas (log scale); dotted verticals: the fewest found")
-        axis.set_ylabel(label)
-        axis.set_ylim(0, 100)
-        axis.legend(fontsize=8)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
 __all__ = ["MAX_REPLICAS", "Try", "evaluator", "find_min_replicas", "format_answer", "format_answers",
-           "next_counts", "plot_curves", "run_try"]  # fmt: skip
+           "next_counts", "run_try"]  # fmt: skip

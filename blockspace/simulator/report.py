@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -208,12 +209,23 @@ def warnings_for(summary: dict[str, Any]) -> list[str]:
         return ["the trace holds no requests: every figure is empty"]
     if requests["finished"] == 0:
         return [
-            f"no request finished ({requests['ignored']} ignored as too large for the GPU, "
-            f"{requests['aborted']} aborted): latency and throughput are empty"
+            f"no request finished ({requests['ignored']:,} ignored as too large for the GPU, "
+            f"{requests['aborted']:,} aborted): latency and throughput are empty"
         ]
     if requests["ignored"] + requests["aborted"] > requests["finished"]:
-        return [f"most requests did not run ({requests['ignored']} ignored, {requests['aborted']} aborted)"]
+        return [f"most requests did not run ({requests['ignored']:,} ignored, {requests['aborted']:,} aborted)"]
     return []
+
+
+def significant(value: float, digits: int = 4) -> str:
+    """``value`` to ``digits`` significant digits, never in exponent form,
+    thousands separated: a search's rates run from thousandths of a request
+    a second to thousands, and ``48`` beside ``1.229e+04`` reads badly."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{round(value, decimals):,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _fmt(value: Any, unit: str = "") -> str:
@@ -255,7 +267,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "requests finished",
             f"{requests['finished']:,} of {requests['arrived']:,} "
-            f"({requests['ignored']} ignored, {requests['aborted']} aborted)",
+            f"({requests['ignored']:,} ignored, {requests['aborted']:,} aborted)",
         ),
         ("simulated time", _fmt(summary["simulated_s"], " s") + f" ({summary['steps']:,} steps)"),
         (
@@ -291,7 +303,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     else:
         rows.append(("prefix-cache hit rate", "caching off"))
     rows += [
-        ("preemptions", f"{pre['recompute']} recompute, {pre['swap_out']} swap out / {pre['swap_in']} swap in"),
+        ("preemptions", f"{pre['recompute']:,} recompute, {pre['swap_out']:,} swap out / {pre['swap_in']:,} swap in"),
         ("swap volume", f"{pre['blocks_swapped_out']:,} blocks out, {pre['blocks_swapped_in']:,} blocks in"),
         (
             "KV usage peak / mean",
