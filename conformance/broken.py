@@ -7,9 +7,11 @@ re-implementation makes. They are test fixtures (and a demo:
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from blockspace.block_ids import BlockIds
+from blockspace.enums import SequenceStatus
 from blockspace.protocols import SequenceGroupLike, SequenceLike
 from blockspace.reference import ReferenceBlockSpaceManager
 from blockspace.reference.allocator import BlockAllocator, CachingAllocator
@@ -79,4 +81,20 @@ class ReversedSwapIn(ReferenceBlockSpaceManager):
         return [(gpu, cpu) for cpu, gpu in super().swap_in(seq_group)]
 
 
-BROKEN_MANAGERS = (FifoFreeList, WatermarkOffByOne, StaleBlockTable, ReversedSwapIn)
+class ReversedSwapOrder(ReferenceBlockSpaceManager):
+    """Returns each sequence's swap pairs in reverse block order (its table
+    walked from the end): the same copies, each right, in another order
+    than vLLM's. Only a swap of a table of two blocks or more shows it; the
+    exhaustive profile once passed it, its swap scopes having at most one
+    CPU block (issue #51)."""
+
+    def _swap(
+        self, seq_group: SequenceGroupLike, status: SequenceStatus, source: BlockAllocator, destination: BlockAllocator
+    ) -> list[tuple[int, int]]:
+        lengths = [len(self._table(seq).entries) for seq in seq_group.get_seqs(status=status)]
+        mapping = super()._swap(seq_group, status, source, destination)
+        ends = list(itertools.accumulate(lengths))
+        return [pair for start, end in zip([0, *ends], ends) for pair in reversed(mapping[start:end])]
+
+
+BROKEN_MANAGERS = (FifoFreeList, WatermarkOffByOne, StaleBlockTable, ReversedSwapIn, ReversedSwapOrder)

@@ -230,7 +230,9 @@ def run_mutant(
 def probe(target: str, profile: str = "quick") -> int:
     """Exit 1 at the first check of ``profile`` that tells the mutant (the
     ``target`` manager of this work directory) from the pristine reference.
-    The sweeps come first: they are the cheapest checks.
+    The quick and exhaustive profiles are ``kills.kill``'s (the sweeps first:
+    they are the cheapest checks), the very question
+    ``tests/test_conformance_broken.py`` asks of the broken managers.
 
     The full profile runs in rounds of the quick profile's size, the first
     of them the quick profile itself (its steps, then its traces and the
@@ -244,6 +246,7 @@ def probe(target: str, profile: str = "quick") -> int:
     import blockspace.reference
     from blockspace.conformance.check import run_machine
     from blockspace.conformance.configs import FAMILIES
+    from blockspace.conformance.kills import kill
     from blockspace.conformance.long_runs import long_run_checks
     from blockspace.conformance.runner import PROFILES, with_changes
     from blockspace.conformance.sweeps import sweep_checks
@@ -251,6 +254,11 @@ def probe(target: str, profile: str = "quick") -> int:
 
     assert "pkg" in blockspace.reference.__file__, "the probe must run in a work directory"
     impls = {"pristine": "pristine_reference:ReferenceBlockSpaceManager", "mutant": target}
+    if profile != "full":  # a layer of the explorer that runs past HANG_SECONDS ends the process as a hang
+        found = kill(impls, profile, before_layer=lambda: faulthandler.dump_traceback_later(HANG_SECONDS, exit=True))
+        faulthandler.cancel_dump_traceback_later()
+        print(found or "survived")
+        return 1 if found else 0
     chosen = with_changes(PROFILES[profile], reduce_repro=False)  # whether it fails, not how short its repro
     quick = with_changes(PROFILES["quick"], reduce_repro=False)
     rounds = max(1, chosen.max_examples // quick.max_examples)
@@ -258,17 +266,14 @@ def probe(target: str, profile: str = "quick") -> int:
 
     def killed_by(checks: list) -> bool:
         for check in checks:
-            if (result := check.run()).status == "failed":
-                moves = result.extra.get("failure_moves")  # the explorer's: the shortest failing path
-                print(f"killed by {check.name}" + (f" in {moves} moves" if moves is not None else ""))
+            if check.run().status == "failed":
+                print(f"killed by {check.name}")
                 return True
         return False
 
     def killed_by_traces(num_requests: int) -> bool:
         return killed_by([*trace_checks(impls, num_requests, {}), *long_run_checks(impls, {})])
 
-    if profile == "exhaustive":  # the explorer alone: the standard set, every scope exhausted
-        return 1 if killed_by_exploring(impls) else print("survived") or 0
     if killed_by(sweep_checks(impls, {})):  # deterministic and the cheapest: first
         return 1
     for done in range(rounds):
@@ -287,31 +292,6 @@ def probe(target: str, profile: str = "quick") -> int:
 
 # A layer of a mutant's scope takes at most about a minute (one worker); one that takes this long is a hang.
 HANG_SECONDS = 120
-
-
-def killed_by_exploring(impls: dict[str, str]) -> bool:
-    """The explorer against a mutant: the exhaustive profile's standard set
-    (``kit_options.STANDARD_SCOPES``), each scope exhausted, as a user runs
-    ``--profile exhaustive``, on one worker (the campaign runs mutants side
-    by side). The scopes are searched side by side, the one whose next
-    layer is smallest first, so the small scopes are exhausted in seconds
-    and a kill in any scope comes without waiting for the large scopes'
-    deep layers (each scope's failure is still one of its shortest). A
-    layer that runs past ``HANG_SECONDS`` ends the process as a hang
-    (``faulthandler``)."""
-    from blockspace.conformance.explore import Search
-    from blockspace.conformance.scope import SCOPES
-    from blockspace.kit_options import STANDARD_SCOPES
-
-    searches = [Search(impls, SCOPES[name], workers=1) for name in STANDARD_SCOPES]
-    while live := [search for search in searches if not search.done]:
-        search = min(live, key=lambda search: len(search.frontier))
-        faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)
-        if (report := search.advance()).failure:
-            print(f"killed by explore[{report.scope.name}] in {len(report.path)} moves")
-            return True
-    faulthandler.cancel_dump_traceback_later()
-    return False
 
 
 def from_report(path: str, mutants: list[tuple[str, MutationId]], survivors_only: bool) -> list[tuple[str, MutationId]]:

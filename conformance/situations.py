@@ -154,6 +154,67 @@ def _in_use_before(t: Transition) -> int:
     return sum(block[0] for block in t.before["blocks"])
 
 
+# -- shapes: answers that carry an order or a mapping ----------------------------------------------
+def _holds_two(method: str, t: Transition) -> bool:
+    """An answer of ``method`` of two different elements or more: its move's
+    calls, and for a table answer the state after, whose every table the
+    explorer asks (``protocol.observe``)."""
+    answers = [*_values(t, method), *ASKED_OF_EVERY_STATE.get(method, lambda snap: ())(t.after)]
+    return any(len(set(answer)) > 1 for answer in answers)
+
+
+def _moves_two(method: str, t: Transition) -> bool:
+    """A swap of a table of two different blocks or more: its pairs come
+    table by table, each in its table's order, so an order within a table
+    shows only there (two tables of one block each show the order of the
+    tables alone)."""
+    if not any(_swap_pairs(t, method)):
+        return False
+    moved = (table for seq, table in t.before["tables"].items()
+             if seq in t.after["tables"] and t.after["tables"][seq]["device"] != table["device"])  # fmt: skip
+    return any(len(set(table["blocks"])) > 1 for table in moved)
+
+
+class Shape(NamedTuple):
+    """An answer that carries an order or a mapping, and its situation: the
+    answer holding two different elements or more (two equal pairs, one
+    block shared by two sequences swapped, read the same in either order)."""
+
+    situation: str
+    sections: tuple[str, ...]
+    says: str
+    reached: Callable[[Transition], bool]
+
+
+ASKED_OF_EVERY_STATE: dict[str, Callable[[dict[str, Any]], Iterator[Any]]] = {  # a table answer -> the state's
+    "get_block_table": lambda snap: (table["blocks"] for table in snap["tables"].values()),
+    "get_cross_block_table": lambda snap: iter(snap["cross_tables"].values()),
+}
+
+# Every answer of the manager that is a list (tests/test_situations.py walks the yardstick's methods and
+# holds this to them), each with a situation of its own. Why: an answer of one element has one order, so a
+# wrong order (a swap's pairs reversed) or a wrong pairing agrees with the yardstick until a scope lets the
+# answer hold two (Alloy's rule: a scope must let every output hold two of anything). The situations of the
+# spec's sections do not see it: the standard set once reached "a swap-out" only with tables of one block,
+# and passed a manager that reversed each table's pairs (issue #51; ``broken.ReversedSwapOrder``).
+ORDERED_ANSWERS = {
+    "append_slots": Shape("cow_two_pairs", ("§9.4", "§8.3"),
+                          "append_slots answers two copy-on-write pairs or more", partial(_holds_two, "append_slots")),
+    "swap_out": Shape("swap_out_two_blocks", ("§9.7",), "swap_out moves a table of two blocks or more, pair by pair",
+                      partial(_moves_two, "swap_out")),
+    "swap_in": Shape("swap_in_two_blocks", ("§9.7",), "swap_in moves a table of two blocks or more, pair by pair",
+                     partial(_moves_two, "swap_in")),
+    "get_block_table": Shape("table_two_blocks", ("§9.10",), "get_block_table answers two different blocks or more",
+                             partial(_holds_two, "get_block_table")),
+    "get_cross_block_table": Shape("cross_table_two_blocks", ("§9.11",),
+                                   "get_cross_block_table answers two different blocks or more",
+                                   partial(_holds_two, "get_cross_block_table")),
+    "get_common_computed_block_ids": Shape("common_two_blocks", ("§9.15",),
+                                           "get_common_computed_block_ids answers two blocks or more",
+                                           partial(_holds_two, "get_common_computed_block_ids")),
+}  # fmt: skip
+
+
 SITUATIONS = (
     # -- eviction (§6.3) and its tie-breaks
     Situation("evict_by_time", ("§6.3",), "an eviction decided by the blocks' times: the victim was idle longest",
@@ -287,6 +348,8 @@ SITUATIONS = (
     # -- errors (§15)
     Situation("refused_unchanged", ("§15",), "a forbidden call refused, changing nothing",
               lambda t: _moved(t, "illegal") and any(error for _, _, error in t.calls) and t.before == t.after),
+    # -- shapes: each answer that carries an order or a mapping, holding two elements or more
+    *(Situation(shape.situation, shape.sections, shape.says, shape.reached) for shape in ORDERED_ANSWERS.values()),
 )  # fmt: skip
 
 NOT_TRANSITIONS = {  # parts of the spec no transition shows, and where they are held instead
@@ -312,12 +375,13 @@ NEEDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("evict_by_time", "evict_by_depth", "evict_equal_times", "hit_in_use", "revive_idle",
                      "promote_duplicate", "cow_stale_pair", "mark_computed", "idle_counts_computed",
                      "bucket_completes", "reset_forgets", "reset_refused", "reset_reorders", "count_past_hole",
-                     "free_untracked", "free_to_idle"), ("caching",)),
+                     "free_untracked", "free_to_idle", "common_two_blocks"), ("caching",)),
     **dict.fromkeys(("swap_out", "swap_in", "swap_unshares", "swap_out_fails_after_ok", "can_swap_in_later",
-                     "free_swapped", "reset_both_with_cpu_in_use"), ("cpu",)),
+                     "free_swapped", "reset_both_with_cpu_in_use", "swap_out_two_blocks", "swap_in_two_blocks"),
+                    ("cpu",)),
     "swapped_time_minus_one": ("cpu", "caching"),
     "cross_not_swapped": ("cpu", "encoder"),
-    "cross_table_made": ("encoder",),
+    **dict.fromkeys(("cross_table_made", "cross_table_two_blocks"), ("encoder",)),
     **dict.fromkeys(("window_drops", "window_null_block", "window_cap_only_asked", "window_fork_after_drop"),
                     ("window",)),
 }  # fmt: skip

@@ -178,11 +178,11 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
         "workers": [["--workers", "2"], ["--profile", "symbolic", "--workers", "2"]],
         "fail_fast": [
             ["--only", "machine[plain]", "--fail-fast"],
-            ["--profile", "exhaustive", "--scope", "default", "--fail-fast"],
+            ["--profile", "exhaustive", "--only", "explore", "--scope", "default", "--fail-fast"],
         ],
         "budget": [["--budget", "60"], ["--budget", "0"], ["--profile", "full", "--budget", "60"]],
         "without": [
-            ["--profile", "exhaustive", "--scope", "default", "--without", "caching"],  # it skips the only check
+            ["--profile", "exhaustive", "--only", "explore", "--scope", "default", "--without", "caching"],  # all
             ["--only", "machine[plain]", "--without", "caching"],  # it skips nothing
             ["--only", "machine[caching]", "--only", "sweep[salts]", "--without", "caching"],
         ],

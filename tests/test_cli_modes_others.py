@@ -669,10 +669,12 @@ def test_a_run_that_would_check_nothing_is_refused_naming_what_skips_it(workspac
         "from blockspace.reference import ReferenceBlockSpaceManager\n\n\n"
         "class NoCaching(ReferenceBlockSpaceManager):\n    supports_caching = False\n"
     )
-    argv = ["--impl", "no_caching:NoCaching", "--profile", "exhaustive", "--scope", "default", "--json", "c.json"]
+    argv = ["--impl", "no_caching:NoCaching", "--profile", "exhaustive", "--only", "explore", "--scope", "default",
+            "--json", "c.json"]  # fmt: skip
     assert conformance.main(argv) == 2
     assert capsys.readouterr().err == (
-        "error: --impl no_caching:NoCaching lacks what every check of --profile exhaustive --scope default needs"
+        "error: --impl no_caching:NoCaching lacks what every check of --profile exhaustive --only explore --scope "
+        "default needs"
         " (explore[default]: supports_caching is False): nothing would be checked\n"
     )
     assert not Path("c.json").exists()

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 from blockspace import AllocStatus, Device, Sequence, SequenceGroup, SequenceStatus
 from blockspace.conformance import Divergence, Lockstep
-from blockspace.conformance.broken import BROKEN_MANAGERS, StaleBlockTable
+from blockspace.conformance.broken import BROKEN_MANAGERS, ReversedSwapOrder, StaleBlockTable
 from blockspace.conformance.check import REPRO, fixed_constants, run_machine
 from blockspace.conformance.explore import explore
+from blockspace.conformance.kills import kill
 from blockspace.conformance.long_runs import long_run_checks
 from blockspace.conformance.reduce import failure_of, reduce
 from blockspace.conformance.runner import PROFILES, with_changes
@@ -59,6 +60,7 @@ def test_broken_manager_is_caught_with_a_short_repro(broken):
     repro = repro_of(result.detail)
     num_calls = sum(1 for line in repro.splitlines() if line.startswith("lock.call("))
     assert 1 <= num_calls <= MAX_REPRO_CALLS and num_calls == result.extra["repro_calls"], repro
+    assert f"shrunk to {num_calls} call{'s' * (num_calls != 1)} in " in result.detail  # not "1 calls" (issue #51)
     assert raises_as_printed(repro) in result.detail
 
 
@@ -569,3 +571,54 @@ def test_a_derandomized_run_draws_the_same_examples_whatever_was_imported_before
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.import_module("many_constants")
     assert draws() == before
+
+
+# -- the exhaustive profile kills what the quick profile kills (issue #51) ---------------------------
+CATALOGUE = (
+    *BROKEN_MANAGERS,
+    MiscountsFree,
+    pytest.param(StaleComputedRows, marks=pytest.mark.slow),  # killed by neither: a whole run of each, minutes
+    LateSlots,
+    PiecemealRowAppends,
+    ForgetfulTableDelta,
+    WideEmptyTables,
+    AcceptsDeadRows,
+    TokensUnchecked,
+    BatchTokensUnchecked,
+    *(type(f"LooseRowArgs[{edge}]", (LooseRowArgs,), {"edge": edge}) for edge in ROW_EDGES),
+    SwapInOneBlockShort,
+    PlainHitRate,
+    PromotionGivesNothing,
+    ForgetsItsWatermark,
+    PromotionCountedAsLoss,
+    ForgetsFullBuckets,
+    KeepsWindowedBlocks,
+    MiscountsTurnedAway,
+)
+
+
+@pytest.mark.parametrize("broken", CATALOGUE, ids=lambda cls: getattr(cls, "__name__", None))
+def test_the_exhaustive_profile_kills_every_broken_manager_the_quick_profile_kills(broken):
+    """Each broken manager of the kit's catalogue (``broken.py`` and this
+    file's), against the reference: where the exhaustive profile does not
+    kill it, the quick profile, its state machines derandomized (a fixed
+    seed), must not either. The exhaustive profile once missed one quick
+    caught (``ReversedSwapOrder``, issue #51); ``kills.kill`` is the
+    question the mutation campaign asks too. Where the exhaustive profile
+    kills, the test ends there (seconds), so quick runs only where it must."""
+    if broken is ForgetfulTableDelta and missing_modules("gpu"):
+        pytest.skip("table_delta needs the [gpu] extra (torch, numba-cuda)")
+    impls = {"reference": "reference", "broken": broken}
+    if kill(impls, "exhaustive") is None:
+        assert kill(impls, "quick", derandomize=True) is None
+
+
+def test_the_standard_set_alone_kills_a_manager_that_reverses_each_tables_swap_pairs():
+    """The explorer without the profile's sweeps and replays: the
+    encoder-decoder family's single scope swaps a decoder table of two
+    blocks out (two CPU blocks; with one, as before issue #51, it passes)."""
+    impls = {"reference": "reference", "broken": ReversedSwapOrder}
+    assert explore(impls, scope_from("encoder_decoder_single", ["num_cpu_blocks=1"]), workers=1).passed
+    report = explore(impls, SCOPES["encoder_decoder_single"], workers=1)
+    assert [move[0] for move in report.path] == ["arrive", "admit", "swap_out"], report.path
+    assert "swap_out disagrees" in report.failure

@@ -79,3 +79,25 @@ def test_an_exhaustive_run_cut_by_the_timeout_is_no_kill(tmp_path):
         "not killed in 2 s",
     )
     assert run_mutant(tmp_path, name, unchanged, timeout=2, profile="quick")[::2] == ("killed", "timeout")
+
+
+@pytest.mark.slow
+def test_on_a_fresh_sample_of_mutants_the_exhaustive_profile_kills_what_quick_kills(tmp_path):
+    """Mutants of the reference core drawn anew each run (the seed is in the
+    message, to run one again): each that the quick profile kills, the
+    exhaustive profile kills too (issue #51). The catalogue of broken
+    managers is held to this in every run
+    (``tests/test_conformance_broken.py``); fresh mutants take minutes each."""
+    pytest.importorskip("mutmut", reason="needs mutmut 2.x for its mutation operators (the dev extra)")
+    import random
+
+    from blockspace.conformance.mutation import build_workdir, mutated_source, run_mutant, sources_in
+
+    seed = random.randrange(2**32)
+    build_workdir(tmp_path)
+    for name, mutation_id in random.Random(seed).sample(enumerate_mutants("reference", sources_in(tmp_path)), 3):
+        source = mutated_source(name, mutation_id, sources_in(tmp_path))
+        quick = run_mutant(tmp_path, name, source, timeout=600, profile="quick")
+        if quick[0] == "killed":
+            exhaustive = run_mutant(tmp_path, name, source, timeout=1800, profile="exhaustive")
+            assert exhaustive[0] == "killed", (seed, name, mutation_id.line, quick, exhaustive)
