@@ -872,13 +872,15 @@ class CommonInIdOrder(ReferenceBlockSpaceManager):
         return BlockIds(sorted(super().get_common_computed_block_ids(seqs)))
 
 
-@wrong("swap_out_two_blocks", "returns a swap-out's pairs last block first, each pair right", "explore[swap_single]")
+@wrong("swap_out_two_blocks", "returns a swap-out's pairs last block first, each pair right",
+       "explore[encoder_decoder_single]")  # fmt: skip
 class SwapOutReversed(ReferenceBlockSpaceManager):
     def swap_out(self, seq_group: SequenceGroupLike) -> list[tuple[int, int]]:
         return super().swap_out(seq_group)[::-1]
 
 
-@wrong("swap_in_two_blocks", "returns a swap-in's pairs last block first, each pair right", "explore[swap_single]")
+@wrong("swap_in_two_blocks", "returns a swap-in's pairs last block first, each pair right",
+       "explore[encoder_decoder_single]")  # fmt: skip
 class SwapInReversed(ReferenceBlockSpaceManager):
     def swap_in(self, seq_group: SequenceGroupLike) -> list[tuple[int, int]]:
         return super().swap_in(seq_group)[::-1]
