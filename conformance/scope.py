@@ -264,9 +264,10 @@ SCOPES = {
 # The swapping families' get a second CPU block, so that a swap moves two blocks (a table of two, or two
 # tables of one each) and its order shows (situations.ORDERED_ANSWERS); with one, a manager that
 # reversed each table's pairs passed the standard set (issue #51, broken.ReversedSwapOrder).
-SCOPES.update({f"{name}_single": replace(SCOPES[name], name=f"{name}_single", max_requests=1, **more)
-               for name, more in (("plain", {}), ("sliding_window", {}), ("swap", {"num_cpu_blocks": 2}),
-                                  ("encoder_decoder", {"num_cpu_blocks": 2}))})  # fmt: skip
+SINGLE_CPU_BLOCKS = {"swap": 2, "encoder_decoder": 2}
+SCOPES.update({f"{name}_single": replace(SCOPES[name], name=f"{name}_single", max_requests=1,
+                                         num_cpu_blocks=SINGLE_CPU_BLOCKS.get(name, SCOPES[name].num_cpu_blocks))
+               for name in ("plain", "sliding_window", "swap", "encoder_decoder")})  # fmt: skip
 
 FAMILY_CAPABILITY = {  # the capability a scope's family needs from a manager (None: every manager)
     "plain": None,
