@@ -159,3 +159,26 @@ def test_the_command_says_where_memory_stops_the_search(monkeypatch, capsys, tmp
     assert "the search stops its doubling at 3" in printed
     curve = [line.split()[0] for line in printed.splitlines() if line.strip()[:1].isdigit()]
     assert curve == ["1", "2", "3"], printed
+
+
+def test_a_sweep_refuses_a_fleet_that_will_not_fit_before_any_run(monkeypatch, capsys, tmp_path):
+    """Every configuration of a sweep is estimated before the first run, as
+    a single run's fleet is, and its workers share the room: a limit that
+    holds three replicas of ``kv_aware`` refuses ``replicas=64`` by name
+    (exit 2, nothing written), and refuses even two replicas where two
+    runs go at once. On main the sweep ran them all."""
+    argv = ["--max-requests", "4", "--max-output-len", "4", "--router", "kv_aware", "--no-plot", "--quiet"]
+    planned = prepare([*argv, "--replicas", "3"])
+    ((_, config),) = planned.runs
+    limit = memory.estimate(planned.trace, FAST, config).bytes
+    monkeypatch.setattr(memory, "memory_limit", lambda: memory.Limit(limit, "a test's limit"))
+    for sweep, workers, refused in (("replicas=2,64", "1", "replicas=64"), ("replicas=2,3", "2", "replicas=2")):
+        out = tmp_path / f"out-{workers}"
+        status = simulate([*argv, "--sweep", sweep, "--workers", workers, "--out", str(out)])
+        captured = capsys.readouterr()
+        assert status == 2, captured.out
+        assert captured.out == ""
+        (line,) = captured.err.splitlines()
+        assert line.startswith(f"error: --sweep ({refused}): --replicas {refused[9:]}: the run needs about "), line
+        assert "left under a test's limit" + (", for each of 2 runs at once" if workers == "2" else "") in line
+        assert not out.exists()

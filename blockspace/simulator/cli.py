@@ -31,7 +31,7 @@ from blockspace.outputs import replacing, write_text
 from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
 from blockspace.simulator.engines import replay, resolve
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
-from blockspace.simulator.memory import check_fits, fleet_cap
+from blockspace.simulator.memory import FleetMemoryError, check_fits, fleet_cap
 from blockspace.simulator.report import (
     first_difference,
     format_comparison,
@@ -491,25 +491,32 @@ REQUEST_OPTIONS = ("workload", "max_requests", "time_scale", "request_rate", "bu
 
 
 def preparer(
-    sweeps: list[tuple[str, list[Any]]], manager_class: type
+    sweeps: list[tuple[str, list[Any]]], manager_class: type, at_once: int = 1
 ) -> Callable[[argparse.Namespace], tuple[SimulationConfig, list[TraceRequest]]]:
     """One swept run's options -> its configuration and its requests,
     loading the trace once per choice of its requests and arrivals; a combination of
     values that does not go together (among them the step path ``rows``
-    for a manager without rows) is an ``InvalidArgumentError`` naming them."""
+    for a manager without rows), or a fleet that will not fit in memory
+    with ``at_once`` runs going at once (``memory.check_fits``), is an
+    ``InvalidArgumentError`` naming them."""
     traces: dict[tuple[Any, float], list[TraceRequest]] = {}
 
     def prepare(run_args: argparse.Namespace) -> tuple[SimulationConfig, list[TraceRequest]]:
+        swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
         try:
             check_step(manager_class, run_args.step, "--step rows")
             engine = resolve(run_args.engine, manager_class, run_args.step)
             config = replace(simulation_config(run_args, record_tables=False), engine=engine)
         except BlockSpaceError as error:
-            swept = ", ".join(f"{name}={getattr(run_args, name)}" for name, _ in sweeps)
             raise InvalidArgumentError(f"--sweep ({swept}): {error}") from None
         key = tuple(getattr(run_args, name) for name in REQUEST_OPTIONS)
         if key not in traces:
             traces[key] = load_requests(run_args)
+        if config.replicas > 1:  # as a single run's plan checks its fleet, before any run
+            try:
+                check_fits(traces[key], manager_class, config, share=at_once)
+            except FleetMemoryError as error:
+                raise FleetMemoryError(f"--sweep ({swept}): {error}" if sweeps else str(error)) from None
         return config, traces[key]
 
     return prepare
@@ -517,10 +524,11 @@ def preparer(
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace, given: frozenset[str]) -> int:
     """``--sweep``: every configuration checked, then the runs (sweep.py)."""
-    from blockspace.simulator.sweep import parse_sweeps, sweep
+    from blockspace.simulator.sweep import configurations, parse_sweeps, sweep
 
     sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
-    return sweep(args, sweeps, preparer(sweeps, resolve_manager(args.manager)), workload_source(args))
+    at_once = min(args.workers or os.cpu_count() or 1, len(configurations(sweeps)))  # sweep()'s workers
+    return sweep(args, sweeps, preparer(sweeps, resolve_manager(args.manager), at_once), workload_source(args))
 
 
 def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: frozenset[str], command: list[str]) -> int:
@@ -537,7 +545,7 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
     if fleet and "replicas" in given | {name for name, _ in sweeps}:
         raise InvalidArgumentError("--replicas cannot go with --find min-replicas: the search sets it")
-    prepare = preparer(sweeps, resolve_manager(args.manager))
+    prepare = preparer(sweeps, resolve_manager(args.manager), args.workers or os.cpu_count() or 1)
     points = []  # (swept values, configuration, requests, their rate, the rate the search scales)
     caps = []  # min-replicas: each point's largest fleet that fits in memory, and a line where memory set it
     for values in configurations(sweeps):

@@ -153,12 +153,16 @@ def memory_limit() -> Limit:
 
 
 def check_fits(
-    trace: list[TraceRequest], manager_class: type, config: SimulationConfig, limit: Limit | None = None
-) -> Estimate:
+    trace: list[TraceRequest], manager_class: type, config: SimulationConfig, limit: Limit | None = None,
+    share: int = 1,
+) -> Estimate:  # fmt: skip
     """The run's estimate; ``FleetMemoryError`` if it is more than ``limit``
-    (default: ``memory_limit()``), saying both."""
+    (default: ``memory_limit()``) divided among ``share`` runs at once (a
+    sweep's workers), saying both."""
     needed = estimate(trace, manager_class, config)
     limit = memory_limit() if limit is None else limit
+    if share > 1:
+        limit = Limit(limit.bytes // share, f"{limit.name}, for each of {share} runs at once")
     if needed.bytes > limit.bytes:
         raise FleetMemoryError(
             f"--replicas {config.replicas}: the run needs about {needed.bytes / GIB:.1f} GiB "
