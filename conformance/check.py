@@ -248,8 +248,8 @@ def run_machine(
         ended = time.perf_counter()
         num_calls = sum(line.startswith("lock.call(") for line in repro.splitlines())
         note = (
-            f"found after {found_at - started:.1f} s, shrunk to {num_calls} calls in {ended - found_at:.1f} s "
-            f"(budget {limit:g} s)"
+            f"found after {found_at - started:.1f} s, shrunk to {num_calls} call{'s' * (num_calls != 1)} in "
+            f"{ended - found_at:.1f} s (budget {limit:g} s)"
         )
         extra = {"found_s": round(found_at - started, 2), "shrink_s": round(ended - found_at, 2),
                  "shrink_budget_s": limit, "repro_calls": num_calls}  # fmt: skip
