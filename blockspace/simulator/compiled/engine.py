@@ -114,14 +114,13 @@ class Run:
 
     def __init__(
         self, trace: list[TraceRequest], manager_class: type, config: SimulationConfig,
-        chunks: np.ndarray | None = None, manager: FastBlockSpaceManager | None = None,
+        chunks: np.ndarray | None = None,
     ) -> None:  # fmt: skip
         """A replay of ``trace``; or, given a fleet's ``chunks``, of nothing
-        yet: a replica, whose requests come by ``take`` (``replica.py``).
-        ``manager``: a fresh one of ``new_manager``'s (default: made here)."""
+        yet: a replica, whose requests come by ``take`` (``replica.py``)."""
         sched = config.scheduler
         self.config = config
-        self.manager = new_manager(manager_class, config) if manager is None else manager
+        self.manager = new_manager(manager_class, config)
         if chunks is None:
             self.requests, chunks = S.new_requests(trace, config.num_samples, config.max_output_len)
         else:
@@ -397,24 +396,25 @@ def replay_apart(
     after another, after one warm-up (``fleet.py``, a router that reads no
     replica); each result without its manager, and the warm-up's seconds.
     Why: the fleet holds one replica's state at a time, and its replicas'
-    figures. One manager serves them all, its fresh state restored before
-    each (``restore_state``): making a manager fills its pools' arrays,
-    4 ms at 49,152 blocks, as long as a replica's whole share takes in a
-    fleet of hundreds; restoring them is a copy."""
+    figures. Each replica makes its own manager, freed with its run: most
+    of a new manager's pool arrays are zeros the system maps as they are
+    first touched, and a replica of a fleet of hundreds touches few. One
+    manager for all, its fresh state restored before each (``restore_state``,
+    as here before), copied all 3.6 MB of the GPU pool's arrays into new
+    buffers each time: at 256 replicas on 2,000 requests, 5 % more wall
+    time for the whole command, a third more system time
+    (docs/measurements/2026-12-06-replica-memory.md)."""
     name = manager_name_of(manager_class)
     results: list[SimulationResult] = []
     idle = None  # the result of a replica sent nothing, made once: a fleet larger than its trace has many
     with collector_paused():
         startup_s = warm_up(manager_class, config)
-        manager = new_manager(manager_class, config)
-        fresh = manager.save_state()
         for share in shares:
             if not share and idle is not None:
                 results.append(idle)
                 continue
             started = time.perf_counter()
-            manager.restore_state(fresh)
-            run = Run(share, manager_class, config, manager=manager)
+            run = Run(share, manager_class, config)
             run.advance(math.inf)
             result = dataclasses.replace(run.result(name, time.perf_counter() - started, startup_s), manager=None)
             idle = result if not share else idle
