@@ -78,7 +78,7 @@ def _ints() -> array[int]:
 def filled(target: array[Any], values: np.ndarray) -> None:
     """``target`` extended by ``values``, cast to its type, in one copy
     (``frombytes`` reads the array's own buffer)."""
-    target.frombytes(memoryview(np.ascontiguousarray(values, dtype=target.typecode)).cast("B"))
+    target.frombytes(np.ascontiguousarray(values, dtype=target.typecode).data.cast("B"))
 
 
 @dataclass
