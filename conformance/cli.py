@@ -101,13 +101,15 @@ def prepare(args: Any, given: frozenset[str] = frozenset()) -> Plan:
     naming the option that is wrong); ``given``: the options written on the
     command line (``validation.given_options``), each of which some check
     of the run must read (``check_choice``)."""
-    impl_cls = load_manager(args.impl, "--impl")
-    against_cls = load_manager(args.against, "--against")
     check_ranges(args, RANGES)
     if args.json:
         check_output_file(args.json, "--json")
     profile = PROFILES[args.profile]
     scopes = explorer_scopes(args, profile)
+    # Last of the checks: a manager is built to see it construct, and a cold
+    # cache compiles fast's kernels for it (a minute), so nothing cheaper waits on it.
+    impl_cls = load_manager(args.impl, "--impl")
+    against_cls = load_manager(args.against, "--against")
     if args.examples and profile.max_examples:  # the explorer samples nothing: check_choice refuses it there
         profile = with_changes(profile, max_examples=args.examples)
     if args.shrink_budget is not None:

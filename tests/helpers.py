@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -57,3 +58,17 @@ def trace_lines(count: int) -> str:
                     "hash_ids": [0]}) + "\n"
         for i in range(count)
     )  # fmt: skip
+
+
+PAIR = {"reference": "reference", "fast": "fast"}
+
+
+@functools.cache
+def explored(scope: str):
+    """The explorer's report on the scope named ``scope``, fast against the
+    reference on two workers, made once a session: several tests ask about
+    the same exhausted scope (the default one takes a minute without the JIT)."""
+    from blockspace.conformance.explore import explore
+    from blockspace.conformance.scope import SCOPES
+
+    return explore(PAIR, SCOPES[scope], workers=2)

@@ -5,6 +5,7 @@ of the time abstraction, and the pickling it clones managers with."""
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import subprocess
 import sys
@@ -21,12 +22,13 @@ from blockspace.errors import NoFreeBlocksError
 from blockspace.extras import missing_modules
 from blockspace.fast import FastBlockSpaceManager
 from blockspace.reference import ReferenceBlockSpaceManager
+from helpers import explored
 
 PAIR = {"reference": "reference", "fast": "fast"}
 
 
 def test_the_default_scope_is_exhausted_and_the_theorem_says_so() -> None:
-    report = explore(PAIR, SCOPES["default"], workers=2)
+    report = explored("default")
     assert report.passed, report.failure
     assert report.states == sum(report.layers) and report.transitions > report.states
     assert report.exhausted and report.depth > 5
@@ -187,15 +189,19 @@ def test_arrivals_carry_adapters_and_the_state_tells_them_apart() -> None:
     assert "s10 = Sequence(10, [1, 1], lora_int_id=1)" in script.render()
 
 
-def test_the_command_prints_the_theorem() -> None:
+def test_the_command_prints_the_theorem(tmp_path) -> None:
     command = [sys.executable, "-m", "blockspace", "conformance", "--impl", "fast", "--against", "reference",
                "--profile", "exhaustive", "--scope", "plain", "--scope-set", "max_depth=2",
                "--workers", "1"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "explore[plain]: scope plain [" in done.stdout and "at most 2 moves" in done.stdout
-    bad = subprocess.run(command[:-4] + ["--scope-set", "lookaheads=x"], capture_output=True, text=True, timeout=600)
-    assert bad.returncode == 2 and bad.stderr.startswith("error: --scope/--scope-set")
+    # A bad option is refused before any work, even the compiling a cold cache
+    # would do to build the managers (then a notice came first).
+    cold = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    bad = subprocess.run(command[:-4] + ["--scope-set", "lookaheads=x"], capture_output=True, text=True, timeout=600,
+                         env=cold)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --scope/--scope-set"), bad.stderr
 
 
 class PoisonedByAForcedFree(ReferenceBlockSpaceManager):

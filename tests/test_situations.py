@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from blockspace.conformance import cli
-from blockspace.conformance.explore import explore
 from blockspace.conformance.scope import SCOPES
 from blockspace.conformance.situations import (
     BY_NAME,
@@ -27,6 +26,7 @@ from blockspace.conformance.situations import (
 )
 from blockspace.kit_options import PROFILES, STANDARD_SCOPES
 from blockspace.reference import ReferenceBlockSpaceManager
+from helpers import explored
 
 DOCS = Path(__file__).parents[1] / "docs"
 PAIR = {"reference": "reference", "fast": "fast"}
@@ -161,7 +161,7 @@ def test_the_standard_set_has_a_scope_of_every_family():
 def test_a_scope_reaches_what_the_table_says_at_the_depth_it_says(name):
     """Each situation the table gives this scope, this scope reaches; where
     the table's shallowest depth is this scope's, at that depth."""
-    report = explore(PAIR, SCOPES[name], workers=2)
+    report = explored(name)
     assert report.exhausted and report.passed, report.failure
     for situation, (_, scopes, depth) in documented_table().items():
         assert (situation in report.situations) == (name in scopes), situation
