@@ -46,11 +46,14 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
+
+from blockspace.outputs import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = (
@@ -372,20 +375,18 @@ def main(argv: list[str] | None = None) -> int:
             f"[{len(results)}/{len(chosen)}] {verdict:8} {name}:{record['line_number']} {record['line'][:70]}",
             flush=True,
         )
-        with open(args.out, "w") as handle:
-            json.dump(
-                {
-                    "target": args.target,
-                    "profile": args.profile,
-                    "total_mutants": len(mutants),
-                    "sampled": len(chosen),
-                    "results": results,
-                },
-                handle,
-                indent=1,
-            )
+        document = {
+            "target": args.target,
+            "profile": args.profile,
+            "total_mutants": len(mutants),
+            "sampled": len(chosen),
+            "results": results,
+        }
+        with writing:  # one thread at a time: the file is written whole, then renamed (outputs.py)
+            write_text(args.out, json.dumps(document, indent=1))
         return record
 
+    writing = threading.Lock()
     with ThreadPoolExecutor(args.workers) as pool:
         list(pool.map(one, chosen))
     killed = sum(r["verdict"] == "killed" for r in results)

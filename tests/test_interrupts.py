@@ -202,3 +202,27 @@ def test_an_output_is_written_whole_or_not_at_all(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]
     write_text(path, "later\n")
     assert path.read_text() == "later\n" and sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]
+
+
+# Writes that are not a command's output: a mutant's copy of the package in its own
+# work folder (restored after), and the peer benchmark's trace in a temporary folder.
+SCRATCH = {("conformance/mutation.py", 3), ("blockspace/bench/peer.py", 1)}
+
+
+def test_every_commands_output_is_written_through_outputs():
+    """A file a command is asked to write goes through ``outputs.write_text``
+    or ``outputs.replacing``: an ``open(..., "w")``, ``json.dump`` or
+    ``.write_text`` elsewhere could leave half a file at Ctrl-C (the soak
+    and mutation commands did, 2026-12-06)."""
+    root = Path(__file__).resolve().parent.parent
+    bare = re.compile(r"""open\([^)]*["'][wa]b?["']|json\.dump\(|\.write_text\(|\.savefig\((?!partial)""")
+    found = set()
+    for folder in ("blockspace", "conformance", "fast", "reference"):
+        for path in sorted((root / folder).rglob("*.py")):
+            name = path.relative_to(root).as_posix()
+            if name == "blockspace/outputs.py":
+                continue
+            lines = [line for line in path.read_text().splitlines() if bare.search(line) and "partial" not in line]
+            if lines:
+                found.add((name, len(lines)))
+    assert found == SCRATCH

@@ -36,6 +36,7 @@ from typing import Any
 
 from blockspace.conformance.walk import Config, Solo, walk
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
+from blockspace.outputs import write_text
 from blockspace.soak.options import MODES, NEEDS, RANGES, build_parser
 from blockspace.validation import (
     check_distinct_outputs,
@@ -175,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = failed or code != 0
     results["passed"] = not failed
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        write_text(args.json, json.dumps(results, indent=1))  # whole, then renamed (outputs.py)
     return 1 if failed else 0
 
 
