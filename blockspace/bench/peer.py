@@ -26,7 +26,7 @@ requests as token-id lists, as a ``Sequence`` holds them
 the least a NumPy block manager does with a prompt before it keys a block.
 No replay that hands its prompts to the manager through that interface can
 take less; the mocker keys blocks from the trace's chunk ids and never makes
-a token (docs/simulator.md, *Where a step's time goes*).
+a token (docs/measurements/2026-12-06-simulator-figures.md, *The floor*).
 
 Both get block size 16, 49,152 GPU blocks, at most 256 sequences and 2,048
 batched tokens per step, prefix caching and chunked prefill on (see
