@@ -81,9 +81,24 @@ DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
 SYNTHETIC_DEFAULTS = {name: inspect.signature(synthetic).parameters[name].default for name in SYNTHETIC_RANGES}
 
 
+ArgumentGroup = argparse._ArgumentGroup  # what add_argument_group returns; argparse names it privately
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The parser, one argument group at a time, in the order ``--help`` lists them (OPTION_GROUPS)."""
     parser = command_parser("blockspace simulate", __doc__)
-    source = parser.add_argument_group("trace and managers")
+    for title, add_options in OPTION_GROUPS:
+        add_options(parser.add_argument_group(title))
+    return parser
+
+
+def _trace_and_manager_options(group: ArgumentGroup) -> None:
+    _trace_options(group)
+    _manager_options(group)
+
+
+def _trace_options(source: ArgumentGroup) -> None:
+    """Which requests arrive, and when."""
     source.add_argument(
         "--workload", choices=("trace", "synthetic"), default="trace",
         help="replay a trace (--trace), or requests made up by the options of the synthetic workload below"
@@ -120,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="a closed loop: at most this many requests in flight, each sent at its arrival or when one is done,"
              " whichever is later, as vLLM's serving benchmark's semaphore (default: none)",
     )  # fmt: skip
+
+
+def _manager_options(source: ArgumentGroup) -> None:
+    """Which manager decides, and which engine and step path run it."""
     source.add_argument("--manager", default="fast", help="reference | fast | placeholder | package.module:Class")
     source.add_argument(
         "--compare", metavar="A,B",
@@ -136,25 +155,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="decodes through the manager's row API (rows), per call (calls), or rows where offered (auto)",
     )  # fmt: skip
 
-    made = parser.add_argument_group("synthetic workload (--workload synthetic; workloads.synthetic)")
-    for name, kind, meaning in (
-        ("input_len", int, "mean prompt tokens of a conversation's first turn, and of each later message (vLLM's"
-                           " --random-input-len, the mocker's isl)"),
-        ("output_len", int, "mean output tokens (vLLM's --random-output-len, the mocker's osl)"),
-        ("input_len_std", float, "standard deviation of --input-len's normal draws, rounded and at least 1;"
-                                 " 0: every message that long"),
-        ("output_len_std", float, "standard deviation of --output-len's normal draws; 0: every output that long"),
-        ("shared_prefix_ratio", float, "the share of a first prompt's 512-token chunks that its prefix group"
-                                       " shares, in [0, 1] (the mocker's shared_prefix_ratio)"),
-        ("prefix_groups", int, "groups a conversation joins, drawn uniformly; a group's prompts begin with the"
-                               " same chunks (the mocker's num_prefix_groups)"),
-        ("turns", int, "requests a conversation makes; each turn's prompt is the last turn's prompt, then fresh"
-                       " tokens for its answer and the next message"),
-        ("turn_gap", float, "seconds from one turn's arrival to the next turn's, answered or not"),
-    ):  # fmt: skip
+
+# --workload synthetic's options: (name, type, meaning), each defaulting to workloads.synthetic's own.
+SYNTHETIC_OPTIONS: tuple[tuple[str, type, str], ...] = (
+    ("input_len", int, "mean prompt tokens of a conversation's first turn, and of each later message (vLLM's"
+                       " --random-input-len, the mocker's isl)"),
+    ("output_len", int, "mean output tokens (vLLM's --random-output-len, the mocker's osl)"),
+    ("input_len_std", float, "standard deviation of --input-len's normal draws, rounded and at least 1;"
+                             " 0: every message that long"),
+    ("output_len_std", float, "standard deviation of --output-len's normal draws; 0: every output that long"),
+    ("shared_prefix_ratio", float, "the share of a first prompt's 512-token chunks that its prefix group"
+                                   " shares, in [0, 1] (the mocker's shared_prefix_ratio)"),
+    ("prefix_groups", int, "groups a conversation joins, drawn uniformly; a group's prompts begin with the"
+                           " same chunks (the mocker's num_prefix_groups)"),
+    ("turns", int, "requests a conversation makes; each turn's prompt is the last turn's prompt, then fresh"
+                   " tokens for its answer and the next message"),
+    ("turn_gap", float, "seconds from one turn's arrival to the next turn's, answered or not"),
+)  # fmt: skip
+
+
+def _synthetic_options(made: ArgumentGroup) -> None:
+    for name, kind, meaning in SYNTHETIC_OPTIONS:
         made.add_argument(option_name(name), type=kind, default=SYNTHETIC_DEFAULTS[name], help=meaning)
 
-    fleet = parser.add_argument_group("fleet (blockspace/simulator/fleet.py, routers.py)")
+
+def _fleet_options(fleet: ArgumentGroup) -> None:
     fleet.add_argument("--replicas", type=int, default=1, help="engines behind one router, each with every option"
                        " below (default: 1)")  # fmt: skip
     fleet.add_argument("--router", choices=tuple(ROUTERS), default="round_robin",
@@ -164,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="kv_aware: the weight of the prompt blocks a replica lacks against its outstanding"
                             " blocks (default: 1, as Dynamo's KV router)")  # fmt: skip
 
-    memory = parser.add_argument_group("KV cache")
+
+def _kv_cache_options(memory: ArgumentGroup) -> None:
     memory.add_argument("--block-size", type=int, default=16, help="tokens per block")
     gpu = memory.add_mutually_exclusive_group()
     gpu.add_argument("--num-gpu-blocks", type=int, help="GPU blocks (default: as many as --kv-memory-gib holds)")
@@ -177,13 +203,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     memory.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                         help="prefix caching")  # fmt: skip
-    model = parser.add_argument_group("model (bytes per KV token)")
+
+
+def _model_options(model: ArgumentGroup) -> None:
     model.add_argument("--num-layers", type=int, default=KVCacheModel.num_layers, help="layers")
     model.add_argument("--num-kv-heads", type=int, default=KVCacheModel.num_kv_heads, help="KV heads per layer")
     model.add_argument("--head-dim", type=int, default=KVCacheModel.head_dim, help="dimension of a head")
     model.add_argument("--dtype-bytes", type=int, default=KVCacheModel.dtype_bytes, help="bytes per KV value")
 
-    sched = parser.add_argument_group("scheduler")
+
+def _scheduler_options(sched: ArgumentGroup) -> None:
     sched.add_argument("--max-num-seqs", type=int, default=256, help="sequences per step")
     sched.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per step")
     sched.add_argument("--preemption-mode", choices=PREEMPTION_MODES, default="recompute", help="how to preempt")
@@ -192,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "through the prefix cache (vLLM 0.9.2's parallel sampling)")  # fmt: skip
     sched.add_argument("--max-output-len", type=int, help="cap every request's output length (default: no cap)")
 
-    timing = parser.add_argument_group("step-time model")
+
+def _step_time_options(timing: ArgumentGroup) -> None:
     timing.add_argument(
         "--step-model", type=Path, metavar="FILE",
         help="the step-time model's coefficients from a JSON file (blockspace gpu-profile writes one), instead of"
@@ -210,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     timing.add_argument("--swap-block-us", type=float, default=StepTimeModel.swap_block_us,
                         help="cost of swapping a block in or out")  # fmt: skip
 
-    output = parser.add_argument_group("output")
+
+def _output_options(output: ArgumentGroup) -> None:
     output.add_argument("--out", type=Path, default=Path("out"), help="folder for the plot and JSON")
     output.add_argument(
         "--slo", metavar="BOUNDS",
@@ -224,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--no-plot", action="store_true", help="skip the PNG")
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    finding = parser.add_argument_group("capacity (blockspace/simulator/capacity.py)")
+
+def _capacity_options(finding: ArgumentGroup) -> None:
     finding.add_argument(
         "--find", choices=("max-rate", "min-replicas"),
         help="max-rate: the highest request rate (the trace's arrivals scaled) at which --target %% of the requests"
@@ -235,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", type=float, default=90.0, help="with --find: the share of requests that must meet --slo, in %%"
     )
 
-    sweeping = parser.add_argument_group("sweeps (blockspace/simulator/sweep.py)")
+
+def _sweep_options(sweeping: ArgumentGroup) -> None:
     sweeping.add_argument(
         "--sweep", metavar="KEY=V1,V2", action="append", default=[],
         help="run every combination of these values of simulate options (repeatable), e.g. num_gpu_blocks=8192,16384"
@@ -244,7 +277,21 @@ def build_parser() -> argparse.ArgumentParser:
     sweeping.add_argument("--workers", type=int, help="parallel runs of a sweep (default: one per core)")
     sweeping.add_argument("--executor", choices=("process", "ray"), default="process",
                           help="where a sweep's runs go: worker processes or a Ray cluster")  # fmt: skip
-    return parser
+
+
+# The argument groups, in --help's order: each title, and the function that adds its options.
+OPTION_GROUPS: tuple[tuple[str, Callable[[ArgumentGroup], None]], ...] = (
+    ("trace and managers", _trace_and_manager_options),
+    ("synthetic workload (--workload synthetic; workloads.synthetic)", _synthetic_options),
+    ("fleet (blockspace/simulator/fleet.py, routers.py)", _fleet_options),
+    ("KV cache", _kv_cache_options),
+    ("model (bytes per KV token)", _model_options),
+    ("scheduler", _scheduler_options),
+    ("step-time model", _step_time_options),
+    ("output", _output_options),
+    ("capacity (blockspace/simulator/capacity.py)", _capacity_options),
+    ("sweeps (blockspace/simulator/sweep.py)", _sweep_options),
+)
 
 
 # Every numeric option's range: checked before anything runs (a sweep's values too), so a
