@@ -166,7 +166,7 @@ def test_simulate_runs_on_the_file_s_model(tmp_path, capsys):
 
 
 # -- the file's model against the run's KV cache ----------------------------------------------------------------
-TINY_MODEL = {  # what blockspace gpu-profile writes for the tiny model of docs/simulator.md
+TINY_MODEL = {  # what blockspace gpu-profile writes for the tiny model of docs/gpu.md
     **dataclasses.asdict(ModelShape(2, 64, 4, 2, 128, "float32")),
     "head_dim": 16,
     "block_size": 16,

@@ -6,7 +6,7 @@ It builds a Llama-shaped decoder stack with random weights (by default
 Llama-3-8B's 32 layers in BF16), times prefill, decode and mixed steps of
 growing sizes and the swap of one KV block, fits the simulator's five
 coefficients to the timings by least squares, and writes them with where
-they came from. docs/simulator.md describes the file and the method.
+they came from. docs/simulator.md describes the file, docs/gpu.md the method.
 
 A fit that misses a timed step by more than ``--max-fit-error`` is not
 written: the steps are timed again (``--attempts`` times in all, each step
