@@ -36,7 +36,7 @@ from blockspace.simulator.compiled.digest import signed
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.metrics import Metrics, Timeline, filled
 from blockspace.simulator.request import request_id_of
-from blockspace.simulator.simulation import (
+from blockspace.simulator.runs import (
     SimulationConfig,
     SimulationResult,
     SimulationStalledError,
@@ -142,6 +142,7 @@ class Run:
         self.loop = S.new_loop(settings, coefficients, chunks, self.requests, longest)
         self.longest = 0
         self._columns_for(longest)
+        self._room_for(self.requests)
 
     def take(self, requests: S.Requests, first: int, count: int, arrival_s: float) -> None:
         """Requests ``first`` up to ``first + count`` of a fleet's ``requests``
@@ -170,6 +171,36 @@ class Run:
             store.tables = T.grow_tables(store.tables, num_cols=num_cols)
         if store.tracker.keys.shape[1] < num_cols:
             store.tracker = K.grow_tracker(store.tracker, num_cols=num_cols)
+
+    def _room_for(self, requests: S.Requests) -> None:
+        """Room, at once, for what ``requests`` (known at the start) will ask:
+        what the loop asks at its first stop (a table row, and tracker rows
+        for the requests waiting at the first step and two more:
+        ``loop.room_for_step``), and keys for every block of every sequence
+        and what a step may ask beyond those made (a batch's blocks and two
+        a request), at most twice the pools' blocks (the collector keeps the
+        live keys to what the pools and rows name). The logs are sized with
+        the loop (``S.first_log_sizes``).
+
+        Why: fresh, the manager has no row on the loop's free stacks and a
+        small key table (``fast/store.py``), and each stop of the loop for
+        room is a call back into it besides the growth: a fleet of 256
+        replicas replayed apart stopped seven times a replica, two with
+        this (docs/measurements/2026-12-06-replica-memory.md). A fleet's
+        replica on one clock gets its requests one by one, and grows as they
+        come."""
+        if not len(requests.arrival):
+            return
+        config, meta = self.config, self.loop.meta
+        block_size = config.scheduler.block_size
+        if config.scheduler.enable_prefix_caching:
+            blocks = int(((requests.prompt_len + requests.out_len) // block_size + 1).sum())
+            wanted = blocks + config.scheduler.max_num_batched_tokens // block_size + 2 * len(requests.arrival) + 2
+            meta[S.NEED_KEYS] = min(wanted, 2 * (config.num_gpu_blocks + config.num_cpu_blocks))
+        waiting = int(np.count_nonzero(requests.arrival <= requests.arrival[0]))
+        meta[S.NEED_TABLE_ROWS] = 1
+        meta[S.NEED_TRACKER_ROWS] = min(config.scheduler.max_num_seqs, waiting) + 2
+        self._make_room()
 
     def num_done(self) -> int:
         return int(self.loop.meta[S.NUM_DONE])

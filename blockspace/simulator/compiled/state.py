@@ -275,3 +275,10 @@ def with_room(loop: Loop, requests: Requests, count: int, max_tokens: int) -> tu
     if max_tokens + block_size > len(loop.tokens):
         loop = loop._replace(tokens=np.zeros(max(max_tokens + block_size, 2 * len(loop.tokens)), np.int64))
     return loop, requests
+
+
+def array_bytes(*states: tuple[object, ...]) -> int:
+    """The bytes of the numpy arrays in ``states`` (NamedTuples of arrays,
+    as fast's store and this engine keep them): what a replica holds
+    (``replica.held_bytes``; ``memory.py`` sizes a fleet by it)."""
+    return sum(value.nbytes for state in states for value in state if isinstance(value, np.ndarray))
