@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.engines import replay
-from blockspace.simulator.simulation import SimulationConfig
+from blockspace.simulator.runs import SimulationConfig
 from blockspace.workloads import load_trace, trace_source
 
 REPLICAS, REQUESTS, TURNS = 4, 2_000, 3

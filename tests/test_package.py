@@ -365,3 +365,29 @@ def test_an_installed_kit_runs_its_trace_check(tmp_path):
         ("trace[mooncake]", "passed"),
         ("trace[mooncake-rows]", "passed"),
     ], checks
+
+
+def reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` runs when imported, itself left out (its parent packages' ``__init__`` aside)."""
+    seen, queue = set(), deque([start])
+    while queue:
+        for following in graph[queue.popleft()] - seen:
+            seen.add(following)
+            queue.append(following)
+    return seen
+
+
+def test_the_two_engines_are_peers():
+    """The Python engine and its compiled twin share what they share
+    through ``simulator.runs``; neither imports the other's modules, even
+    through a third (issue #52: the compiled engine imported the Python one's)."""
+    graph = import_graph(package_modules())
+    python = {f"blockspace.simulator.{name}" for name in ("simulation", "scheduler", "calls", "row_step", "timed")}
+    compiled = {name for name in graph if name.startswith("blockspace.simulator.compiled.")}
+    packages = {"blockspace", "blockspace.simulator", "blockspace.simulator.compiled"}
+    assert python <= graph.keys() and len(compiled) > 5
+    for module in compiled:
+        assert not reaches(graph, module) & python, (module, sorted(reaches(graph, module) & python))
+    for module in python:
+        assert not (reaches(graph, module) - packages) & compiled, module
+    assert "blockspace.simulator.runs" in graph["blockspace.simulator.compiled.engine"]

@@ -27,7 +27,7 @@ from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, run_simulation
 from blockspace.simulator.report import first_difference
-from blockspace.simulator.scheduler import STEP_PATHS
+from blockspace.simulator.runs import STEP_PATHS
 from blockspace.validation import (
     Range,
     check_output_file,

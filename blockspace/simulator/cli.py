@@ -42,8 +42,7 @@ from blockspace.simulator.report import (
 )
 from blockspace.simulator.routers import ROUTERS
 from blockspace.simulator.row_step import offers_rows
-from blockspace.simulator.scheduler import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
-from blockspace.simulator.simulation import SimulationConfig, SimulationResult
+from blockspace.simulator.runs import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig, SimulationConfig, SimulationResult
 from blockspace.simulator.slo import SLO, parse_slo
 from blockspace.simulator.step_model import COEFFICIENTS, load_step_model
 from blockspace.validation import (

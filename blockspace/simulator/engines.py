@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from blockspace.errors import InvalidArgumentError
-from blockspace.simulator.simulation import ENGINES, SimulationConfig, SimulationResult, run_simulation
+from blockspace.simulator.runs import ENGINES, SimulationConfig, SimulationResult
+from blockspace.simulator.simulation import run_simulation
 from blockspace.workloads import TraceRequest
 
 CHOICES = ("auto", *ENGINES)

@@ -46,10 +46,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
 from blockspace.errors import InvalidArgumentError
-from blockspace.simulator.simulation import SimulationConfig
+from blockspace.simulator.compiled.state import array_bytes
+from blockspace.simulator.runs import SimulationConfig
 from blockspace.workloads import TraceRequest
 
 ENGINE_BYTES = 256 << 20  # the kernels loaded and the first buffers (231 MB of address space measured)
@@ -79,12 +78,6 @@ class Estimate:
     replicas_held: int  # replicas whose state is held at once
     idle_bytes: int  # one replica's, before any work
     work_bytes: int  # what grows with the requests
-
-
-def array_bytes(*states: tuple[object, ...]) -> int:
-    """The bytes of the numpy arrays in ``states`` (NamedTuples of arrays,
-    as fast's store and the compiled engine keep them)."""
-    return sum(value.nbytes for state in states for value in state if isinstance(value, np.ndarray))
 
 
 def idle_bytes(manager_class: type, config: SimulationConfig) -> int:

@@ -44,7 +44,7 @@ import numpy as np
 
 from blockspace.outputs import replacing
 from blockspace.simulator.metrics import Timeline
-from blockspace.simulator.simulation import SimulationResult
+from blockspace.simulator.runs import SimulationResult
 from blockspace.simulator.slo import SLO
 
 MAX_POINTS = 20_000

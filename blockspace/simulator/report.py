@@ -34,7 +34,7 @@ import numpy as np
 
 from blockspace.outputs import write_text
 from blockspace.simulator.decisions import StepRecord
-from blockspace.simulator.simulation import SimulationResult
+from blockspace.simulator.runs import SimulationResult
 from blockspace.simulator.slo import SLO, attainment
 
 MAX_TIMELINE_POINTS = 2000  # per-step series are thinned to this many points in the JSON

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from blockspace.enums import AllocStatus, SequenceStatus
@@ -52,39 +51,7 @@ from blockspace.simulator.calls import CallPath
 from blockspace.simulator.decisions import ScheduledGroup, StepOutput, StepRecord
 from blockspace.simulator.request import SimRequest
 from blockspace.simulator.row_step import RowPath, offers_rows
-
-PREEMPTION_MODES = ("recompute", "swap")
-STEP_PATHS = ("auto", "calls", "rows")  # auto: the row API where the manager offers it (row_step.py)
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """vLLM's scheduler knobs (names as in vLLM's ``SchedulerConfig``)."""
-
-    block_size: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    enable_prefix_caching: bool = True
-    preemption_mode: str = "recompute"
-    record_tables: bool = False  # hash block tables, CoW pairs and swap mappings into each StepRecord
-    step: str = "auto"  # how decodes reach the manager: STEP_PATHS
-
-    def __post_init__(self) -> None:
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise InvalidConfigError(f"{name} must be a positive int, got {value!r}")
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise InvalidConfigError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
-                f"({self.max_num_seqs}), as vLLM requires"
-            )
-        if self.enable_prefix_caching and self.max_num_batched_tokens < self.block_size:
-            raise InvalidConfigError("with prefix caching, max_num_batched_tokens must hold at least one block")
-        if self.preemption_mode not in PREEMPTION_MODES:
-            raise InvalidConfigError(f"preemption_mode must be one of {PREEMPTION_MODES}, got {self.preemption_mode!r}")
-        if self.step not in STEP_PATHS:
-            raise InvalidConfigError(f"step must be one of {STEP_PATHS}, got {self.step!r}")
+from blockspace.simulator.runs import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 
 
 class Scheduler:

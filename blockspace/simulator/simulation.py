@@ -17,92 +17,34 @@ manager's kernels is reported as start-up, not as the first steps' work.
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
 
 from blockspace.enums import AllocStatus, Device, SequenceStatus
-from blockspace.errors import BlockSpaceError, InvalidConfigError
 from blockspace.sequence import Sequence, SequenceGroup
-from blockspace.simulator.decisions import StepOutput, StepRecord
-from blockspace.simulator.gpu import StepTimeModel
+from blockspace.simulator.decisions import StepOutput
 from blockspace.simulator.metrics import Metrics
 from blockspace.simulator.request import SimRequest, decode_step
-from blockspace.simulator.routers import ROUTERS, STATIC, blocks_of
+from blockspace.simulator.routers import blocks_of
 from blockspace.simulator.row_step import offers_rows
-from blockspace.simulator.scheduler import Scheduler, SchedulerConfig
+from blockspace.simulator.runs import (
+    ENGINES,
+    SimulationConfig,
+    SimulationResult,
+    SimulationStalledError,
+    collector_paused,
+    manager_name_of,
+)
+from blockspace.simulator.scheduler import Scheduler
 from blockspace.simulator.timed import TimedManager
 from blockspace.workloads import TraceRequest, prompt_token_ids
-
-ENGINES = ("python", "compiled")  # engines.py: this module is the first; compiled/ is its twin
-
-
-class SimulationStalledError(BlockSpaceError, RuntimeError):
-    """Requests are queued, none can run, and nothing will change that."""
-
-
-@dataclass(frozen=True)
-class SimulationConfig:
-    """Everything that decides a run besides the trace and the manager."""
-
-    num_gpu_blocks: int
-    num_cpu_blocks: int
-    watermark: float = 0.01
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    step_time: StepTimeModel = field(default_factory=StepTimeModel)
-    num_samples: int = 1  # n: samples per trace request, each its own request of one sequence (vLLM 0.9.2)
-    max_output_len: int | None = None  # cap on each request's output length
-    engine: str = "python"  # which engine replays it (engines.py)
-    replicas: int = 1  # engines of this configuration behind one router, on one clock (fleet.py)
-    router: str = "round_robin"  # how the router picks a replica (routers.py)
-    router_weight: float = 1.0  # kv_aware: the weight of the blocks to prefill against the load
-    max_concurrency: int | None = None  # a closed loop: at most this many requests in flight (fleet.py)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.num_samples, int) or self.num_samples < 1:
-            raise InvalidConfigError(f"n must be a positive int, got {self.num_samples!r}")
-        if self.max_output_len is not None and self.max_output_len < 1:
-            raise InvalidConfigError(f"max_output_len must be >= 1, got {self.max_output_len}")
-        if self.engine not in ENGINES:
-            raise InvalidConfigError(f"engine must be one of {ENGINES}, got {self.engine!r}")
-        if not isinstance(self.replicas, int) or self.replicas < 1:
-            raise InvalidConfigError(f"replicas must be a positive int, got {self.replicas!r}")
-        if self.router not in ROUTERS:
-            raise InvalidConfigError(f"router must be one of {tuple(ROUTERS)}, got {self.router!r}")
-        if not self.router_weight >= 0:
-            raise InvalidConfigError(f"router_weight must be >= 0, got {self.router_weight!r}")
-        if self.max_concurrency is not None and (not isinstance(self.max_concurrency, int) or self.max_concurrency < 1):
-            raise InvalidConfigError(f"max_concurrency must be a positive int, got {self.max_concurrency!r}")
-
-    @property
-    def reads_replicas(self) -> bool:
-        """Does the run read its engines as they run: a router that reads
-        them, or a closed loop waiting for a request to be done? Then its
-        engines run on one clock (fleet.py)."""
-        return (self.replicas > 1 and self.router not in STATIC) or self.max_concurrency is not None
-
-
-@dataclass
-class SimulationResult:
-    """What a run leaves: every figure in ``metrics``, the decision records
-    (to compare runs), and the manager itself (to check its state)."""
-
-    manager_name: str
-    config: SimulationConfig
-    metrics: Metrics
-    records: list[StepRecord]
-    manager: Any
-    replicas: list[SimulationResult] = field(default_factory=list)  # a fleet's, each replica's own (fleet.py)
-    assignment: list[int] = field(default_factory=list)  # a fleet's: the replica of each trace request, in order
 
 
 class Simulation:
@@ -350,27 +292,10 @@ class Simulation:
         return float(self.manager.get_prefix_cache_hit_rate(Device.GPU))
 
 
-def manager_name_of(manager_class: type) -> str:
-    """A manager as results and reports name it: its module and class."""
-    return f"{manager_class.__module__}.{manager_class.__qualname__}"
-
-
 @lru_cache(maxsize=1)
 def probe_prompt(entry: TraceRequest) -> list[int]:
     """The arriving request's prompt, made once for all the replicas a router asks."""
     return entry.prompt_token_ids()
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for a replay, back as it was after (``Simulation.run`` says why)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def warm_up(manager_class: type, manager_kwargs: dict[str, Any]) -> float:

@@ -23,7 +23,7 @@ import numpy as np
 from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.engine import Run
 from blockspace.simulator.routers import blocks_of
-from blockspace.simulator.simulation import SimulationConfig, SimulationResult, manager_name_of
+from blockspace.simulator.runs import SimulationConfig, SimulationResult, manager_name_of
 from blockspace.workloads import TraceRequest
 
 
@@ -80,10 +80,8 @@ class CompiledReplica:
         """The bytes of the arrays this replica holds: its manager's (pools,
         key table, tables, tracker) and its loop's; the fleet's trace, which
         every replica reads (``FleetTrace``), is not counted."""
-        from blockspace.simulator.memory import array_bytes
-
         store, loop = self.run.manager.store, self.run.loop
-        own = array_bytes(store.gpu, store.cpu, store.keys, store.tables, store.tracker, loop, self.run.requests)
+        own = S.array_bytes(store.gpu, store.cpu, store.keys, store.tables, store.tracker, loop, self.run.requests)
         return own - self.trace.chunks.nbytes  # the loop's chunks are the fleet's
 
     # -- what a router and a closed loop read --------------------------------------------
