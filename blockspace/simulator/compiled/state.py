@@ -200,9 +200,11 @@ def new_loop(
     config: np.ndarray, step_model: np.ndarray, chunks: np.ndarray, requests: Requests, max_tokens: int
 ) -> Loop:
     """Queues and step lists for every request; the scratch buffers sized
-    for the longest sequence (and, swapping, the pools); small logs (the
-    driver grows them, and a fleet's replica the rest: ``with_room``)."""
+    for the longest sequence (and, swapping, the pools); the logs sized for
+    ``requests`` (``first_log_sizes``: the driver grows them past that, and
+    a fleet's replica the rest: ``with_room``)."""
     count = len(requests.arrival)
+    steps, tokens, per_request = first_log_sizes(config, requests)
     block_size, max_seqs = int(config[BLOCK_SIZE]), int(config[MAX_SEQS])
     swaps = 2 * (int(config[NUM_GPU]) + int(config[NUM_CPU])) + 2 if config[SWAP_MODE] else 2  # else none
     copies = 2 * (int(config[MAX_TOKENS]) // block_size + 2 * max_seqs + 16)
@@ -231,18 +233,49 @@ def new_loop(
         one_row=np.zeros(1, np.int64),
         one_len=np.zeros(1, np.int64),
         info=np.zeros(1, np.int64),
-        timeline=np.zeros((9, LOG_SIZE)),
-        gaps=np.zeros(LOG_SIZE),
-        done_at=np.zeros(LOG_SIZE),
-        events=np.zeros((3, LOG_SIZE), np.int64),
+        timeline=np.zeros((9, steps)),
+        gaps=np.zeros(tokens),
+        done_at=np.zeros(per_request),
+        events=np.zeros((3, per_request), np.int64),
         scheduled=np.zeros((3, LOG_SIZE if config[RECORD] else 0), np.int64),
-        admissions=np.zeros((2, LOG_SIZE)),
-        step_times=np.zeros(LOG_SIZE),
-        digests=np.zeros(LOG_SIZE, np.uint64),
+        admissions=np.zeros((2, per_request)),
+        step_times=np.zeros(steps),
+        digests=np.zeros(steps, np.uint64),
     )
 
 
-LOG_SIZE = 64  # a log's first entries: the driver doubles it as the loop asks (engine.py)
+LOG_SIZE = 64  # a log's least first size: the driver doubles it as the loop asks (engine.py)
+LOG_CAP = 1 << 16  # a log's largest first size
+
+
+def first_log_sizes(config: np.ndarray, requests: Requests) -> tuple[int, int, int]:
+    """The logs' first sizes: by step, by output token (the gaps) and by
+    request (events, admissions, completions), for the requests known at
+    the start (a replay's whole trace or share; none for a fleet's replica
+    on one clock, whose logs start at ``LOG_SIZE``).
+
+    Why: each doubling is a stop of the loop, a call back into it and a
+    copy of every log. Started at 64 entries, a fleet of 256 replicas
+    replayed apart (8 requests each) stopped four times a replica for its
+    logs alone (docs/measurements/2026-12-06-replica-memory.md). The
+    estimates are of what the requests can use without preemption: a step
+    per output token and per prefill chunk, a gap per output token, four
+    events a request; each leaves the room the loop asks beyond what is
+    used (``loop.room_for_step``: four entries a request looked at, a batch
+    of ``MAX_SEQS``). Capped at ``LOG_CAP``: a long replay's logs still
+    double as they fill, a few doublings against its many steps, and its
+    address space holds what it uses rather than a bound."""
+    count = len(requests.arrival)
+    if not count:
+        return LOG_SIZE, LOG_SIZE, LOG_SIZE
+    margin = 4 * count + int(config[MAX_SEQS]) + 16
+    outputs = int(requests.out_len.sum())
+    chunks = int((requests.prompt_len // max(int(config[MAX_TOKENS]), 1) + 1).sum())
+
+    def size(entries: int) -> int:
+        return min(max(LOG_SIZE, entries + margin), LOG_CAP)
+
+    return size(outputs + chunks), size(outputs), size(4 * count)
 
 
 def with_room(loop: Loop, requests: Requests, count: int, max_tokens: int) -> tuple[Loop, Requests]:
