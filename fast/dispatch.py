@@ -18,7 +18,7 @@ memory as the types it was compiled for. Hence two guards:
   a fresh compile, as for any compiled function). The answers are the same,
   only slower. ``direct`` (or the variable unset or empty) is the fast path;
   any other value is ``InvalidArgumentError`` at import, not a silent
-  default. CI runs the fast and conformance tests both ways.
+  default. CI runs fast's tests and the kit's suite on fast both ways.
 - The direct path rests on one Numba internal, ``overloads[sig].entry_point``.
   It is taken only on the Numba versions it was tested with (``NUMBA_VERSIONS``,
   the range ``pyproject.toml`` allows; any other warns once, at import), only

@@ -72,3 +72,13 @@ def explored(scope: str):
     from blockspace.conformance.scope import SCOPES
 
     return explore(PAIR, SCOPES[scope], workers=2)
+
+
+def jit_or(count: int, without_jit: int) -> int:
+    """``count``, or the smaller ``without_jit`` where the njit kernels run as
+    Python (``NUMBA_DISABLE_JIT=1``: CI's second pass, a hundred times
+    slower). That pass is for the bounds of every index, which the smaller
+    case reaches as the larger does; the larger runs compiled in the first."""
+    from numba import config
+
+    return without_jit if config.DISABLE_JIT else count

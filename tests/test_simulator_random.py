@@ -32,6 +32,7 @@ from blockspace.simulator.engines import replay as run_engine
 from blockspace.simulator.report import first_difference, summarize
 from blockspace.simulator.simulation import SimulationStalledError
 from blockspace.workloads import CHUNK_TOKENS, parse_lines
+from helpers import jit_or
 
 # (manager, step path or "compiled" for the compiled engine), the first the yardstick
 RUNS = (("reference", "calls"), ("fast", "calls"), ("fast", "rows"), ("fast", "compiled"))
@@ -127,7 +128,7 @@ def figures(summary: dict) -> dict:
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=jit_or(150, 40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_every_manager_step_path_and_engine_decides_alike(case):
     lines, config = case
