@@ -193,7 +193,7 @@ def merged(
 ) -> SimulationResult:
     """One result for the fleet, its replicas' kept beside it, without their
     managers: a fleet's result holds its replicas' figures, not their pools."""
-    results = [replace(result, manager=None) for result in results]
+    results = [result if result.manager is None else replace(result, manager=None) for result in results]
     metrics = Metrics()
     parts = [result.metrics for result in results]
     metrics.requests = sorted((r for part in parts for r in part.requests), key=lambda r: (r.index, r.sample))
@@ -224,13 +224,24 @@ def merged(
 
 def merged_timeline(timelines: list[Timeline]) -> Timeline:
     """Every replica's steps in one timeline, in the order of their end
-    times (a replica's own order kept for equal times)."""
+    times (a replica's own order kept for equal times).
+
+    Each column is joined and put in order in two buffers of its type,
+    made once for all columns. Why: a fleet of 256 replicas makes three
+    times the steps of a fleet of 4 (716,630 on 2,000 conversation
+    requests), and a new array for each column's join and order was
+    memory the system maps page by page, each time: a third of the merge."""
     order = np.argsort(np.concatenate([np.asarray(t.time_s) for t in timelines] or [np.zeros(0)]), kind="stable")
     fleet = Timeline()
+    buffers: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # a type code -> (joined, in order)
     for column in dataclasses.fields(Timeline):
         merged = getattr(fleet, column.name)
-        parts = [np.asarray(getattr(t, column.name), merged.typecode) for t in timelines]
-        filled(merged, np.concatenate(parts or [np.zeros(0)])[order])
+        code = merged.typecode
+        if code not in buffers:
+            buffers[code] = np.empty(len(order), code), np.empty(len(order), code)
+        joined, ordered = buffers[code]
+        np.concatenate([np.asarray(getattr(t, column.name), code) for t in timelines] or [joined], out=joined)
+        filled(merged, np.take(joined, order, out=ordered))
     return fleet
 
 

@@ -141,8 +141,8 @@ class Run:
         longest = int((self.requests.prompt_len + self.requests.out_len).max(initial=0))
         self.loop = S.new_loop(settings, coefficients, chunks, self.requests, longest)
         self.longest = 0
+        self._room_for(self.requests)  # rows first, while they are two columns wide
         self._columns_for(longest)
-        self._room_for(self.requests)
 
     def take(self, requests: S.Requests, first: int, count: int, arrival_s: float) -> None:
         """Requests ``first`` up to ``first + count`` of a fleet's ``requests``

@@ -191,9 +191,15 @@ FLOATS = frozenset({"arrival", "access_time", "first_token", "last_token", "fini
 
 
 def blank_requests(count: int) -> Requests:
-    """``count`` entries, none a request yet (``BLANK``)."""
-    return Requests(*(np.full(count, BLANK.get(name, 0), np.float64 if name in FLOATS else np.int64)
-                      for name in Requests._fields))  # fmt: skip
+    """``count`` entries, none a request yet (``BLANK``; zeros made as
+    zeros, a fifth of the time of a fill: a fleet replayed apart makes
+    these for each replica)."""
+
+    def blank(name: str) -> np.ndarray:
+        dtype = np.float64 if name in FLOATS else np.int64
+        return np.full(count, BLANK[name], dtype) if BLANK.get(name, 0) else np.zeros(count, dtype)
+
+    return Requests(*(blank(name) for name in Requests._fields))
 
 
 def new_loop(
