@@ -1,5 +1,8 @@
 """A continuous-batching scheduler that follows vLLM v0's chunked-prefill
 policy, as far as the block manager sees it (spec ``semantics.md`` §16).
+Its twin is ``compiled/policy.py``, the compiled engine's step; the
+Python engine is the readable one, and ``tests/test_compiled_engine.py``
+holds the two equal, step for step.
 
 It holds any ``BlockSpaceManager`` and drives it exactly as vLLM 0.9.2's
 ``Scheduler._schedule_chunked_prefill`` does, one step at a time:

@@ -1,5 +1,8 @@
 """The simulation loop: trace arrivals, scheduler steps, the model's side of
-each step (tokens computed and sampled), and the simulated clock.
+each step (tokens computed and sampled), and the simulated clock. This is
+the Python engine; its twin is ``compiled/engine.py`` (with the loop in
+``compiled/loop.py``), held equal record for record by
+``tests/test_compiled_engine.py``; what both take and give is ``runs.py``.
 
 The clock is simulated GPU time: each step advances it by the step-time
 model's cost of the batch, and when nothing is queued it jumps to the next
