@@ -32,8 +32,7 @@ the decodes reach the manager is a step path it is given (``calls.py``,
 
 Where vLLM would crash or stall, the simulator does the sensible thing and
 says so here: a group that must be swapped out without CPU space is
-recomputed if it has one sequence and aborted otherwise (vLLM raises
-RuntimeError); a prefill that cannot go on even alone on the GPU (its
+recomputed (vLLM raises RuntimeError); a prefill that cannot go on even alone on the GPU (its
 partial last block needs a free block, watermark 0) is aborted instead of
 recomputed forever; a swapped-in prefill longer than ``max_num_batched_tokens``
 is chunked like a running one (vLLM, which does not chunk swapped groups,
@@ -119,10 +118,8 @@ class Scheduler:
             num_cached += num_cached_new
         if num_uncached == 0 and num_cached > 0:
             num_uncached, num_cached = 1, num_cached - 1  # a full hit still computes its last token
-        if len(seqs) == 1 and enable_chunking:
+        if enable_chunking:
             num_uncached = self._chunk(num_uncached, budget)
-        elif len(seqs) > 1 and num_uncached > budget.remaining_token_budget():
-            num_uncached = 0  # several decoding samples do not fit: wait (vLLM would overrun the budget)
         return num_uncached, num_cached
 
     def _chunk(self, num_tokens: int, budget: SchedulingBudget) -> int:
@@ -318,21 +315,18 @@ class Scheduler:
             copies += self.manager.append_slots(seq, 0)
 
     def _preempt(self, request: SimRequest, record: StepRecord, swap_out: list[tuple[int, int]]) -> str:
-        """Make room by taking ``request`` off the GPU; returns how."""
-        wants_swap = self.config.preemption_mode == "swap" or request.get_max_num_running_seqs() > 1
-        if wants_swap and self._swap_out(request, record, swap_out):
+        """Make room by taking ``request`` off the GPU: swapped out in swap
+        mode while the CPU has room, else recomputed; returns how. (vLLM swaps
+        a group of several running sequences in any mode; a request here has
+        one: vLLM 0.9.2 makes n requests of one sequence, ``request.py``.)"""
+        if self.config.preemption_mode == "swap" and self._swap_out(request, record, swap_out):
             return "swap"
-        running = request.get_seqs(SequenceStatus.RUNNING)
-        if len(running) == 1:
-            seq = running[0]
-            seq.status = SequenceStatus.WAITING
-            self._free(seq)
-            seq.data.reset_state_for_recompute()
-            record.preempted.append(request.request_id)
-            return "recompute"
-        self._finish_all(request, SequenceStatus.FINISHED_ABORTED)  # several samples, no swap space
-        record.aborted.append(request.request_id)
-        return "abort"
+        seq = request.seq
+        seq.status = SequenceStatus.WAITING
+        self._free(seq)
+        seq.data.reset_state_for_recompute()
+        record.preempted.append(request.request_id)
+        return "recompute"
 
     def _swap_out(self, request: SimRequest, record: StepRecord, swap_out: list[tuple[int, int]]) -> bool:
         if not self.manager.can_swap_out(request):
