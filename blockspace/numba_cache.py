@@ -6,7 +6,8 @@ function calling one in another file (the compiled engine's loop calls
 fast's kernels; fast's table kernels call the pool's) keeps its cached
 code, the callee's old code linked into it, after only the callee's file
 changed: stale machine code, and no error. Here every cached function of
-the compiled parts (``fast/`` and ``blockspace/simulator/compiled/``) is
+the compiled parts (``fast/``, ``blockspace/simulator/compiled/``, and
+the Python engine's rules the compiled one compiles: ``ROOTS``) is
 stamped with the stamps of all their files together, so a change to any of
 them compiles each function afresh, once.
 
@@ -28,14 +29,16 @@ from typing import Any
 ROOTS = (
     Path(__file__).resolve().parent.parent / "fast",
     Path(__file__).resolve().parent / "simulator" / "compiled",
+    Path(__file__).resolve().parent / "simulator" / "budget.py",  # a rule the compiled engine compiles from Python's
 )
 
 
 def joint_stamp(roots: tuple[Path, ...] = ROOTS) -> str:
-    """One stamp for every ``.py`` file under ``roots``: their names, times and sizes."""
+    """One stamp for every ``.py`` file of ``roots`` (a folder's, or a file):
+    their names, times and sizes."""
     digest = hashlib.sha256()
     for root in roots:
-        for path in sorted(root.glob("*.py")):
+        for path in [root] if root.suffix == ".py" else sorted(root.glob("*.py")):
             stat = path.stat()
             digest.update(f"{path.name}:{stat.st_mtime_ns}:{stat.st_size};".encode())
     return digest.hexdigest()

@@ -24,6 +24,12 @@ def test_the_joint_stamp_moves_with_any_file(tmp_path):
     assert numba_cache.joint_stamp((first, second)) != before
     (second / "new.py").write_text("")
     assert numba_cache.joint_stamp((first, second)) != numba_cache.joint_stamp((first,))
+    rule = tmp_path / "budget.py"  # a single file, as the rule the compiled engine compiles from the Python one's
+    rule.write_text("z = 3\n")
+    with_rule = numba_cache.joint_stamp((first, rule))
+    os.utime(rule, (later + 5, later + 5))
+    assert numba_cache.joint_stamp((first, rule)) != with_rule
+    assert any(root.name == "budget.py" and root.is_file() for root in numba_cache.ROOTS)
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="nothing is cached without the JIT")

@@ -1,7 +1,12 @@
-"""One step's token and sequence budget (vLLM's ``SchedulingBudget``).
+"""One step's token and sequence budget (vLLM's ``SchedulingBudget``), and
+the rule of how much of it a prompt's chunk may take.
 
 Why its own module: the policy and both step paths (``calls.py``,
-``row_step.py``) spend it, so it belongs to none of them.
+``row_step.py``) spend it, so it belongs to none of them. The rule
+(``usable_tokens``, ``least_usable``) is written once, here, for both
+engines: the Python one calls it, and the compiled one compiles this very
+function (``compiled/policy.py``; ``numba_cache.py`` stamps this file with
+the compiled ones).
 
 Each request counts once: vLLM keys the additions by request id, so a
 group scheduled twice in one step (it cannot be, but a preempted group's
@@ -9,6 +14,19 @@ tokens are given back under the same key) is never charged twice.
 """
 
 from __future__ import annotations
+
+
+def usable_tokens(remaining: int, block_size: int, caching: bool) -> int:
+    """The tokens of ``remaining`` budget a prompt's chunk may take: with
+    prefix caching whole blocks only, so that a partial prefill never ends
+    inside a block (whose content could not be keyed)."""
+    return remaining // block_size * block_size if caching else remaining
+
+
+def least_usable(block_size: int, caching: bool) -> int:
+    """The least remaining budget of which ``usable_tokens`` leaves one token
+    (a decode's): a whole block with prefix caching."""
+    return block_size if caching else 1
 
 
 class SchedulingBudget:
@@ -64,4 +82,4 @@ class SchedulingBudget:
         self.num_curr_seqs += len(self._seq_requests) - before
 
 
-__all__ = ["SchedulingBudget"]
+__all__ = ["SchedulingBudget", "least_usable", "usable_tokens"]

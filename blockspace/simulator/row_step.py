@@ -58,7 +58,7 @@ import numpy as np
 
 from blockspace.enums import SequenceStatus
 from blockspace.interfaces import offers_rows
-from blockspace.simulator.budget import SchedulingBudget
+from blockspace.simulator.budget import SchedulingBudget, least_usable
 from blockspace.simulator.calls import CallPath, Tables
 from blockspace.simulator.decisions import ScheduledGroup
 from blockspace.simulator.request import SimRequest
@@ -77,7 +77,7 @@ class RowPath(CallPath):
 
     def __init__(self, manager: Any, block_size: int, enable_caching: bool, tracked: set[int]) -> None:
         super().__init__(manager, block_size, enable_caching, tracked)
-        self.threshold = block_size if enable_caching else 1  # the least budget that still gives a decode its token
+        self.threshold = least_usable(block_size, enable_caching)  # the least budget giving a decode its token
         self.runs: list[tuple[np.ndarray, list[Any], list[list[int]] | None]] = []  # (rows, sequences, token lists)
         self.requests: set[str] = set()
         self.usable = True  # False once a run did not fit: the rest of the step goes per call

@@ -48,7 +48,7 @@ from typing import Any
 from blockspace.enums import AllocStatus, SequenceStatus
 from blockspace.errors import InvalidConfigError, NoFreeBlocksError
 from blockspace.sequence import Sequence
-from blockspace.simulator.budget import SchedulingBudget
+from blockspace.simulator.budget import SchedulingBudget, usable_tokens
 from blockspace.simulator.calls import CallPath
 from blockspace.simulator.decisions import ScheduledGroup, StepOutput, StepRecord
 from blockspace.simulator.request import SimRequest
@@ -125,10 +125,9 @@ class Scheduler:
     def _chunk(self, num_tokens: int, budget: SchedulingBudget) -> int:
         """``num_tokens`` cut to the remaining budget; with prefix caching to
         whole blocks, so a partial prefill never ends inside a block."""
-        remaining = budget.remaining_token_budget()
-        if self.config.enable_prefix_caching:
-            remaining = remaining // self.config.block_size * self.config.block_size
-        return min(num_tokens, remaining)
+        config = self.config
+        usable = usable_tokens(budget.remaining_token_budget(), config.block_size, config.enable_prefix_caching)
+        return min(num_tokens, usable)  # compiled/policy.py: chunk
 
     # -- one step -----------------------------------------------------------------------------
     def schedule(self, now: float) -> StepOutput:
