@@ -364,82 +364,144 @@ def expand(
     state this process already kept ``histories`` times from earlier chunks
     can never be wanted from a later one; not pickling it again saves about
     a third of the pickles (``default`` to depth 9), for any number of workers."""
-    out = Expansion()
-    found = Counter() if found is None else found
-    reached = dict(reached_before or {})  # situations reached so far: the shallowest depth is the first
-    scope = keeper.scope
-    window = window_blocks(scope.sliding_window, scope.block_size)
-    sought = situations.possible(scope)
+    expander = _Expander(keeper, seen, Counter() if found is None else found, histories, reached_before)
     for blob, path in chunk:
-        places, saved = keeper.parts(blob)
-        world, managers, mirrors = keeper.load(places, saved)
+        if not expander.expand_state(blob, path, successors):
+            break
+    return expander.out
+
+
+@dataclass
+class _Parent:
+    """A state of the frontier whose moves are being made: as loaded
+    (``places``, ``saved``), to be put back into the managers before a move
+    where an earlier one changed them, and what tells a successor from it."""
+
+    places: bytes
+    saved: Mapping[str, Any]
+    path: tuple
+    snapshots: dict[str, Any]  # each manager's
+    yardstick: dict[str, Any]  # the first manager's snapshot
+    key: bytes  # canonical()
+    world: Any  # World.state()
+
+
+class _Expander:
+    """``expand``'s steps on one chunk: check a state (``expand_state``),
+    then its moves (``make_moves``): the forbidden ones at once
+    (``refuse_at_once``), each other from the state (``transition``), each
+    transition counted and its state kept if new (``record``)."""
+
+    def __init__(
+        self,
+        keeper: Keeper,
+        seen: Counter[bytes],
+        found: Counter[bytes],
+        histories: int,
+        reached_before: Mapping[str, int] | None,
+    ) -> None:
+        self.keeper, self.seen, self.found, self.histories = keeper, seen, found, histories
+        self.out = Expansion()
+        self.reached = dict(reached_before or {})  # situations reached so far: the shallowest depth is the first
+        self.sought = situations.possible(keeper.scope)
+        self.window = window_blocks(keeper.scope.sliding_window, keeper.scope.block_size)
+
+    def expand_state(self, blob: bytes, path: tuple, successors: bool) -> bool:
+        """Check the state ``blob`` that ``path`` reaches and (``successors``)
+        make every move enabled in it; False at a failure (``out.failure``)."""
+        places, saved = self.keeper.parts(blob)
+        world, managers, mirrors = self.keeper.load(places, saved)
         lock = LeanLock(managers, mirrors=mirrors)
         try:
             check_state(world, lock)
         except Finding as failure:
-            out.failure = (path, str(failure))
-            return out
-        out.calls += lock.num_calls
+            self.out.failure = (path, str(failure))
+            return False
+        self.out.calls += lock.num_calls
         if not successors:
-            continue
-        parent_snapshots, parent = lock.snapshots, canonical(lock.yardstick, world)
-        parent_world = world.state()
+            return True
+        snapshots = lock.snapshots
+        yardstick = snapshots[lock.snapshotting[0]]
+        parent = _Parent(places, saved, path, snapshots, yardstick, canonical(yardstick, world), world.state())
+        return self.make_moves(parent, world, lock)
 
-        def seen_as(move: Move, lock: LeanLock, before: Any = parent_snapshots, depth: int = len(path) + 1) -> None:
-            """The situations the transition by ``move`` reaches first."""
-            if len(reached) < len(sought):
-                transition = Transition(move, before[lock.snapshotting[0]], lock.yardstick,
-                                        tuple(lock.log), scope.block_size, window, scope.enable_caching)  # fmt: skip
-                for name in situations.reached(transition, reached.keys(), sought):
-                    reached[name] = out.situations[name] = depth
-
-        enabled = moves(world, latest_time(lock.yardstick))
+    def make_moves(self, parent: _Parent, world: World, lock: LeanLock) -> bool:
+        """Every move enabled in ``parent`` (its ``world`` and ``lock`` as
+        checked): the forbidden ones at once where they can be, then each
+        other from the parent's state; False at a failure (``out.failure``)."""
+        enabled = moves(world, latest_time(parent.yardstick))
         forbidden = [move for move in enabled if move[0] == "illegal"]
-        refused = all_refused(forbidden, world, lock, (parent_snapshots[lock.snapshotting[0]], parent_world))
+        refused = self.refuse_at_once(parent, forbidden, world, lock)
         if refused is not None:  # each forbidden move checked; only the others are left to make
-            compared = [move for move in forbidden if move not in refused]
-            out.transitions += len(compared)
-            out.calls += lock.num_calls
-            out.excluded.update(refused.values())
-            seen_as(("illegal", *(move[1] for move in compared)), lock)
             enabled = [move for move in enabled if move[0] != "illegal"]
         dirty = bool(forbidden) and (refused is None or bool(refused))  # managers a try may have changed
         for move in enabled:
             if dirty:
-                world, managers, mirrors = keeper.load(places, saved)
-                lock = LeanLock(managers, parent_snapshots, mirrors)
-            lock.num_calls, lock.log = 0, []
+                world, managers, mirrors = self.keeper.load(parent.places, parent.saved)
+                lock = LeanLock(managers, parent.snapshots, mirrors)
             try:
-                try:
-                    make(move, world, lock)
-                    lock.settle()
-                except MoveAgain:  # a call raised after another changed the state: again, call by call
-                    world, managers, mirrors = keeper.load(places, saved)
-                    lock = LeanLock(managers, parent_snapshots, mirrors, each_call=True)
-                    make(move, world, lock)
+                world, lock, key = self.transition(parent, move, world, lock)
             except Finding as failure:
-                out.failure = (path + (move,), str(failure))
-                return out
+                self.out.failure = (parent.path + (move,), str(failure))
+                return False
             except Excluded as reason:  # not compared, and its state dropped (others may have changed)
-                out.excluded[str(reason)] += 1
+                self.out.excluded[str(reason)] += 1
                 dirty = True
                 continue
-            unchanged = lock.yardstick == parent_snapshots[lock.snapshotting[0]] and world.state() == parent_world
-            key = parent if unchanged else canonical(lock.yardstick, world)  # the digest only where it may differ
-            dirty = key != parent
-            if dirty:
-                try:
-                    keep_device_tables(world, lock)
-                except Finding as failure:
-                    out.failure = (path + (move,), str(failure))
-                    return out
-            out.transitions += 1
-            out.calls += lock.num_calls
-            seen_as(move, lock)
-            if dirty and seen[key] + found[key] < histories:
-                found[key] += 1
-                out.new.append((key, keeper.blob(world, lock.managers, lock.mirrors), path + (move,)))
-    return out
+            dirty = key != parent.key
+            self.record(parent, move, key, world, lock)
+        return True
+
+    def refuse_at_once(
+        self, parent: _Parent, forbidden: list[Move], world: World, lock: LeanLock
+    ) -> dict[Move, str] | None:
+        """``all_refused``, its transitions counted: the moves excluded, or None
+        where each forbidden move must be made on its own."""
+        refused = all_refused(forbidden, world, lock, (parent.yardstick, parent.world))
+        if refused is not None:
+            compared = [move for move in forbidden if move not in refused]
+            self.out.transitions += len(compared)
+            self.out.calls += lock.num_calls
+            self.out.excluded.update(refused.values())
+            self.note_situations(("illegal", *(move[1] for move in compared)), parent, lock)
+        return refused
+
+    def transition(self, parent: _Parent, move: Move, world: World, lock: LeanLock) -> tuple[World, LeanLock, bytes]:
+        """``move`` made from ``parent`` and compared (made again call by call
+        where ``MoveAgain`` asks): the world and lock it leaves, and the
+        successor's digest. Raises ``Finding``, or ``Excluded``."""
+        lock.num_calls, lock.log = 0, []
+        try:
+            make(move, world, lock)
+            lock.settle()
+        except MoveAgain:  # a call raised after another changed the state: again, call by call
+            world, managers, mirrors = self.keeper.load(parent.places, parent.saved)
+            lock = LeanLock(managers, parent.snapshots, mirrors, each_call=True)
+            make(move, world, lock)
+        unchanged = lock.yardstick == parent.yardstick and world.state() == parent.world
+        key = parent.key if unchanged else canonical(lock.yardstick, world)  # the digest only where it may differ
+        if key != parent.key:
+            keep_device_tables(world, lock)
+        return world, lock, key
+
+    def record(self, parent: _Parent, move: Move, key: bytes, world: World, lock: LeanLock) -> None:
+        """A transition counted and matched against the situations; its state
+        kept where ``seen`` and ``found`` hold it fewer than ``histories`` times."""
+        self.out.transitions += 1
+        self.out.calls += lock.num_calls
+        self.note_situations(move, parent, lock)
+        if key != parent.key and self.seen[key] + self.found[key] < self.histories:
+            self.found[key] += 1
+            self.out.new.append((key, self.keeper.blob(world, lock.managers, lock.mirrors), parent.path + (move,)))
+
+    def note_situations(self, move: Move, parent: _Parent, lock: LeanLock) -> None:
+        """The situations the transition by ``move`` from ``parent`` reaches first."""
+        if len(self.reached) < len(self.sought):
+            scope = self.keeper.scope
+            transition = Transition(move, parent.yardstick, lock.yardstick, tuple(lock.log), scope.block_size,
+                                    self.window, scope.enable_caching)  # fmt: skip
+            for name in situations.reached(transition, self.reached.keys(), self.sought):
+                self.reached[name] = self.out.situations[name] = len(parent.path) + 1
 
 
 def all_refused(forbidden: list[Move], world: World, lock: LeanLock, parent: tuple[Any, Any]) -> dict[Move, str] | None:
