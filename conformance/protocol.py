@@ -279,61 +279,100 @@ def moves(world: World, latest_time: float | None) -> list[Move]:
     ``access`` may tie with. Why from the state and not the clock: the
     latest time handed out may have left the state (its blocks evicted),
     and two states the explorer merges must offer the same moves."""
-    return list(_moves(world, world.scope, latest_time))
+    scope = world.scope
+    return [
+        *_arrivals(world, scope),
+        *_admissions(world, scope),
+        *_running_moves(world, scope, latest_time),
+        *_steps(world, scope),
+        *_swapped_moves(world, scope),
+        *_pool_moves(world, scope),
+    ]
 
 
-def _moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Move]:
-    caching = scope.enable_caching
-    can_preempt = world.num_preemptions < scope.max_preemptions
-    if world.num_requests < scope.max_requests:
-        encoders = range(len(scope.prompts)) if scope.encoder_decoder else (None,)
-        for p, n, e, lora, salt in itertools.product(range(len(scope.prompts)), scope.samples, encoders, scope.adapters,
-                                                    scope.salts):  # fmt: skip
-            tail: tuple[Any, ...] = (e, lora, salt)
-            while tail and tail[-1] == ARRIVE_DEFAULTS[len(tail) - 1]:  # the defaults left off, as a path prints
-                tail = tail[:-1]
-            yield ("arrive", p, n, *tail)
+def _arrivals(world: World, scope: Scope) -> Iterator[Move]:
+    """A request of every kind the scope makes, while it bounds them."""
+    if world.num_requests >= scope.max_requests:
+        return
+    encoders = range(len(scope.prompts)) if scope.encoder_decoder else (None,)
+    for p, n, e, lora, salt in itertools.product(range(len(scope.prompts)), scope.samples, encoders, scope.adapters,
+                                                scope.salts):  # fmt: skip
+        tail: tuple[Any, ...] = (e, lora, salt)
+        while tail and tail[-1] == ARRIVE_DEFAULTS[len(tail) - 1]:  # the defaults left off, as a path prints
+            tail = tail[:-1]
+        yield ("arrive", p, n, *tail)
+
+
+def _admissions(world: World, scope: Scope) -> Iterator[Move]:
     for group in world.with_status(WAITING):
         yield from (("admit", group.request_id, la) for la in scope.lookaheads)
         yield ("force", group.request_id)
         yield ("abort", group.request_id)
+
+
+def _running_moves(world: World, scope: Scope, latest_time: float | None) -> Iterator[Move]:
+    """Each running group's: its sequences' moves, then the group's own."""
+    free_calls = scope.enable_caching and scope.free_calls
+    can_preempt = world.num_preemptions < scope.max_preemptions
     for group in world.with_status(RUNNING):
-        running = group.get_seqs(status=RUNNING)
-        for seq in running:
-            times = (None, latest_time) if caching and latest_time is not None else (None,)
-            for count in (k for k in scope.new_tokens if seq.get_len() + k <= scope.max_len):
-                tokens = scope.alphabet if count else scope.alphabet[:1]  # sampling none, the token is not read
-                yield from (("append", seq.seq_id, t, la, now, *((count,) if count != 1 else ()))
-                            for t in tokens for la in scope.lookaheads for now in times)  # fmt: skip
-            if caching and scope.free_calls:
-                yield ("access", seq.seq_id, None)
-                if latest_time is not None:
-                    yield ("access", seq.seq_id, latest_time)
-                yield ("count", seq.seq_id)
-                yield ("untrack", seq.seq_id)
+        for seq in group.get_seqs(status=RUNNING):
+            yield from _appends(seq, scope, latest_time)
+            if free_calls:
+                yield from _free_calls(seq, latest_time)
             if len(group.seqs) < scope.max_seqs:
                 yield ("fork", seq.seq_id)
             yield ("free", seq.seq_id)
-        if caching and scope.free_calls:
+        if free_calls:
             yield ("mark", group.request_id)
             yield ("common", group.request_id)
         if can_preempt and scope.num_cpu_blocks:
             yield ("swap_out", group.request_id)
         if can_preempt and len(world.live(group)) == 1:
             yield ("recompute", group.request_id)
+
+
+def _appends(seq: Sequence, scope: Scope, latest_time: float | None) -> Iterator[Move]:
+    """A running sequence's appends: each count of new tokens that stays within ``max_len``."""
+    times = (None, latest_time) if scope.enable_caching and latest_time is not None else (None,)
+    for count in (k for k in scope.new_tokens if seq.get_len() + k <= scope.max_len):
+        tokens = scope.alphabet if count else scope.alphabet[:1]  # sampling none, the token is not read
+        yield from (("append", seq.seq_id, t, la, now, *((count,) if count != 1 else ()))
+                    for t in tokens for la in scope.lookaheads for now in times)  # fmt: skip
+
+
+def _free_calls(seq: Sequence, latest_time: float | None) -> Iterator[Move]:
+    """The calls a scope with ``free_calls`` makes on a running sequence on their own."""
+    yield ("access", seq.seq_id, None)
+    if latest_time is not None:
+        yield ("access", seq.seq_id, latest_time)
+    yield ("count", seq.seq_id)
+    yield ("untrack", seq.seq_id)
+
+
+def _steps(world: World, scope: Scope) -> Iterator[Move]:
+    """Decode steps of every running group at once, while the longest sequence stays within ``max_len``."""
     row_groups = world.row_groups()
     longest = max((s.get_len() for g in row_groups for s in g.get_seqs(status=RUNNING)), default=None)
-    for count in (k for k in scope.step_tokens if longest is not None and longest + k <= scope.max_len):
+    if longest is None:
+        return
+    for count in (k for k in scope.step_tokens if longest + k <= scope.max_len):
         tokens = scope.alphabet if count else scope.alphabet[:1]
         yield from (("step", t, la, guarded, way, *((count,) if count != 1 else ())) for t in tokens
                     for la in scope.lookaheads for guarded in (True, False) for way in WAYS)  # fmt: skip
+
+
+def _swapped_moves(world: World, scope: Scope) -> Iterator[Move]:
     for group in world.with_status(SWAPPED):
         yield from (("swap_in", group.request_id, la) for la in scope.lookaheads)
         for seq in group.get_seqs(status=SWAPPED):
             if len(group.seqs) < scope.max_seqs:
                 yield ("fork", seq.seq_id)
             yield ("free", seq.seq_id)
-    if caching and scope.free_calls and len(world.seqs(RUNNING)) > 1:
+
+
+def _pool_moves(world: World, scope: Scope) -> Iterator[Move]:
+    """The moves on no one request: the common blocks of all, the resets, the forbidden calls, the tracking."""
+    if scope.enable_caching and scope.free_calls and len(world.seqs(RUNNING)) > 1:
         yield ("common", "*")
     yield from (("reset", device) for device in (None, "GPU", "CPU"))  # without caching too: it answers True
     yield from (("illegal", kind) for kind in ILLEGAL if _illegal_enabled(world, kind))
