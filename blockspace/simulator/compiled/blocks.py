@@ -177,7 +177,7 @@ def forget(loop, requests, r):
 # -- admission and release --------------------------------------------------------------
 @njit(cache=True, inline="always")
 def can_allocate(views, loop, requests, r):
-    need = rules.cdiv(requests.seq_len[r], loop.config[BLOCK_SIZE])
+    need = rules.blocks_for_prompt(requests.seq_len[r], 0, 0, loop.config[BLOCK_SIZE], None)  # fast's rule
     return rules.alloc_status(loop.config[NUM_GPU], num_free_gpu(views), need, loop.config[WATERMARK])
 
 

@@ -24,6 +24,7 @@ from blockspace.fast import content as C
 from blockspace.fast import pool as P
 from blockspace.fast import rules
 from blockspace.fast import table as T
+from blockspace.simulator import budget
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import digest as D
 from blockspace.simulator.compiled import queues as Q
@@ -129,12 +130,13 @@ def refund(loop, requests, r, num_tokens):
 
 
 # -- token counts (Scheduler._new_tokens, _chunk) ----------------------------------------
+usable_tokens = njit(cache=True, inline="always")(budget.usable_tokens)  # the Python engine's rule, compiled
+
+
 @njit(cache=True, inline="always")
 def chunk(loop, num_tokens):
-    left = remaining(loop)
-    if loop.config[CACHING]:
-        left = left // loop.config[BLOCK_SIZE] * loop.config[BLOCK_SIZE]
-    return min(num_tokens, left)
+    """``num_tokens`` cut to the budget a chunk may use (scheduler.py: ``_chunk``)."""
+    return min(num_tokens, usable_tokens(remaining(loop), loop.config[BLOCK_SIZE], loop.config[CACHING]))
 
 
 @njit(cache=True, inline="always")
@@ -293,9 +295,7 @@ def take_decodes(fast, views, loop, requests):
         r = queues[q, ends[q, 0]]
         if not decoding[r]:
             return 1
-        left = config[MAX_TOKENS] - meta[BUDGET_TOKENS]
-        if caching:
-            left = left // block_size * block_size
+        left = usable_tokens(config[MAX_TOKENS] - meta[BUDGET_TOKENS], block_size, caching)
         if left < 1:
             return 0
         row = table_row[r]
