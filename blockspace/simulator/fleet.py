@@ -44,14 +44,8 @@ import numpy as np
 
 from blockspace.simulator.metrics import Metrics, Timeline, filled
 from blockspace.simulator.routers import ROUTERS, Replica
-from blockspace.simulator.simulation import (
-    Simulation,
-    SimulationConfig,
-    SimulationResult,
-    SimulationStalledError,
-    collector_paused,
-    warm_up,
-)
+from blockspace.simulator.runs import SimulationConfig, SimulationResult, SimulationStalledError, collector_paused
+from blockspace.simulator.simulation import Simulation, warm_up
 from blockspace.workloads import TraceRequest
 
 
