@@ -6,7 +6,7 @@ function calling one in another file (the compiled engine's loop calls
 fast's kernels; fast's table kernels call the pool's) keeps its cached
 code, the callee's old code linked into it, after only the callee's file
 changed: stale machine code, and no error. Here every cached function of
-the compiled parts (``fast/``, ``blockspace/simulator/compiled/``, and
+the compiled parts (``fast/``, ``simulator/compiled/``, and
 the Python engine's rules the compiled one compiles: ``ROOTS``) is
 stamped with the stamps of all their files together, so a change to any of
 them compiles each function afresh, once.
@@ -28,8 +28,8 @@ from typing import Any
 
 ROOTS = (
     Path(__file__).resolve().parent.parent / "fast",
-    Path(__file__).resolve().parent / "simulator" / "compiled",
-    Path(__file__).resolve().parent / "simulator" / "budget.py",  # a rule the compiled engine compiles from Python's
+    Path(__file__).resolve().parent.parent / "simulator" / "compiled",
+    Path(__file__).resolve().parent.parent / "simulator" / "budget.py",  # a Python rule the compiled engine compiles
 )
 
 

@@ -150,7 +150,7 @@ def key_chain(keys, root, tokens, extra, out, first, last):
 def known_key(parents, extras, stored, slots, parent, tokens, start, extra):
     """The key the table holds for this content, or -1: ``intern`` that
     interns nothing. Why: to ask a cache about a prompt without adding its
-    keys to the table (a fleet's router, ``blockspace/simulator/compiled/blocks.py``).
+    keys to the table (a fleet's router, ``simulator/compiled/blocks.py``).
     Past the first block of a sequence never keyed, none was: a key names its parent's key."""
     return slots[_slot_of(parents, extras, stored, slots, parent, tokens, start, extra)]
 

@@ -1,6 +1,6 @@
 """What replaying a fleet on one clock costs over its replicas replayed apart.
 
-The fleet (``blockspace/simulator/fleet.py``) advances its replicas
+The fleet (``simulator/fleet.py``) advances its replicas
 together, so that a router can read them at each arrival. Once a fleet
 has run, its assignment is known: each replica's share of the trace,
 replayed on its own, makes exactly the same steps (checked here). The

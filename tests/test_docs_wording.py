@@ -13,7 +13,7 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # What a user reads: the docs, the README, and the package's sources.
-FOLDERS = ("docs", "blockspace", "reference", "fast", "conformance")
+FOLDERS = ("docs", "blockspace", "reference", "fast", "conformance", "simulator")
 # In code, "session" may be a pytest scope or an HTTP session; only these
 # phrases place something in a history the reader does not have.
 WORD = "session"

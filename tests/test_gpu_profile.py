@@ -116,9 +116,8 @@ def test_without_torch_the_help_shows_and_a_run_names_the_extra(monkeypatch, cap
 def test_only_the_command_line_names_the_profile_package():
     """The managers, the kit and the simulator never import it (nor torch through it)."""
     root = pathlib.Path(__file__).resolve().parents[1]
-    sources = [
-        p for folder in ("blockspace", "fast", "reference", "conformance") for p in (root / folder).rglob("*.py")
-    ]
+    folders = ("blockspace", "fast", "reference", "conformance", "simulator")
+    sources = [p for folder in folders for p in (root / folder).rglob("*.py")]
     outside = [p for p in sources if (root / "blockspace" / "profile") not in p.parents]
     naming = {str(p.relative_to(root)) for p in outside if "blockspace.profile" in p.read_text()}
     assert naming == {"blockspace/cli.py"} and len(outside) > 50, naming  # cli.py: its module's name, as text

@@ -217,7 +217,7 @@ def test_every_commands_output_is_written_through_outputs():
     root = Path(__file__).resolve().parent.parent
     bare = re.compile(r"""open\([^)]*["'][wa]b?["']|json\.dump\(|\.write_text\(|\.savefig\((?!partial)""")
     found = set()
-    for folder in ("blockspace", "conformance", "fast", "reference"):
+    for folder in ("blockspace", "conformance", "fast", "reference", "simulator"):
         for path in sorted((root / folder).rglob("*.py")):
             name = path.relative_to(root).as_posix()
             if name == "blockspace/outputs.py":

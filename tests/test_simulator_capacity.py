@@ -1,4 +1,4 @@
-"""``--find max-rate`` (blockspace/simulator/capacity.py): the search on
+"""``--find max-rate`` (simulator/capacity.py): the search on
 its own against a known threshold, and the command on a synthetic trace
 whose answer follows from queueing by hand."""
 

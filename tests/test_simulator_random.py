@@ -11,7 +11,7 @@ through fast on the per-call and the row paths, with every step's block
 tables, copy-on-write pairs and swap mappings recorded. Any difference fails
 with a snippet that replays the case, runnable as printed.
 
-The compiled engine (``blockspace/simulator/compiled``) is one more run:
+The compiled engine (``simulator/compiled``) is one more run:
 fast's kernels driven by the compiled step instead of the Python policy,
 held to the same records and figures. The harness compares whatever
 ``RUNS`` names.

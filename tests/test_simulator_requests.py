@@ -1,6 +1,6 @@
 """What the simulator says per request and against an SLO: the request
 records (``--requests-out``) and their schema, TPOT and ITL, and SLO
-attainment and goodput (``blockspace/simulator/slo.py``)."""
+attainment and goodput (``simulator/slo.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The scheduler's row path (blockspace/simulator/row_step.py) makes the
+"""The scheduler's row path (simulator/row_step.py) makes the
 per-call path's decisions, step for step: scheduled groups and chunks,
 preemptions, swaps, finish order, and (hashed into every record) each
 step's block tables, copy-on-write pairs and swap mappings."""

@@ -1,4 +1,4 @@
-"""The simulator's manager timer (blockspace/simulator/timed.py) times every
+"""The simulator's manager timer (simulator/timed.py) times every
 call a scheduler makes, and its declarations for type checkers say the same."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ path against step path, measured in turns.
     python -m blockspace.bench.simulator --trace conversation.jsonl --max-requests 2000 --no-enable-prefix-caching
 
 Each way (``reference``, ``fast@calls``, ``fast@rows`` by default: a manager
-and the scheduler's step path, ``blockspace/simulator/row_step.py``) replays
+and the scheduler's step path, ``simulator/row_step.py``) replays
 the same trace with the same settings; the rounds take the ways in turn, so
 a slow spell of a shared machine slows them alike, and the best round of
 each is kept. Every way must make the same decisions (the per-step records

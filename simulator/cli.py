@@ -282,14 +282,14 @@ def _sweep_options(sweeping: ArgumentGroup) -> None:
 OPTION_GROUPS: tuple[tuple[str, Callable[[ArgumentGroup], None]], ...] = (
     ("trace and managers", _trace_and_manager_options),
     ("synthetic workload (--workload synthetic; workloads.synthetic)", _synthetic_options),
-    ("fleet (blockspace/simulator/fleet.py, routers.py)", _fleet_options),
+    ("fleet (simulator/fleet.py, routers.py)", _fleet_options),
     ("KV cache", _kv_cache_options),
     ("model (bytes per KV token)", _model_options),
     ("scheduler", _scheduler_options),
     ("step-time model", _step_time_options),
     ("output", _output_options),
-    ("capacity (blockspace/simulator/capacity.py)", _capacity_options),
-    ("sweeps (blockspace/simulator/sweep.py)", _sweep_options),
+    ("capacity (simulator/capacity.py)", _capacity_options),
+    ("sweeps (simulator/sweep.py)", _sweep_options),
 )
 
 

@@ -9,7 +9,7 @@ it. A replica holds only what is routed to it (``Run.take``): its own
 entry per request, in the order they came, and arrays grown as they
 come. So a fleet's memory grows with its work, not with its replicas
 times its trace: a replica that gets nothing holds its manager's pools
-and little else (``blockspace/simulator/memory.py``).
+and little else (``simulator/memory.py``).
 """
 
 from __future__ import annotations
