@@ -58,6 +58,13 @@ def workers_of(pid: int) -> list[int]:
     return found
 
 
+def heard() -> None:
+    """SIGINT as a terminal's command has it. A shell without job control
+    (a script's ``cmd &``, as CI's lanes run) starts its background commands
+    with SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(argv: list[str], marker: str | None = None, workers: int = 0) -> Stopped:
     """Run ``blockspace ARGV`` in a new process group; once a line of its output
     matches ``marker`` (and it has ``workers`` child processes), send SIGINT
@@ -69,6 +76,7 @@ def interrupt(argv: list[str], marker: str | None = None, workers: int = 0) -> S
         text=True,
         start_new_session=True,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),  # each line as printed: the marker shows when it happens
+        preexec_fn=heard,
     )
     out: list[str] = []
     err: list[str] = []
