@@ -18,7 +18,8 @@ and preemption figures plus the wall time spent inside the manager.
     simulation.py  the loop: arrivals, steps, sampling, clock
     metrics.py     every figure of a run, and each request's record
     slo.py         latency targets, attainment and goodput
-    report.py      summary, comparison, JSON
+    summary.py     the run's figures as one typed record (Summary)
+    report.py      the summary in words, the comparison, the JSON
     plot.py        the PNG
     sweep.py       --sweep: many configurations
     capacity.py    --find max-rate: the highest rate within the SLO

@@ -67,22 +67,23 @@ def run_probe(probe: Probe) -> dict[str, Any]:
     """Replay at ``probe.scale`` and say how the SLO fared."""
     from blockspace.interfaces import load_manager_class
     from blockspace.simulator.engines import replay
-    from blockspace.simulator.report import summarize
+    from blockspace.simulator.summary import summarize
 
     trace = scale_arrivals(probe.trace, 1.0 / probe.scale)
     summary = summarize(replay(trace, load_manager_class(probe.manager), probe.config), probe.slo)
-    requests, slo = summary["requests"], summary["slo"]
+    requests, slo = summary.requests, summary.slo
+    assert slo is not None  # a search has an SLO
     return {
         "scale": probe.scale,
-        "attainment": slo["attainment"],
-        "goodput_requests_per_s": slo["goodput_requests_per_s"],
-        "finished": requests["finished"],
-        "ignored": requests["ignored"],
-        "aborted": requests["aborted"],
-        "ttft_p90_s": summary["ttft_s"]["p90"],
-        "tpot_p90_s": summary["tpot_s"]["p90"],
-        "served_requests_per_s": summary["load"]["served_requests_per_s"],
-        "saturated": summary["load"]["saturated"],
+        "attainment": slo.attainment,
+        "goodput_requests_per_s": slo.goodput_requests_per_s,
+        "finished": requests.finished,
+        "ignored": requests.ignored,
+        "aborted": requests.aborted,
+        "ttft_p90_s": summary.ttft_s.p90,
+        "tpot_p90_s": summary.tpot_s.p90,
+        "served_requests_per_s": summary.load.served_requests_per_s,
+        "saturated": summary.load.saturated,
     }
 
 

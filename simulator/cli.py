@@ -36,7 +36,6 @@ from blockspace.simulator.report import (
     first_difference,
     format_comparison,
     format_summary,
-    summarize,
     warnings_for,
     write_json,
 )
@@ -45,6 +44,7 @@ from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.runs import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig, SimulationConfig, SimulationResult
 from blockspace.simulator.slo import SLO, parse_slo
 from blockspace.simulator.step_model import COEFFICIENTS, load_step_model
+from blockspace.simulator.summary import summarize
 from blockspace.validation import (
     Range,
     check_distinct_outputs,
@@ -769,7 +769,7 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
     status = 0
     for summary in summaries:
         for warning in warnings_for(summary):
-            print(f"warning: {summary['manager'].rsplit('.', 1)[-1]}: {warning}", file=sys.stderr)
+            print(f"warning: {summary.manager.rsplit('.', 1)[-1]}: {warning}", file=sys.stderr)
     if len(results) == 1:
         print(format_summary(summaries[0]))
     else:

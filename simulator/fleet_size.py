@@ -50,18 +50,19 @@ def run_try(attempt: Try) -> dict[str, Any]:
     """Replay the fleet at ``attempt.replicas`` and say how the SLO fared."""
     from blockspace.interfaces import load_manager_class
     from blockspace.simulator.engines import replay
-    from blockspace.simulator.report import summarize
+    from blockspace.simulator.summary import summarize
 
     config = replace(attempt.config, replicas=attempt.replicas)
     summary = summarize(replay(attempt.trace, load_manager_class(attempt.manager), config), attempt.slo)
+    assert summary.slo is not None  # a search has an SLO
     return {
         "replicas": attempt.replicas,
-        "attainment": summary["slo"]["attainment"],
-        "goodput_requests_per_s": summary["slo"]["goodput_requests_per_s"],
-        "finished": summary["requests"]["finished"],
-        "hit_rate": summary["prefix_cache"]["gpu_block_hit_rate"],
-        "ttft_p90_s": summary["ttft_s"]["p90"],
-        "saturated": summary["load"]["saturated"],
+        "attainment": summary.slo.attainment,
+        "goodput_requests_per_s": summary.slo.goodput_requests_per_s,
+        "finished": summary.requests.finished,
+        "hit_rate": summary.prefix_cache.gpu_block_hit_rate,
+        "ttft_p90_s": summary.ttft_s.p90,
+        "saturated": summary.load.saturated,
     }
 
 

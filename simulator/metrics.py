@@ -5,7 +5,7 @@ Why one object: the policy (``scheduler.py``) decides and never counts, the
 simulation (``simulation.py``) keeps the clock and times the manager, and
 both hand what they saw to ``Metrics`` at fixed points of a step. A new
 figure is then one field here, filled at one of those points, and read by
-``report.py``; no reader reaches into the scheduler or the requests.
+``summary.py``; no reader reaches into the scheduler or the requests.
 
 The points, in the order of a step:
 

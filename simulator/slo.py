@@ -87,19 +87,31 @@ def parse_slo(text: str) -> SLO:
     return SLO(bounds.get("ttft"), bounds.get("tpot"), bounds.get("e2e"))
 
 
-def attainment(slo: SLO, outcomes: list[TraceOutcome], span_s: float) -> dict[str, object]:
+@dataclass(frozen=True)
+class Attainment:
+    """How the trace requests fared against an SLO (``attainment``)."""
+
+    bounds_s: dict[str, float]  # ttft_s, tpot_s, e2e_s: the given bounds
+    text: str  # the SLO as --slo takes it
+    met: int
+    of: int
+    attainment: float  # met / of: ignored, aborted and unfinished requests miss
+    goodput_requests_per_s: float
+
+
+def attainment(slo: SLO, outcomes: list[TraceOutcome], span_s: float) -> Attainment:
     """How the trace requests fared against ``slo``: how many met it, their
     share of all that arrived (ignored, aborted and unfinished ones miss),
     and goodput (requests meeting it per second of ``span_s``)."""
     met = sum(slo.met_by(outcome) for outcome in outcomes)
-    return {
-        "bounds_s": {f"{name}_s": bound for name, bound in slo.bounds().items()},
-        "text": str(slo),
-        "met": met,
-        "of": len(outcomes),
-        "attainment": met / len(outcomes) if outcomes else 0.0,
-        "goodput_requests_per_s": met / span_s if span_s > 0 else 0.0,
-    }
+    return Attainment(
+        {f"{name}_s": bound for name, bound in slo.bounds().items()},
+        str(slo),
+        met,
+        len(outcomes),
+        met / len(outcomes) if outcomes else 0.0,
+        met / span_s if span_s > 0 else 0.0,
+    )
 
 
-__all__ = ["SLO", "UNITS", "attainment", "parse_slo"]
+__all__ = ["SLO", "UNITS", "Attainment", "attainment", "parse_slo"]

@@ -58,6 +58,8 @@ from blockspace.workloads import TraceRequest, describe
 if TYPE_CHECKING:
     from matplotlib.typing import LineStyleType
 
+    from blockspace.simulator.summary import Summary
+
 TRUE, FALSE = ("on", "true", "yes", "1"), ("off", "false", "no", "0")
 OUTPUTS = ("sweep.json", "sweep.csv", "sweep.png")  # what a sweep writes under --out, beside sweep/
 # The options that cannot be swept, and why: each run of a sweep is one configuration of the
@@ -87,25 +89,25 @@ NOT_SWEPT = {
 # --slo, the attainment and goodput follow: they count every request that arrived (ignored,
 # aborted and unfinished ones miss the SLO), so they are the fair comparison. Shares are in
 # percent, as in simulation.png and the text summary.
-COUNTS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
-    ("finished", lambda s: s["requests"]["finished"]),
-    ("ignored", lambda s: s["requests"]["ignored"]),
-    ("aborted", lambda s: s["requests"]["aborted"]),
-    ("saturated", lambda s: "yes" if s["load"]["saturated"] else "no"),  # report.load_of: the queue grew
+COUNTS: tuple[tuple[str, Callable[[Summary], Any]], ...] = (
+    ("finished", lambda s: s.requests.finished),
+    ("ignored", lambda s: s.requests.ignored),
+    ("aborted", lambda s: s.requests.aborted),
+    ("saturated", lambda s: "yes" if s.load.saturated else "no"),  # summary.load_of: the queue grew
 )
-SLO_HEADLINES: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
-    ("slo_attainment_pct", lambda s: 100 * s["slo"]["attainment"]),
-    ("goodput_req_per_s", lambda s: s["slo"]["goodput_requests_per_s"]),
+SLO_HEADLINES: tuple[tuple[str, Callable[[Summary], Any]], ...] = (
+    ("slo_attainment_pct", lambda s: 100 * s.slo.attainment),  # type: ignore[union-attr]  # with an SLO only
+    ("goodput_req_per_s", lambda s: s.slo.goodput_requests_per_s),  # type: ignore[union-attr]
 )
-FIGURES: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
-    ("ttft_p50_s", lambda s: s["ttft_s"]["p50"]),
-    ("ttft_p99_s", lambda s: s["ttft_s"]["p99"]),
-    ("e2e_p50_s", lambda s: s["e2e_latency_s"]["p50"]),
-    ("e2e_p99_s", lambda s: s["e2e_latency_s"]["p99"]),
-    ("output_tokens_per_s", lambda s: s["throughput"]["output_tokens_per_s"]),
-    ("hit_rate_pct", lambda s: 100 * s["prefix_cache"]["gpu_block_hit_rate"]),
-    ("preemptions", lambda s: s["preemption"]["recompute"] + s["preemption"]["swap_out"]),
-    ("peak_kv_use_pct", lambda s: 100 * s["kv_cache"]["peak_usage"]),
+FIGURES: tuple[tuple[str, Callable[[Summary], Any]], ...] = (
+    ("ttft_p50_s", lambda s: s.ttft_s.p50),
+    ("ttft_p99_s", lambda s: s.ttft_s.p99),
+    ("e2e_p50_s", lambda s: s.e2e_latency_s.p50),
+    ("e2e_p99_s", lambda s: s.e2e_latency_s.p99),
+    ("output_tokens_per_s", lambda s: s.throughput.output_tokens_per_s),
+    ("hit_rate_pct", lambda s: 100 * s.prefix_cache.gpu_block_hit_rate),
+    ("preemptions", lambda s: s.preemption.recompute + s.preemption.swap_out),
+    ("peak_kv_use_pct", lambda s: 100 * s.kv_cache.peak_usage),
 )
 
 # The plot's panels: title, the columns drawn, and the kind of Y axis: "count" (whole
@@ -238,11 +240,12 @@ class Job:
     slo: SLO | None  # --slo: the summary then says who met it
 
 
-def run_job(job: Job) -> tuple[int, dict[str, Any]]:
+def run_job(job: Job) -> tuple[int, Summary]:
     """Run one configuration, write its JSON; returns its index and summary."""
     from blockspace.interfaces import load_manager_class
     from blockspace.simulator.engines import replay
-    from blockspace.simulator.report import summarize, write_json
+    from blockspace.simulator.report import write_json
+    from blockspace.simulator.summary import summarize
 
     result = replay(job.trace, load_manager_class(job.manager), job.config)
     summary = summarize(result, job.slo)
@@ -252,9 +255,9 @@ def run_job(job: Job) -> tuple[int, dict[str, Any]]:
 
 
 # -- the outputs -----------------------------------------------------------------------------
-def headline_row(values: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def headline_row(values: dict[str, Any], summary: Summary) -> dict[str, Any]:
     """The swept values and the run's headline figures (the SLO's only when it has one)."""
-    read = COUNTS + (SLO_HEADLINES if summary["slo"] is not None else ()) + FIGURES
+    read = COUNTS + (SLO_HEADLINES if summary.slo is not None else ()) + FIGURES
     return {**values, **{column: figure(summary) for column, figure in read}}
 
 
@@ -288,7 +291,7 @@ def write_outputs(
     out: Path,
     sweeps: list[tuple[str, list[Any]]],
     rows: list[dict[str, Any]],
-    summaries: list[Any],
+    summaries: list[Summary],
     complete: bool = True,
 ) -> None:
     """sweep.json and sweep.csv of the runs that finished (``rows``, in the
@@ -301,7 +304,9 @@ def write_outputs(
             {
                 "swept": dict(sweeps),
                 "complete": complete,
-                "runs": [{"values": {k: r[k] for k, _ in sweeps}, "summary": s} for r, s in zip(rows, summaries)],
+                "runs": [
+                    {"values": {k: r[k] for k, _ in sweeps}, "summary": s.to_json()} for r, s in zip(rows, summaries)
+                ],
             },
             indent=1,
             default=str,  # a swept path (step_model) as text
@@ -480,7 +485,7 @@ def sweep(
     try:
         for index, summary in map_unordered(run_job, jobs, workers, args.executor):
             summaries[index] = summary
-            advance(", ".join(f"{k}={v}" for k, v in chosen[index].items()) + f": {summary['wall_s']:.1f} s")
+            advance(", ".join(f"{k}={v}" for k, v in chosen[index].items()) + f": {summary.wall_s:.1f} s")
     except KeyboardInterrupt:  # the workers are ended (executor.py): keep the runs that finished
         complete = False
         remove_partials(runs_dir)  # a worker ended while it wrote its run's file

@@ -28,8 +28,9 @@ from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.engine import run_compiled
 from blockspace.simulator.compiled.tokens import write_tokens
 from blockspace.simulator.engines import replay, resolve
-from blockspace.simulator.report import first_difference, summarize
+from blockspace.simulator.report import first_difference
 from blockspace.simulator.simulation import SimulationStalledError
+from blockspace.simulator.summary import Summary, summarize
 from blockspace.workloads import TraceRequest, output_token_id, parse_lines, prompt_token_ids, scale_arrivals
 from helpers import jit_or
 
@@ -95,8 +96,8 @@ def config_of(num_gpu_blocks=49_152, num_cpu_blocks=2_048, **scheduler) -> Simul
     )  # fmt: skip
 
 
-def figures(summary: dict) -> dict:
-    return {key: value for key, value in summary.items() if key not in ("engine", "manager_time", "wall_s",
+def figures(summary: Summary) -> dict:
+    return {key: value for key, value in summary.to_json().items() if key not in ("engine", "manager_time", "wall_s",
                                                                         "manager_startup_s")}  # fmt: skip
 
 
@@ -177,7 +178,7 @@ def test_more_requests_ignored_in_one_step_than_the_logs_first_hold():
     python, compiled = assert_twins(trace, config)
     assert len(compiled.metrics.requests) == 3_000
     assert python.metrics.counts == compiled.metrics.counts
-    assert summarize(compiled)["requests"]["ignored"] == 3_000
+    assert summarize(compiled).requests.ignored == 3_000
 
 
 def test_a_stall_is_the_same_stall():

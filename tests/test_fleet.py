@@ -17,10 +17,10 @@ from blockspace.interfaces import load_manager_class
 from blockspace.simulator.cli import main as simulate
 from blockspace.simulator.engines import replay
 from blockspace.simulator.fleet_size import next_counts
-from blockspace.simulator.report import summarize
 from blockspace.simulator.scheduler import SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, SimulationStalledError
 from blockspace.simulator.step_model import StepTimeModel
+from blockspace.simulator.summary import summarize
 from blockspace.workloads import TraceRequest, gamma_arrivals, load_trace, synthetic
 
 FAST = load_manager_class("fast")
@@ -70,8 +70,8 @@ def test_two_replicas_under_round_robin_each_replay_the_single_run_exactly():
     records = fleet.metrics.request_records()
     assert [r["replica"] for r in records] == [0, 1] * len(trace)
     summary = summarize(fleet)
-    assert summary["requests"]["arrived"] == 2 * len(trace)
-    assert summary["fleet"]["requests_per_replica"] == [len(trace)] * 2
+    assert summary.requests.arrived == 2 * len(trace)
+    assert summary.fleet is not None and summary.fleet.requests_per_replica == [len(trace)] * 2
 
 
 @pytest.mark.parametrize("router", ["least_loaded", "kv_aware"])
@@ -79,7 +79,7 @@ def test_a_router_that_reads_the_replicas_spreads_the_load(router):
     """Under a burst, a router reading load or cache sends requests to every replica."""
     fleet = replay(load_trace(None, 80), FAST, config(replicas=3, router=router))
     assert sorted(set(fleet.assignment)) == [0, 1, 2]
-    assert sum(summarize(fleet)["fleet"]["requests_per_replica"]) == 80
+    assert sum(summarize(fleet).fleet.requests_per_replica) == 80
 
 
 FLEETS = {  # name: (requests of the bundled sample, or 0: small ones; SimulationConfig's fields): small, since
@@ -124,8 +124,8 @@ def test_a_fleet_gives_the_same_decisions_and_figures_on_both_engines(name):
     for column in TIMELINE:
         assert getattr(python.metrics.timeline, column) == getattr(compiled.metrics.timeline, column), column
     dropped = ("engine", "manager_time", "wall_s", "manager_startup_s")
-    for each_python, each_compiled in zip(summarize(python)["fleet"]["each"] if python.replicas else [],
-                                          summarize(compiled)["fleet"]["each"] if compiled.replicas else [],
+    for each_python, each_compiled in zip(summarize(python).to_json()["fleet"]["each"] if python.replicas else [],
+                                          summarize(compiled).to_json()["fleet"]["each"] if compiled.replicas else [],
                                           strict=True):  # fmt: skip
         assert {k: v for k, v in each_python.items() if k not in dropped} == {
             k: v for k, v in each_compiled.items() if k not in dropped
@@ -161,7 +161,7 @@ def test_a_replica_that_stalls_waits_for_its_next_request_on_both_engines():
 
 def hit_share(trace: list[TraceRequest], router: str) -> float:
     fleet = replay(trace, FAST, config(replicas=4, router=router, num_gpu_blocks=2_000))
-    return summarize(fleet)["prefix_cache"]["prefill_tokens_from_cache"]
+    return summarize(fleet).prefix_cache.prefill_tokens_from_cache
 
 
 def groups(shared_prefix_ratio: float) -> list[TraceRequest]:

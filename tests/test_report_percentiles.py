@@ -1,4 +1,4 @@
-"""The summary's percentiles (``report.percentiles``) are numpy's, to the bit:
+"""The summary's percentiles (``summary.percentiles``) are numpy's, to the bit:
 the report computes them itself only because ``np.percentile``'s checks
 cost ~100 us a call, and a fleet's summary makes five for each replica."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blockspace.simulator.report import SHARES, percentiles
+from blockspace.simulator.summary import SHARES, percentiles
 
 
 def _samples() -> list[np.ndarray]:

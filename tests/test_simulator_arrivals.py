@@ -1,6 +1,6 @@
 """Arrivals at a chosen rate (``workloads.gamma_arrivals``, ``--request-rate``
 and ``--burstiness``), a known queueing answer, and saturation said plainly
-(``report.load_of``)."""
+(``summary.load_of``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from blockspace.errors import InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.cli import main as simulate
 from blockspace.simulator.engines import replay
-from blockspace.simulator.report import summarize
 from blockspace.simulator.scheduler import SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig
 from blockspace.simulator.step_model import StepTimeModel
+from blockspace.simulator.summary import summarize
 from blockspace.workloads import TraceRequest, gamma_arrivals
 
 SIGMAS = 5  # a seeded draw outside this many standard errors of its expectation fails the test
@@ -93,14 +93,14 @@ def test_one_request_at_a_time_under_poisson_arrivals_waits_as_md1_says(load):
 def test_a_run_is_called_saturated_when_the_queue_grows_and_not_when_it_keeps_up():
     """At rho = 2 the queue grows by about half the arrivals; at rho = 0.3 it stays short."""
     over = summarize(replay(gamma_arrivals(requests(400), 2 / SERVICE_S, seed=1), load_manager_class("fast"),
-                            ONE_AT_A_TIME))["load"]  # fmt: skip
+                            ONE_AT_A_TIME)).load  # fmt: skip
     under = summarize(replay(gamma_arrivals(requests(400), 0.3 / SERVICE_S, seed=1), load_manager_class("fast"),
-                             ONE_AT_A_TIME))["load"]  # fmt: skip
-    assert over["saturated"] and not under["saturated"]
-    assert over["served_requests_per_s"] == pytest.approx(1 / SERVICE_S, rel=0.02)
-    assert over["waiting_at_last_arrival"] > 150 and over["peak_waiting"] >= over["waiting_at_last_arrival"]
-    assert under["offered_requests_per_s"] == pytest.approx(0.3 / SERVICE_S, rel=0.15)
-    assert under["waiting_at_last_arrival"] <= 5
+                             ONE_AT_A_TIME)).load  # fmt: skip
+    assert over.saturated and not under.saturated
+    assert over.served_requests_per_s == pytest.approx(1 / SERVICE_S, rel=0.02)
+    assert over.waiting_at_last_arrival > 150 and over.peak_waiting >= over.waiting_at_last_arrival
+    assert under.offered_requests_per_s == pytest.approx(0.3 / SERVICE_S, rel=0.15)
+    assert under.waiting_at_last_arrival <= 5
 
 
 def test_the_command_says_saturated_in_one_line(tmp_path, capsys):

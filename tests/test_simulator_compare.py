@@ -14,7 +14,8 @@ import pytest
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, load_trace, run_simulation
 from blockspace.simulator.cli import main, resolve_manager
-from blockspace.simulator.report import first_difference, summarize
+from blockspace.simulator.report import first_difference
+from blockspace.simulator.summary import RequestCounts, summarize
 from blockspace.workloads import parse_lines
 
 
@@ -145,12 +146,12 @@ def test_n_samples_are_n_requests_of_one_sequence(enable_prefix_caching):
     assert not any(record.swapped_out for record in records)  # groups of one sequence: preempted by recompute
     assert any(record.preempted for record in records)
     summary = summarize(result)  # per trace request: the earliest first token, the last finish
-    assert summary["requests"] == {"arrived": 24, "finished": 24, "ignored": 0, "aborted": 0}
+    assert summary.requests == RequestCounts(arrived=24, finished=24, ignored=0, aborted=0)
     by_index = [result.metrics.requests[3 * i : 3 * i + 3] for i in range(24)]
     e2e = [max(metrics.finish_s[r.request_id] for r in samples) - samples[0].arrival_s for samples in by_index]
     ttft = [min(metrics.first_token_s[r.request_id] for r in samples) - samples[0].arrival_s for samples in by_index]
-    assert summary["e2e_latency_s"]["mean"] == pytest.approx(float(np.mean(e2e)))
-    assert summary["ttft_s"]["mean"] == pytest.approx(float(np.mean(ttft)))
+    assert summary.e2e_latency_s.mean == pytest.approx(float(np.mean(e2e)))
+    assert summary.ttft_s.mean == pytest.approx(float(np.mean(ttft)))
     assert_all_free(result)
 
 
@@ -162,7 +163,7 @@ def test_n_samples_share_the_prompt_through_the_prefix_cache():
     for n in (1, 3):
         config = SimulationConfig(num_gpu_blocks=20000, num_cpu_blocks=0, num_samples=n, max_output_len=16)
         result = run_simulation(trace, fast_class(), config)
-        assert summarize(result)["requests"]["finished"] == 40 and len(result.metrics.requests) == 40 * n
+        assert summarize(result).requests.finished == 40 and len(result.metrics.requests) == 40 * n
         rates[n] = result.metrics.final_hit_rate
     assert rates[3] > rates[1] + 0.4, rates
 
@@ -291,4 +292,4 @@ def test_the_warm_up_is_reported_apart():
         num_gpu_blocks=1200, num_cpu_blocks=0, scheduler=SchedulerConfig(enable_prefix_caching=False)
     )
     result = run_simulation(load_trace(None, 30), fast_class(), config)
-    assert result.metrics.startup_s > 0 and summarize(result)["manager_startup_s"] == result.metrics.startup_s
+    assert result.metrics.startup_s > 0 and summarize(result).manager_startup_s == result.metrics.startup_s

@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig
 from blockspace.simulator.engines import replay as run_engine
-from blockspace.simulator.report import first_difference, summarize
+from blockspace.simulator.report import first_difference
 from blockspace.simulator.simulation import SimulationStalledError
+from blockspace.simulator.summary import Summary, summarize
 from blockspace.workloads import CHUNK_TOKENS, parse_lines
 from helpers import jit_or
 
@@ -121,10 +122,10 @@ def replay(lines: list[str], config: SimulationConfig, manager: str, step: str) 
         return str(stalled)
 
 
-def figures(summary: dict) -> dict:
+def figures(summary: Summary) -> dict:
     """A summary without what the wall clock decides (time spent) and what names the run (manager, engine)."""
-    return {key: value for key, value in summary.items() if key not in ("manager", "engine", "manager_time", "wall_s",
-                                                                        "manager_startup_s")}  # fmt: skip
+    dropped = ("manager", "engine", "manager_time", "wall_s", "manager_startup_s")
+    return {key: value for key, value in summary.to_json().items() if key not in dropped}
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")

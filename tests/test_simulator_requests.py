@@ -16,8 +16,8 @@ from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SchedulerConfig, SimulationConfig, load_trace, run_simulation
 from blockspace.simulator.cli import main as simulate
 from blockspace.simulator.metrics import REASONS, REQUEST_SCHEMA, TraceOutcome
-from blockspace.simulator.report import summarize
 from blockspace.simulator.slo import SLO, attainment, parse_slo
+from blockspace.simulator.summary import summarize
 
 JSON_TYPES = {
     "string": str, "integer": int, "number": (int, float), "null": type(None), "array": list, "boolean": bool,
@@ -49,7 +49,7 @@ def test_every_record_follows_the_schema_and_the_counts_add_up(tight):
     counts = tight.metrics.counts
     assert sum(r["preemptions"] for r in records) == counts.recompute_preemptions > 0
     assert sum(len(r["readmissions_s"]) for r in records) == counts.recompute_preemptions  # all re-admitted
-    assert summarize(tight)["requests"]["ignored"] == sum(r["status"] == "ignored" for r in records) > 0
+    assert summarize(tight).requests.ignored == sum(r["status"] == "ignored" for r in records) > 0
     assert sum(r["cached_tokens"] for r in records) == counts.cached_tokens_admitted
     preempted = next(r for r in records if r["preemptions"])
     assert preempted["admitted_s"] < preempted["readmissions_s"][0] < preempted["finish_s"]
@@ -80,8 +80,8 @@ def test_latencies_follow_their_definitions(tight):
     )
     assert min(itl) > 0
     summary = summarize(tight)
-    assert summary["itl_s"]["count"] == len(itl) and summary["tpot_s"]["count"] == len(finished)
-    assert summary["tpot_s"]["p50"] == pytest.approx(float(np.percentile([r["tpot_s"] for r in finished], 50)))
+    assert summary.itl_s.count == len(itl) and summary.tpot_s.count == len(finished)
+    assert summary.tpot_s.p50 == pytest.approx(float(np.percentile([r["tpot_s"] for r in finished], 50)))
 
 
 def test_slo_text_is_parsed_with_units():
@@ -123,9 +123,9 @@ def test_attainment_counts_every_arrived_request():
         outcome("aborted"),
     ]
     both = attainment(SLO(ttft_s=2.0, tpot_s=0.1), outcomes, span_s=10.0)
-    assert (both["met"], both["of"], both["attainment"], both["goodput_requests_per_s"]) == (1, 5, 0.2, 0.1)
+    assert (both.met, both.of, both.attainment, both.goodput_requests_per_s) == (1, 5, 0.2, 0.1)
     ttft_only = attainment(SLO(ttft_s=2.0), outcomes, span_s=10.0)
-    assert ttft_only["met"] == 2 and ttft_only["bounds_s"] == {"ttft_s": 2.0}
+    assert ttft_only.met == 2 and ttft_only.bounds_s == {"ttft_s": 2.0}
 
 
 def test_simulate_writes_the_request_lines_and_the_slo(tmp_path, capsys):
@@ -164,7 +164,7 @@ def test_each_line_says_whether_its_request_met_the_slo(tight):
     records = tight.metrics.request_records(slo)
     verdicts = {o.index: slo.met_by(o) for o in tight.metrics.outcomes()}
     assert [r["met_slo"] for r in records] == [verdicts[r["trace_index"]] for r in records]
-    assert sum(r["met_slo"] for r in records) == summarize(tight, slo)["slo"]["met"]
+    assert sum(r["met_slo"] for r in records) == summarize(tight, slo).slo.met
     assert {r["met_slo"] for r in records} == {True, False}
     assert {r["met_slo"] for r in tight.metrics.request_records()} == {None}
 

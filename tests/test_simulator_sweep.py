@@ -18,8 +18,8 @@ from blockspace.errors import InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.cli import build_parser, simulation_config
 from blockspace.simulator.engines import replay, resolve
-from blockspace.simulator.report import summarize
 from blockspace.simulator.slo import parse_slo
+from blockspace.simulator.summary import summarize
 from blockspace.simulator.sweep import configurations, parse_sweeps
 from blockspace.workloads import load_trace
 
@@ -103,13 +103,14 @@ def test_a_bad_configuration_stops_the_sweep_before_any_run(argv, tmp_path, caps
 
 
 def single_run(num_gpu_blocks: int, caching: bool, slo: str | None = None) -> dict:
+    """The summary of one run, as the sweep's JSON holds it."""
     args = build_parser().parse_args(
         [*SMALL, "--num-gpu-blocks", str(num_gpu_blocks)] + ([] if caching else ["--no-enable-prefix-caching"])
     )
     fast = load_manager_class("fast")
     config = replace(simulation_config(args, record_tables=False), engine=resolve(args.engine, fast, args.step))
     result = replay(load_trace(None, 12), fast, config)
-    return summarize(result, None if slo is None else parse_slo(slo))
+    return summarize(result, None if slo is None else parse_slo(slo)).to_json()
 
 
 def test_a_sweep_in_worker_processes_gives_the_figures_of_single_runs(tmp_path, capsys):

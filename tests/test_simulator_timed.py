@@ -33,7 +33,7 @@ def test_a_timed_call_answers_as_the_manager_and_counts(name):
 
 def test_the_manager_time_of_a_run_is_split_by_method():
     from blockspace.simulator import SimulationConfig, load_trace, run_simulation
-    from blockspace.simulator.report import summarize
+    from blockspace.simulator.summary import summarize
 
     result = run_simulation(load_trace(None, 20), load_manager_class("fast"), SimulationConfig(4000, 100))
     metrics = result.metrics
@@ -41,5 +41,5 @@ def test_the_manager_time_of_a_run_is_split_by_method():
     assert set(by_method) <= set(TIMED_METHODS) | set(ROW_API) and "append_slots_rows" in by_method
     assert sum(calls for _, calls in by_method.values()) == metrics.manager_calls
     assert sum(seconds for seconds, _ in by_method.values()) == pytest.approx(sum(metrics.timeline.manager_s))
-    listed = summarize(result)["manager_time"]["by_method"]
+    listed = summarize(result).manager_time.by_method
     assert list(listed) == sorted(by_method, key=lambda name: -by_method[name][0])  # the busiest first
