@@ -30,6 +30,7 @@ ROOTS = (
     Path(__file__).resolve().parent.parent / "fast",
     Path(__file__).resolve().parent.parent / "simulator" / "compiled",
     Path(__file__).resolve().parent.parent / "simulator" / "budget.py",  # a Python rule the compiled engine compiles
+    Path(__file__).resolve().parent.parent / "simulator" / "metrics.py",  # the counts the compiled loop keeps
 )
 
 

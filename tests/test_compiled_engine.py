@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.engine import run_compiled
 from blockspace.simulator.compiled.tokens import write_tokens
 from blockspace.simulator.engines import replay, resolve
+from blockspace.simulator.metrics import Counts, Timeline
 from blockspace.simulator.report import first_difference
 from blockspace.simulator.simulation import SimulationStalledError
 from blockspace.simulator.summary import Summary, summarize
@@ -167,6 +168,19 @@ def test_the_compiled_engine_decides_as_the_python_one(name):
         assert counts.swap_outs and counts.swap_ins  # the case does what it is named for
     if "tight" in name:
         assert counts.swap_outs or counts.recompute_preemptions
+
+
+def test_a_count_or_a_timeline_column_declared_in_metrics_has_its_place_in_the_compiled_state():
+    """``metrics.Counts`` and ``metrics.Timeline`` declare the figures; the
+    compiled loop's slots and rows are laid out from them, so a new count is
+    one field there (and its count in each engine), not a slot typed apart."""
+    names = [field.name for field in fields(Counts)]
+    slots = [S.count_slot(name) for name in names]
+    assert slots == list(range(S.FIRST_COUNT, S.NUM_META)) and S.FIRST_COUNT == S.IS_STALLED + 1
+    columns = [field.name for field in fields(Timeline)]
+    assert [S.timeline_row(name) for name in columns if name != "manager_s"] == list(range(len(columns) - 1))
+    with pytest.raises(ValueError):
+        S.count_slot("not_a_count")
 
 
 def test_more_requests_ignored_in_one_step_than_the_logs_first_hold():

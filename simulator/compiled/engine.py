@@ -34,7 +34,7 @@ from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.blocks import Fast, probe_cached_tokens
 from blockspace.simulator.compiled.digest import signed
 from blockspace.simulator.decisions import StepRecord
-from blockspace.simulator.metrics import Metrics, Timeline, filled
+from blockspace.simulator.metrics import Counts, Metrics, Timeline, filled
 from blockspace.simulator.request import request_id_of
 from blockspace.simulator.runs import (
     SimulationConfig,
@@ -363,17 +363,10 @@ class Run:
             metrics.last_token_s[ids[r]] = float(requests.last_token[r])
         filled(metrics.itl_s, loop.gaps[: meta[S.NUM_GAPS]])
         count = int(meta[S.NUM_TIMELINE])
-        # the rows in the columns' order; the manager's calls are inlined in the compiled step: not timed apart
-        for column, values in zip(dataclasses.fields(Timeline), (*loop.timeline[:, :count], np.zeros(count))):
-            filled(getattr(metrics.timeline, column.name), values)
-        counts = metrics.counts
-        for field, slot in (
-            ("recompute_preemptions", S.RECOMPUTE_PREEMPTIONS), ("swap_outs", S.SWAP_OUTS), ("swap_ins", S.SWAP_INS),
-            ("blocks_swapped_out", S.BLOCKS_SWAPPED_OUT), ("blocks_swapped_in", S.BLOCKS_SWAPPED_IN),
-            ("copy_on_writes", S.COPY_ON_WRITES), ("prefill_tokens_admitted", S.PREFILL_TOKENS_ADMITTED),
-            ("cached_tokens_admitted", S.CACHED_TOKENS_ADMITTED),
-        ):  # fmt: skip
-            setattr(counts, field, int(meta[slot]))
+        for column in dataclasses.fields(Timeline):  # the manager's calls are inlined in the compiled step: not timed
+            values = loop.timeline[S.timeline_row(column.name), :count] if column.name in S.TIMELINE_ROWS else None
+            filled(getattr(metrics.timeline, column.name), np.zeros(count) if values is None else values)
+        metrics.counts = Counts(*meta[S.FIRST_COUNT : S.NUM_META].tolist())  # its fields' slots, in order
         metrics.final_hit_rate = (
             float(self.manager.get_prefix_cache_hit_rate(Device.GPU))
             if self.config.scheduler.enable_prefix_caching

@@ -31,10 +31,6 @@ from blockspace.simulator.compiled.state import (
     ABORTED_EVENT,
     ADMITTING,
     BLOCK_SIZE,
-    BLOCKS_SWAPPED_IN,
-    BLOCKS_SWAPPED_OUT,
-    CACHED_TOKENS_ADMITTED,
-    COPY_ON_WRITES,
     DECODES,
     DONE,
     DONE_BLOCKS,
@@ -67,22 +63,36 @@ from blockspace.simulator.compiled.state import (
     NUM_TIMELINE,
     PAUSED,
     PREEMPTED,
-    PREFILL_TOKENS_ADMITTED,
     PREFILLS,
     PROGRESS,
     PROGRESS_EVERY,
-    RECOMPUTE_PREEMPTIONS,
     RECORD,
     RESERVED_KEYS,
     ROOM,
     STALLED,
     STEP,
     STEPS_SINCE_CALL,
-    SWAP_INS,
-    SWAP_OUTS,
     SWAPPED_IN,
     SWAPPED_OUT,
+    count_slot,
+    timeline_row,
 )
+
+# the slots of the counts this loop keeps (metrics.Counts declares them; Metrics.decided counts them in Python)
+RECOMPUTE_PREEMPTIONS = count_slot("recompute_preemptions")
+SWAP_OUTS = count_slot("swap_outs")
+SWAP_INS = count_slot("swap_ins")
+BLOCKS_SWAPPED_OUT = count_slot("blocks_swapped_out")
+BLOCKS_SWAPPED_IN = count_slot("blocks_swapped_in")
+COPY_ON_WRITES = count_slot("copy_on_writes")
+PREFILL_TOKENS_ADMITTED = count_slot("prefill_tokens_admitted")
+CACHED_TOKENS_ADMITTED = count_slot("cached_tokens_admitted")
+# the rows of the timeline it writes (metrics.Timeline's columns; Metrics.stepped writes them in Python)
+TIME_S, STEP_S, KV_USED, RUNNING, WAITING, SWAPPED_ROW, HIT_RATE, TOKENS, ADMITTED_TOKENS = (
+    timeline_row(name)
+    for name in ("time_s", "step_s", "kv_used_blocks", "num_running", "num_waiting", "num_swapped", "hit_rate",
+                 "num_batched_tokens", "prefill_tokens_admitted")
+)  # fmt: skip
 
 
 @njit(cache=True)
@@ -277,15 +287,15 @@ def run_model(fast, views, loop, requests):
             done(loop, requests, r, now)
     t = meta[NUM_TIMELINE]
     timeline = loop.timeline
-    timeline[0, t] = now
-    timeline[1, t] = step_s
-    timeline[2, t] = loop.config[NUM_GPU] - B.num_free_gpu(views)
-    timeline[3, t] = Q.size(loop, Q.RUNNING_QUEUE)
-    timeline[4, t] = Q.size(loop, Q.WAITING_QUEUE)
-    timeline[5, t] = Q.size(loop, Q.SWAPPED_QUEUE)
-    timeline[6, t] = B.hit_rate(fast, loop)
-    timeline[7, t] = num_prefill_tokens + num_decodes
-    timeline[8, t] = meta[PREFILL_TOKENS_ADMITTED]
+    timeline[TIME_S, t] = now
+    timeline[STEP_S, t] = step_s
+    timeline[KV_USED, t] = loop.config[NUM_GPU] - B.num_free_gpu(views)
+    timeline[RUNNING, t] = Q.size(loop, Q.RUNNING_QUEUE)
+    timeline[WAITING, t] = Q.size(loop, Q.WAITING_QUEUE)
+    timeline[SWAPPED_ROW, t] = Q.size(loop, Q.SWAPPED_QUEUE)
+    timeline[HIT_RATE, t] = B.hit_rate(fast, loop)
+    timeline[TOKENS, t] = num_prefill_tokens + num_decodes
+    timeline[ADMITTED_TOKENS, t] = meta[PREFILL_TOKENS_ADMITTED]
     meta[NUM_TIMELINE] = t + 1
 
 

@@ -18,10 +18,12 @@ progress) and go on from there when called again.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import NamedTuple
 
 import numpy as np
 
+from blockspace.simulator.metrics import Counts, Timeline
 from blockspace.workloads import TraceRequest
 
 # request status (``Requests.status``): vLLM's SequenceStatus, as small ints
@@ -56,15 +58,6 @@ NUM_CONFIG = 10
     BUDGET_TOKENS,
     BUDGET_CACHED,
     BUDGET_SEQS,
-    # counts (metrics.Counts)
-    RECOMPUTE_PREEMPTIONS,
-    SWAP_OUTS,
-    SWAP_INS,
-    BLOCKS_SWAPPED_OUT,
-    BLOCKS_SWAPPED_IN,
-    COPY_ON_WRITES,
-    PREFILL_TOKENS_ADMITTED,
-    CACHED_TOKENS_ADMITTED,
     # the step's block traffic, in pairs
     NUM_COPIES,
     NUM_SWAP_IN,
@@ -73,8 +66,29 @@ NUM_CONFIG = 10
     NUM_ROUTED,  # requests routed so far (Loop.arrivals[:NUM_ROUTED])
     DONE_BLOCKS,  # prompt blocks of the requests done (a router's load)
     IS_STALLED,  # 1 after a STALLED stop, until a request arrives
-) = range(36)
-NUM_META = 36
+) = range(28)
+
+# then the run's counts: a slot for each field of ``metrics.Counts``, in its order. Why
+# derived: a count is declared once, there; the compiled loop names its slot by the field's
+# name (``count_slot``), and the driver reads them back in order (``engine.py``).
+COUNTS = tuple(field.name for field in fields(Counts))
+FIRST_COUNT = IS_STALLED + 1
+NUM_META = FIRST_COUNT + len(COUNTS)
+
+# Loop.timeline: a row for each column of ``metrics.Timeline`` but the manager's time (the
+# compiled step does not time its manager calls apart), in its order
+TIMELINE_ROWS = tuple(field.name for field in fields(Timeline) if field.name != "manager_s")
+
+
+def count_slot(name: str) -> int:
+    """The slot of ``Loop.meta`` that holds the count ``name`` of ``metrics.Counts``."""
+    return FIRST_COUNT + COUNTS.index(name)
+
+
+def timeline_row(name: str) -> int:
+    """The row of ``Loop.timeline`` that holds the column ``name`` of ``metrics.Timeline``."""
+    return TIMELINE_ROWS.index(name)
+
 
 # why the loop returned (PAUSED: at a step that starts at or after Loop.until)
 DONE, ROOM, PROGRESS, STALLED, ERROR_STOP, PAUSED = range(6)
@@ -144,8 +158,7 @@ class Loop(NamedTuple):
     one_len: np.ndarray  # int64[1]
     info: np.ndarray  # int64[1]: the allocate kernel's need
     # logs, grown by the driver between calls
-    timeline: np.ndarray  # float64[9, steps]: time, step_s, used, running, waiting, swapped, hit rate, tokens,
-    # prompt tokens admitted so far (Timeline's columns, less manager_s)
+    timeline: np.ndarray  # float64[len(TIMELINE_ROWS), steps]: metrics.Timeline's columns, less manager_s
     gaps: np.ndarray  # float64: inter-token latencies, in order
     done_at: np.ndarray  # float64: when each request was done (finished, ignored or aborted), in order
     events: np.ndarray  # int64[3, n]: step, kind, request
@@ -239,7 +252,7 @@ def new_loop(
         one_row=np.zeros(1, np.int64),
         one_len=np.zeros(1, np.int64),
         info=np.zeros(1, np.int64),
-        timeline=np.zeros((9, steps)),
+        timeline=np.zeros((len(TIMELINE_ROWS), steps)),
         gaps=np.zeros(tokens),
         done_at=np.zeros(per_request),
         events=np.zeros((3, per_request), np.int64),
