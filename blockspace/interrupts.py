@@ -39,7 +39,8 @@ INTERRUPTED = 130
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, after the command kept what had finished: ``kept`` says
     what and where, for the one line; ``partial`` is a search's answer so
-    far (the tried points), for the command to write."""
+    far (its tried points, in a ``RateAnswer`` or ``ReplicaAnswer`` of
+    ``simulator/capacity.py``, ``fleet_size.py``), for the command to write."""
 
     def __init__(self, kept: str = "", partial: Any = None) -> None:
         super().__init__(kept)

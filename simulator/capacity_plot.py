@@ -19,11 +19,13 @@ point, so:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from blockspace.outputs import replacing
+from blockspace.simulator.capacity import RateAnswer
+from blockspace.simulator.fleet_size import ReplicaAnswer
 from blockspace.simulator.report import significant
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -36,10 +38,10 @@ LINE_PT = 14  # between two answers' labels
 
 
 class Search(NamedTuple):
-    """How one kind of search is drawn: its variable (a key of a curve's
-    points, called ``word``), the answer's key and name, the right-hand
-    panel (a key and its label; ``share``: a fraction, drawn 0-100 %) and
-    how values read."""
+    """How one kind of search is drawn: its variable (a field of a curve's
+    points, called ``word``), the answer's field and name, the right-hand
+    panel (a field of the points and its label; ``share``: a fraction,
+    drawn 0-100 %) and how values read."""
 
     variable: str
     word: str
@@ -67,22 +69,25 @@ REPLICAS = Search(
 SEARCHES = {"max-rate": RATE, "min-replicas": REPLICAS}
 
 
-def name_of(search: dict[str, Any]) -> str:
+Answers = Sequence[RateAnswer | ReplicaAnswer]  # the searches of one --find, all of one kind
+
+
+def name_of(search: RateAnswer | ReplicaAnswer) -> str:
     """A configuration's name: its swept value alone where one key is swept
     ("kv_aware"), its pairs where several are, else a fleet's router."""
-    values = search["values"]
+    values = search.values
     if len(values) == 1:
         return str(next(iter(values.values())))
-    return ", ".join(f"{name}={value}" for name, value in values.items()) or search.get("router", "")
+    return ", ".join(f"{name}={value}" for name, value in values.items()) or getattr(search, "router", None) or ""
 
 
-def answer_label(search: dict[str, Any], kind: Search) -> str:
+def answer_label(search: RateAnswer | ReplicaAnswer, kind: Search) -> str:
     """The words beside an answer's marker: "kv_aware: 6", or without a
     name "max rate: 6.19 req/s"."""
-    return f"{name_of(search) or kind.answer_name}: {kind.number(search[kind.answer])}{kind.unit}"
+    return f"{name_of(search) or kind.answer_name}: {kind.number(getattr(search, kind.answer))}{kind.unit}"
 
 
-def curves_figure(searches: list[dict[str, Any]], title: str, find: str) -> Any:
+def curves_figure(searches: Answers, title: str, find: str) -> Any:
     """The figure: the share meeting the SLO (left) and ``find``'s other
     figure (right) against the variable, a line per search."""
     import matplotlib
@@ -97,11 +102,11 @@ def curves_figure(searches: list[dict[str, Any]], title: str, find: str) -> Any:
         style: dict[str, Any] = {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)],
                  "linestyle": DASHES[index % len(DASHES)], "markersize": max(7 - 1.2 * index, 3),
                  "zorder": 2 + index}  # fmt: skip
-        xs = [point[kind.variable] for point in search["curve"]]
-        shares = [100 * point["attainment"] for point in search["curve"]]
-        rights = [(100 if kind.share else 1) * point[kind.right] for point in search["curve"]]
-        answer = search[kind.answer]
-        missing = "" if answer is not None else " (no effect)" if search["no_effect"] else " (none found)"
+        xs = [getattr(point, kind.variable) for point in search.curve]
+        shares = [100 * point.attainment for point in search.curve]
+        rights = [(100 if kind.share else 1) * getattr(point, kind.right) for point in search.curve]
+        answer = getattr(search, kind.answer)
+        missing = "" if answer is not None else " (no effect)" if search.no_effect else " (none found)"
         share.plot(xs, shares, label=(name_of(search) or "requests within the SLO") + missing, **style)
         right.plot(xs, rights, label=(name_of(search) or kind.right_label) + missing, **style)
         if answer is not None:
@@ -109,10 +114,10 @@ def curves_figure(searches: list[dict[str, Any]], title: str, find: str) -> Any:
             for axis, ys in ((share, shares), (right, rights)):
                 ring(axis, answer, ys[at], style["color"])
             answered.append((answer, shares[at], answer_label(search, kind), style["color"]))
-    target = searches[0]["target"]
+    target = searches[0].target
     share.axhline(100 * target, color="grey", linestyle="--", label=f"target {target:.0%}")
     if kind is RATE:
-        offered = sorted({point[kind.variable] for search in searches for point in search["curve"]})
+        offered = sorted({getattr(point, kind.variable) for search in searches for point in search.curve})
         right.plot(offered, offered, ":", color="grey", label="offered rate")
     if not answered:
         said = f"no {kind.word} tried meets the target"
@@ -129,7 +134,7 @@ def curves_figure(searches: list[dict[str, Any]], title: str, find: str) -> Any:
     figure.tight_layout()
     label_answers(share, answered, kind.passing_side)
     right.set_xlim(share.get_xlim())
-    tried = sorted({point[kind.variable] for search in searches for point in search["curve"]})
+    tried = sorted({getattr(point, kind.variable) for search in searches for point in search.curve})
     for axis in (share, right):
         tick_every(axis, tried, {answer for answer, *_ in answered}, kind.number)
         axis.legend(fontsize=8)
@@ -189,7 +194,7 @@ def tick_every(axis: Any, tried: list[float], answers: set[float], number: Calla
     axis.set_xlim(low, high)
 
 
-def plot_curves(path: Path, searches: list[dict[str, Any]], title: str, find: str) -> None:
+def plot_curves(path: Path, searches: Answers, title: str, find: str) -> None:
     """Write ``curves_figure`` as a PNG."""
     import matplotlib.pyplot as plt
 

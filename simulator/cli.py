@@ -10,7 +10,6 @@ the summary, and writes ``simulation.png`` and ``simulation.json`` into
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import inspect
 import json
@@ -607,7 +606,7 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
     workers = args.workers or os.cpu_count() or 1
     source = workload_source(args)
-    searches: list[dict[str, Any]] = []
+    searches: list[capacity.RateAnswer | fleet_size.ReplicaAnswer] = []
     stopped = None  # Ctrl-C's Interrupted, once a search was stopped: its points are kept, the rest not run
     for values, config, trace, offered, rate in points:
         named = "".join(f", {name}={value}" for name, value in values.items())
@@ -616,8 +615,10 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         print(f"finding {goal} at which {args.target:g}% of {len(trace):,} requests from {source} meet "
               f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
         say = None if args.quiet else partial(print, flush=True)
-        search: dict[str, Any] = {"values": values, "config": dataclasses.asdict(config), "requests": len(trace),
-                                  "workload": describe(trace)}  # fmt: skip
+        # the configuration searched, which the command adds to its answer (capacity.Answer)
+        searched: dict[str, Any] = {"values": values, "config": config, "requests": len(trace),
+                                    "workload": describe(trace)}  # fmt: skip
+        search: capacity.RateAnswer | fleet_size.ReplicaAnswer
         try:
             if fleet:
                 most, bound = caps[len(searches)]
@@ -625,36 +626,37 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
                     print(bound, flush=True)
                 template = fleet_size.Try(1, trace, config, args.manager, args.slo)
                 counts = fleet_size.evaluator(template, workers, args.executor, say)
-                search |= {"router": config.router, **fleet_size.find_min_replicas(counts, args.target / 100,
-                                                                                   workers, most)}  # fmt: skip
+                search = replace(fleet_size.find_min_replicas(counts, args.target / 100, workers, most),
+                                 router=config.router, **searched)  # fmt: skip
             else:
                 assert rate is not None  # a rate search's points have one (capacity.base_rate)
                 rates = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor, rate, say)
-                search |= {"arrival_times": capacity.arrival_times(trace), "offered_requests_per_s": offered,
-                           **capacity.find_max_rate(rates, rate, args.target / 100, workers)}  # fmt: skip
+                search = replace(capacity.find_max_rate(rates, rate, args.target / 100, workers),
+                                 arrival_times=capacity.arrival_times(trace), offered_requests_per_s=offered,
+                                 **searched)  # fmt: skip
         except Interrupted as stop:  # Ctrl-C: the points tried so far, written below marked incomplete
-            search |= stop.partial
+            search = replace(stop.partial, **searched)
             stopped = stop
         except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
             return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
-        print(fleet_size.format_answer(search, args.slo, config.router) if fleet
+        print(fleet_size.format_answer(search, args.slo, config.router) if isinstance(search, fleet_size.ReplicaAnswer)
               else capacity.format_answer(search, args.slo))  # fmt: skip
         searches.append(search)
         if stopped is not None:
             break
     if len(searches) > 1 and stopped is None:
-        print(fleet_size.format_answers(searches) if fleet else capacity.format_answers(searches))
+        print(capacity.format_answers(searches, "min replicas" if fleet else "max rate"))
     args.out.mkdir(parents=True, exist_ok=True)
     document = {"command": shlex.join(command), "version": __version__, "find": args.find, "trace": source,
                 "manager": args.manager, "slo": str(args.slo), "target": args.target / 100,
-                "complete": stopped is None, "configurations": searches}  # fmt: skip
+                "complete": stopped is None, "configurations": [search.to_json() for search in searches]}  # fmt: skip
     write_text(args.out / "capacity.json", json.dumps(document, indent=1))
     print(f"figures: {args.out / 'capacity.json'}")
     if stopped is not None:  # no plot: Ctrl-C asked to stop now
-        runs = sum(search["runs"] for search in searches)
+        runs = sum(search.runs for search in searches)
         raise Interrupted(f"{runs:,} finished run(s) kept in {args.out / 'capacity.json'}, marked incomplete")
     if not args.no_plot:
-        size = max(search["requests"] for search in searches)
+        size = max(len(trace) for _, _, trace, _, _ in points)
         title = f"{'fewest replicas' if fleet else 'max rate'} within {args.slo} for {args.target:g}% of {size:,} " \
                 f"requests of {source}"  # fmt: skip
         from blockspace.simulator.capacity_plot import plot_curves

@@ -57,28 +57,28 @@ def map_unordered(function: Callable[[Job], Result], jobs: list[Job], workers: i
 
 
 def rounds(
-    function: Callable[[Job], dict[str, Any]],
+    function: Callable[[Job], Result],
     job_of: Callable[[Any], Job],
-    order: str,
+    order: Callable[[Result], float],
     workers: int,
     executor: str,
     say: Callable[[str], None] | None = None,
-    said: Callable[[dict[str, Any]], str] = str,
-) -> Callable[[list[Any]], Iterator[dict[str, Any]]]:
+    said: Callable[[Result], str] = str,
+) -> Callable[[list[Any]], Iterator[Result]]:
     """``evaluate(points)`` for a search (``capacity.py``, ``fleet_size.py``):
     each point's job (``job_of``) run in parallel, each answer as it comes
     (so that a search stopped by Ctrl-C keeps those of its last round);
     with ``say``, once the round is over, one line of what each answered
-    (``said``), in their ``order`` key's order: a search over a long trace
-    takes minutes, and a silent one looks hung."""
+    (``said``), in ``order``'s order (the variable each answer was run at):
+    a search over a long trace takes minutes, and a silent one looks hung."""
 
-    def evaluate(points: list[Any]) -> Iterator[dict[str, Any]]:
+    def evaluate(points: list[Any]) -> Iterator[Result]:
         answers = []
         for answer in map_unordered(function, [job_of(point) for point in points], workers, executor):
             answers.append(answer)
             yield answer
         if say is not None:
-            say("  tried " + ", ".join(said(answer) for answer in sorted(answers, key=lambda answer: answer[order])))
+            say("  tried " + ", ".join(said(answer) for answer in sorted(answers, key=order)))
 
     return evaluate
 

@@ -19,6 +19,9 @@ The answer is the lowest passing count above the highest failing one.
 Where no count passes and every count gave the same attainment, the count
 had no effect (``no_effect``, as ``capacity.py`` says it): the search says
 so. Where every count passes, 1 is a real answer: no fleet is smaller.
+
+The answer is a typed record, ``ReplicaAnswer``, of the counts tried
+(``ReplicaPoint``), as ``capacity.py``'s is (why there).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from blockspace.interrupts import Interrupted, incomplete_line
-from blockspace.simulator.capacity import has_no_effect, no_effect_line
+from blockspace.simulator.capacity import Answer, has_no_effect, no_effect_line
 from blockspace.simulator.slo import SLO
 from blockspace.workloads import TraceRequest
 
@@ -46,7 +49,40 @@ class Try:
     slo: SLO
 
 
-def run_try(attempt: Try) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReplicaPoint:
+    """One replica count tried (``run_try``): how the SLO fared, and the prefix cache."""
+
+    replicas: int
+    attainment: float  # the share of requests meeting the SLO, 0-1
+    goodput_requests_per_s: float
+    finished: int
+    hit_rate: float  # the GPU prefix cache's block hit rate
+    ttft_p90_s: float | None  # None: no request finished
+    saturated: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaAnswer(Answer):
+    """``find_min_replicas``'s answer: the fewest replicas (None where none
+    passed), and every count tried (``curve``, fewest first)."""
+
+    router: str | None = None  # the fleet's, which the command adds
+    complete: bool  # False: Ctrl-C stopped it
+    min_replicas: int | None
+    target: float
+    runs: int
+    most: int  # the largest count it could try
+    no_effect: bool
+    curve: tuple[ReplicaPoint, ...]
+
+    OPTIONAL = (*Answer.OPTIONAL, "router")
+
+    def in_brief(self) -> str:
+        return "no effect" if self.no_effect else "none found" if self.min_replicas is None else str(self.min_replicas)
+
+
+def run_try(attempt: Try) -> ReplicaPoint:
     """Replay the fleet at ``attempt.replicas`` and say how the SLO fared."""
     from blockspace.interfaces import load_manager_class
     from blockspace.simulator.engines import replay
@@ -55,15 +91,15 @@ def run_try(attempt: Try) -> dict[str, Any]:
     config = replace(attempt.config, replicas=attempt.replicas)
     summary = summarize(replay(attempt.trace, load_manager_class(attempt.manager), config), attempt.slo)
     assert summary.slo is not None  # a search has an SLO
-    return {
-        "replicas": attempt.replicas,
-        "attainment": summary.slo.attainment,
-        "goodput_requests_per_s": summary.slo.goodput_requests_per_s,
-        "finished": summary.requests.finished,
-        "hit_rate": summary.prefix_cache.gpu_block_hit_rate,
-        "ttft_p90_s": summary.ttft_s.p90,
-        "saturated": summary.load.saturated,
-    }
+    return ReplicaPoint(
+        replicas=attempt.replicas,
+        attainment=summary.slo.attainment,
+        goodput_requests_per_s=summary.slo.goodput_requests_per_s,
+        finished=summary.requests.finished,
+        hit_rate=summary.prefix_cache.gpu_block_hit_rate,
+        ttft_p90_s=summary.ttft_s.p90,
+        saturated=summary.load.saturated,
+    )
 
 
 def next_counts(tried: dict[int, bool], width: int, most: int = MAX_REPLICAS) -> list[int]:
@@ -83,34 +119,34 @@ def next_counts(tried: dict[int, bool], width: int, most: int = MAX_REPLICAS) ->
 
 
 def find_min_replicas(
-    evaluate: Callable[[list[int]], Iterable[dict[str, Any]]], target: float, width: int, most: int = MAX_REPLICAS
-) -> dict[str, Any]:
+    evaluate: Callable[[list[int]], Iterable[ReplicaPoint]], target: float, width: int, most: int = MAX_REPLICAS
+) -> ReplicaAnswer:
     """Search (see the module doc). ``evaluate(counts)`` replays those counts
-    (in parallel) and returns ``run_try``'s answers; ``target`` is the
+    (in parallel) and returns ``run_try``'s points; ``target`` is the
     attainment wanted (0-1), ``width`` the counts per round. Stopped by
     Ctrl-C, it raises ``Interrupted`` with the counts tried so far
     (``complete`` False)."""
-    tries: dict[int, dict[str, Any]] = {}
+    tries: dict[int, ReplicaPoint] = {}
     counts = sorted({min(2**i, most) for i in range(width)})  # ``most``: as ``next_counts``
     complete = True
     try:
         while counts:
-            for answer in evaluate(counts):
-                tries[answer["replicas"]] = answer
-            counts = next_counts({k: t["attainment"] >= target for k, t in tries.items()}, width, most)
+            for point in evaluate(counts):
+                tries[point.replicas] = point
+            counts = next_counts({k: t.attainment >= target for k, t in tries.items()}, width, most)
     except KeyboardInterrupt:
         complete = False
-    failing = max((k for k, t in tries.items() if t["attainment"] < target), default=0)
-    passing = [k for k, t in tries.items() if t["attainment"] >= target and k > failing]
-    found = {
-        "complete": complete,
-        "min_replicas": min(passing, default=None),
-        "target": target,
-        "runs": len(tries),
-        "most": most,  # the largest count it could try
-        "no_effect": not passing and has_no_effect(list(tries.values())),
-        "curve": [tries[k] for k in sorted(tries)],
-    }
+    failing = max((k for k, t in tries.items() if t.attainment < target), default=0)
+    passing = [k for k, t in tries.items() if t.attainment >= target and k > failing]
+    found = ReplicaAnswer(
+        complete=complete,
+        min_replicas=min(passing, default=None),
+        target=target,
+        runs=len(tries),
+        most=most,
+        no_effect=not passing and has_no_effect([t.attainment for t in tries.values()]),
+        curve=tuple(tries[k] for k in sorted(tries)),
+    )
     if not complete:
         raise Interrupted(partial=found)
     return found
@@ -118,50 +154,39 @@ def find_min_replicas(
 
 def evaluator(
     template: Try, workers: int, executor: str, say: Callable[[str], None] | None = None
-) -> Callable[[list[int]], Iterable[dict[str, Any]]]:
+) -> Callable[[list[int]], Iterable[ReplicaPoint]]:
     """``evaluate`` for ``find_min_replicas``: each round's counts (the
     ``template`` at each) in parallel, and with ``say`` a line per round
     (``executor.rounds``)."""
     from blockspace.simulator.executor import rounds
 
-    return rounds(run_try, lambda count: replace(template, replicas=count), "replicas", workers, executor, say,
-                  lambda a: f"{a['replicas']} replica(s) {a['attainment']:.1%}")  # fmt: skip
+    return rounds(run_try, lambda count: replace(template, replicas=count), lambda p: p.replicas, workers, executor,
+                  say, lambda p: f"{p.replicas} replica(s) {p.attainment:.1%}")  # fmt: skip
 
 
-def format_answer(found: dict[str, Any], slo: SLO, router: str) -> str:
+def format_answer(found: ReplicaAnswer, slo: SLO, router: str) -> str:
     """The curve as a table, then the answer in a sentence."""
     lines = [f"{'replicas':>8}  {'attainment':>10}  {'goodput':>9}  {'hit rate':>8}  {'TTFT p90':>10}  load"]
-    for point in found["curve"]:
-        ttft = "-" if point["ttft_p90_s"] is None else f"{point['ttft_p90_s']:.3f} s"
+    for point in found.curve:
+        ttft = "-" if point.ttft_p90_s is None else f"{point.ttft_p90_s:.3f} s"
         lines.append(
-            f"{point['replicas']:>8}  {point['attainment']:>10.1%}  {point['goodput_requests_per_s']:>9.4g}  "
-            f"{point['hit_rate']:>8.1%}  {ttft:>10}  {'SATURATED' if point['saturated'] else 'keeps up'}"
+            f"{point.replicas:>8}  {point.attainment:>10.1%}  {point.goodput_requests_per_s:>9.4g}  "
+            f"{point.hit_rate:>8.1%}  {ttft:>10}  {'SATURATED' if point.saturated else 'keeps up'}"
         )
-    target = f"{found['target']:.0%} of requests within {slo}"
-    if not found["complete"]:
-        lines.append(incomplete_line("min replicas", found["runs"]))
-    elif found["no_effect"]:
-        lines.append(
-            no_effect_line(found, "min replicas", f"replica count tried, up to {found['curve'][-1]['replicas']:,}")
-        )
-    elif found["min_replicas"] is None:
-        bound = "" if found["most"] >= MAX_REPLICAS else ", the largest fleet that fits in memory"
-        lines.append(f"min replicas: none found up to {found['most']:,}{bound} under {router} for {target}; "
-                     f"{found['runs']} runs")  # fmt: skip
+    target = f"{found.target:.0%} of requests within {slo}"
+    if not found.complete:
+        lines.append(incomplete_line("min replicas", found.runs))
+    elif found.no_effect:
+        tried = f"replica count tried, up to {found.curve[-1].replicas:,}"
+        lines.append(no_effect_line(found.curve[0].attainment, found.runs, "min replicas", tried))
+    elif found.min_replicas is None:
+        bound = "" if found.most >= MAX_REPLICAS else ", the largest fleet that fits in memory"
+        lines.append(f"min replicas: none found up to {found.most:,}{bound} under {router} for {target}; "
+                     f"{found.runs} runs")  # fmt: skip
     else:
-        lines.append(f"min replicas: {found['min_replicas']} under {router} keep {target}; {found['runs']} runs")
+        lines.append(f"min replicas: {found.min_replicas} under {router} keep {target}; {found.runs} runs")
     return "\n".join(lines)
 
 
-def format_answers(searches: list[dict[str, Any]]) -> str:
-    """One line per configuration of a sweep: its values and the answer."""
-    lines = ["min replicas per configuration:"]
-    for search in searches:
-        values = ", ".join(f"{name}={value}" for name, value in search["values"].items())
-        answer = "no effect" if search["no_effect"] else search["min_replicas"] or "none found"
-        lines.append(f"  {values}: {answer}")
-    return "\n".join(lines)
-
-
-__all__ = ["MAX_REPLICAS", "Try", "evaluator", "find_min_replicas", "format_answer", "format_answers",
+__all__ = ["MAX_REPLICAS", "ReplicaAnswer", "ReplicaPoint", "Try", "evaluator", "find_min_replicas", "format_answer",
            "next_counts", "run_try"]  # fmt: skip

@@ -5,24 +5,26 @@ that meet kept apart."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import pytest
 
-from blockspace.simulator.capacity import find_max_rate
+from blockspace.simulator.capacity import RatePoint, find_max_rate
 from blockspace.simulator.capacity_plot import MARKERS, RING, RING_SIZE, curves_figure
-from blockspace.simulator.fleet_size import find_min_replicas
+from blockspace.simulator.fleet_size import ReplicaAnswer, ReplicaPoint, find_min_replicas
 
 
-def fleet_try(replicas: int, attainment: float) -> dict:
+def fleet_try(replicas: int, attainment: float) -> ReplicaPoint:
     """What ``fleet_size.run_try`` answers, made up."""
-    return {"replicas": replicas, "attainment": attainment, "goodput_requests_per_s": attainment, "finished": 1,
-            "hit_rate": 0.05, "ttft_p90_s": 1.0, "saturated": False}  # fmt: skip
+    return ReplicaPoint(replicas=replicas, attainment=attainment, goodput_requests_per_s=attainment, finished=1,
+                        hit_rate=0.05, ttft_p90_s=1.0, saturated=False)  # fmt: skip
 
 
-def min_replicas(router: str, attainments: dict[int, float]) -> dict:
+def min_replicas(router: str, attainments: dict[int, float]) -> ReplicaAnswer:
     """A ``--find min-replicas`` search of one router, as the command keeps it."""
     found = find_min_replicas(lambda counts: [fleet_try(k, attainments[k]) for k in counts], 0.9, 2)
-    return {"values": {"router": router}, "router": router, **found}
+    return replace(found, values={"router": router}, router=router)
 
 
 # The issue's run: round robin and least loaded both answer 8, and meet at 8.
@@ -38,7 +40,7 @@ def test_the_min_replicas_figure_writes_each_answer_ticks_every_count_and_keeps_
     log axis was labelled at 1, 2, 4 and 8 only; round robin's line at 8 hid
     under least loaded's."""
     searches = [min_replicas(router, attainments) for router, attainments in ROUTERS.items()]
-    assert [s["min_replicas"] for s in searches] == [8, 8, 7]
+    assert [s.min_replicas for s in searches] == [8, 8, 7]
     figure = curves_figure(searches, "title", "min-replicas")
     try:
         share, hits = figure.axes
@@ -65,22 +67,22 @@ def test_the_min_replicas_figure_writes_each_answer_ticks_every_count_and_keeps_
         plt.close(figure)
 
 
-def probe(scale: float, attainment: float) -> dict:
-    """What ``capacity.run_probe`` answers, made up."""
-    counts = dict.fromkeys(("finished", "ignored", "aborted"), 0)
-    return {"scale": scale, "attainment": attainment, "goodput_requests_per_s": attainment * scale, **counts,
-            "served_requests_per_s": attainment * scale, "saturated": attainment < 0.5}  # fmt: skip
+def probe(scale: float, attainment: float) -> RatePoint:
+    """What ``capacity.run_probe`` answers, made up (a trace of 1 req/s)."""
+    return RatePoint(scale=scale, attainment=attainment, goodput_requests_per_s=attainment * scale, finished=0,
+                     ignored=0, aborted=0, ttft_p90_s=None, tpot_p90_s=None, served_requests_per_s=attainment * scale,
+                     saturated=attainment < 0.5, rate_requests_per_s=scale)  # fmt: skip
 
 
 def test_the_max_rate_figure_writes_the_answer_and_ticks_every_rate():
     """The rate search narrows to rates 2 % apart, whose labels would print
     over each other: every rate is a tick, the answer's always labelled."""
     found = find_max_rate(lambda scales: [probe(s, 1.0 if s <= 3.3 else 0.5) for s in scales], 1.0, 0.9, 2)
-    figure = curves_figure([{"values": {}, **found}], "title", "max-rate")
+    figure = curves_figure([found], "title", "max-rate")
     try:
         share, good = figure.axes
-        answer = found["max_rate_requests_per_s"]
-        rates = [point["rate_requests_per_s"] for point in found["curve"]]
+        answer = found.max_rate_requests_per_s
+        rates = [point.rate_requests_per_s for point in found.curve]
         assert len(rates) > 8 and answer in rates
         assert [text.get_text() for text in share.texts] == [f"max rate: {answer:.4g} req/s"]
         for axis in (share, good):
@@ -97,7 +99,7 @@ def test_the_max_rate_figure_writes_the_answer_and_ticks_every_rate():
 )
 def test_a_search_without_an_answer_says_why_and_marks_none(attainment, said):
     found = find_max_rate(lambda scales: [probe(s, attainment(s)) for s in scales], 1.0, 0.5, 2)
-    figure = curves_figure([{"values": {}, **found}], "title", "max-rate")
+    figure = curves_figure([found], "title", "max-rate")
     try:
         share, _ = figure.axes
         assert [t.get_text() for t in share.get_legend().get_texts()][0] == f"requests within the SLO ({said})"

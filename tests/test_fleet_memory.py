@@ -17,7 +17,7 @@ from blockspace.simulator import memory
 from blockspace.simulator.cli import main as simulate
 from blockspace.simulator.cli import prepare
 from blockspace.simulator.compiled.replica import CompiledReplica, FleetTrace
-from blockspace.simulator.fleet_size import find_min_replicas, format_answer
+from blockspace.simulator.fleet_size import ReplicaPoint, find_min_replicas, format_answer
 from blockspace.simulator.simulation import SimulationConfig
 from blockspace.simulator.slo import parse_slo
 from blockspace.workloads import load_trace
@@ -131,12 +131,12 @@ def test_min_replicas_stops_its_doubling_at_the_largest_fleet_that_fits():
 
     def never_meets(counts):
         tried.append(counts)
-        return [{"replicas": k, "attainment": 0.1 * len(tried), "goodput_requests_per_s": 0.0, "hit_rate": 0.0,
-                 "ttft_p90_s": None, "saturated": False} for k in counts]  # fmt: skip
+        return [ReplicaPoint(replicas=k, attainment=0.1 * len(tried), goodput_requests_per_s=0.0, finished=0,
+                             hit_rate=0.0, ttft_p90_s=None, saturated=False) for k in counts]  # fmt: skip
 
     found = find_min_replicas(never_meets, 0.9, 2, most=6)
     assert tried == [[1, 2], [4, 6]]
-    assert found["min_replicas"] is None and found["most"] == 6
+    assert found.min_replicas is None and found.most == 6
     assert "none found up to 6, the largest fleet that fits in memory" in format_answer(
         found, parse_slo("ttft=1s"), "kv_aware"
     )

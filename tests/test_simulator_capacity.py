@@ -4,6 +4,7 @@ whose answer follows from queueing by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -13,6 +14,7 @@ from blockspace.simulator.capacity import (
     DEFAULT_TOLERANCE,
     MAX_SCALE,
     MIN_SCALE,
+    RatePoint,
     find_max_rate,
     flat_floor,
     format_answer,
@@ -20,31 +22,31 @@ from blockspace.simulator.capacity import (
     next_scales,
 )
 from blockspace.simulator.cli import main as simulate
-from blockspace.simulator.fleet_size import find_min_replicas
+from blockspace.simulator.fleet_size import ReplicaPoint, find_min_replicas
 from blockspace.simulator.fleet_size import format_answer as fleet_answer
 from blockspace.simulator.report import significant
 from blockspace.simulator.slo import SLO
 
 
-def probe(scale: float, attainment: float) -> dict:
-    """What ``run_probe`` answers, made up."""
-    counts = dict.fromkeys(("finished", "ignored", "aborted"), 0)
-    return {"scale": scale, "attainment": attainment, "goodput_requests_per_s": attainment * scale, **counts,
-            "served_requests_per_s": attainment * scale, "saturated": attainment < 0.5}  # fmt: skip
+def probe(scale: float, attainment: float, rate: float = 1.0) -> RatePoint:
+    """What ``run_probe`` answers, made up (``rate``: the trace's own)."""
+    return RatePoint(scale=scale, attainment=attainment, goodput_requests_per_s=attainment * scale, finished=0,
+                     ignored=0, aborted=0, ttft_p90_s=None, tpot_p90_s=None, served_requests_per_s=attainment * scale,
+                     saturated=attainment < 0.5, rate_requests_per_s=scale * rate)  # fmt: skip
 
 
-def fleet_try(replicas: int, attainment: float) -> dict:
+def fleet_try(replicas: int, attainment: float) -> ReplicaPoint:
     """What ``fleet_size.run_try`` answers, made up."""
-    return {"replicas": replicas, "attainment": attainment, "goodput_requests_per_s": attainment, "finished": 1,
-            "hit_rate": 0.0, "ttft_p90_s": 1.0, "saturated": False}  # fmt: skip
+    return ReplicaPoint(replicas=replicas, attainment=attainment, goodput_requests_per_s=attainment, finished=1,
+                        hit_rate=0.0, ttft_p90_s=1.0, saturated=False)  # fmt: skip
 
 
-def threshold(limit: float, calls: list[list[float]]):
+def threshold(limit: float, calls: list[list[float]], rate: float = 1.0):
     """An ``evaluate`` whose attainment is 1 up to rate scale ``limit`` and 0 above."""
 
-    def evaluate(scales: list[float]) -> list[dict]:
+    def evaluate(scales: list[float]) -> list[RatePoint]:
         calls.append(list(scales))
-        return [probe(s, 1.0 if s <= limit else 0.0) for s in scales]
+        return [probe(s, 1.0 if s <= limit else 0.0, rate) for s in scales]
 
     return evaluate
 
@@ -52,24 +54,24 @@ def threshold(limit: float, calls: list[list[float]]):
 @pytest.mark.parametrize(("limit", "width"), [(3.3, 1), (3.3, 4), (0.07, 2), (1.0, 3)])
 def test_the_search_closes_in_on_the_threshold_from_below(limit, width):
     calls: list[list[float]] = []
-    found = find_max_rate(threshold(limit, calls), rate=10.0, target=0.9, width=width)
-    best, failing = found["rate_scale"], found["lowest_failing_rate_requests_per_s"] / 10.0
+    found = find_max_rate(threshold(limit, calls, 10.0), rate=10.0, target=0.9, width=width)
+    best, failing = found.rate_scale, found.lowest_failing_rate_requests_per_s / 10.0
     assert best <= limit < failing and (failing - best) / best <= DEFAULT_TOLERANCE
-    assert found["max_rate_requests_per_s"] == pytest.approx(10.0 * best) and found["converged"]
+    assert found.max_rate_requests_per_s == pytest.approx(10.0 * best) and found.converged
     assert all(len(round_) <= width for round_ in calls)  # each round fills the workers, no more
-    assert found["runs"] == len({s for round_ in calls for s in round_}) == len(found["curve"])
-    assert [p["scale"] for p in found["curve"]] == sorted(p["scale"] for p in found["curve"])
+    assert found.runs == len({s for round_ in calls for s in round_}) == len(found.curve)
+    assert [p.scale for p in found.curve] == sorted(p.scale for p in found.curve)
 
 
 def test_a_target_every_rate_meets_is_a_lower_bound():
     """Attainment falls with the rate but stays above the target: the highest rate tried is a lower bound."""
 
-    def evaluate(scales: list[float]) -> list[dict]:
+    def evaluate(scales: list[float]) -> list[RatePoint]:
         return [probe(s, 1.0 if s < 100 else 0.95) for s in scales]
 
     found = find_max_rate(evaluate, rate=1.0, target=0.5, width=3)
-    assert found["lowest_failing_rate_requests_per_s"] is None and found["rate_scale"] >= MAX_SCALE
-    assert not found["no_effect"]
+    assert found.lowest_failing_rate_requests_per_s is None and found.rate_scale >= MAX_SCALE
+    assert not found.no_effect
     assert "every rate tried does, the max is higher" in format_answer(found, SLO(ttft_s=1.0))
 
 
@@ -79,29 +81,29 @@ def test_a_search_whose_rate_has_no_effect_says_so_and_names_no_bound(attainment
     the search answered "max rate: 2.458e+04 req/s" with exit 0. The same
     attainment everywhere means the rate changed nothing: no bound is named,
     above the target (a max the search ran into) or below it."""
-    found = find_max_rate(lambda scales: [probe(s, attainment) for s in scales], rate=3.0, target=0.9, width=2)
-    assert found["no_effect"] and found["max_rate_requests_per_s"] is None and found["rate_scale"] is None
+    found = find_max_rate(lambda scales: [probe(s, attainment, 3.0) for s in scales], rate=3.0, target=0.9, width=2)
+    assert found.no_effect and found.max_rate_requests_per_s is None and found.rate_scale is None
     said = format_answer(found, SLO(ttft_s=2.0)).splitlines()[-1]
     assert said.startswith(f"max rate: no bound: {attainment:.1%} of requests meet the SLO at every rate tried")
     assert "has no effect" in said and "e+" not in said
-    assert "no effect" in format_answers([{"values": {"n": 1}, **found}])
-    assert not find_max_rate(threshold(3.3, []), rate=1.0, target=0.9, width=2)["no_effect"]
+    assert "no effect" in format_answers([dataclasses.replace(found, values={"n": 1})], "max rate")
+    assert not find_max_rate(threshold(3.3, []), rate=1.0, target=0.9, width=2).no_effect
 
 
 def test_min_replicas_with_no_effect_says_so():
     """Replicas that change nothing (every count 20 %, none passing) say so;
     every count passing names 1, a real answer: no fleet is smaller."""
     found = find_min_replicas(lambda counts: [fleet_try(k, 0.2) for k in counts], target=0.9, width=2)
-    assert found["no_effect"] and found["min_replicas"] is None
+    assert found.no_effect and found.min_replicas is None
     said = fleet_answer(found, SLO(ttft_s=2.0), "kv_aware").splitlines()[-1]
     assert said.startswith("min replicas: no bound: 20.0% of requests meet the SLO at every replica count tried")
     everywhere = find_min_replicas(lambda counts: [fleet_try(k, 1.0) for k in counts], target=0.9, width=2)
-    assert everywhere["min_replicas"] == 1 and not everywhere["no_effect"]
+    assert everywhere.min_replicas == 1 and not everywhere.no_effect
 
 
 def test_rates_print_at_four_significant_digits_without_exponents():
     """Issue #51: ``48`` on one line and ``1.229e+04`` on the next."""
-    found = find_max_rate(threshold(2000.0, []), rate=3.0, target=0.9, width=1)
+    found = find_max_rate(threshold(2000.0, [], 3.0), rate=3.0, target=0.9, width=1)
     said = format_answer(found, SLO(ttft_s=2.0))
     assert not re.search(r"\de[+-]\d", said), said
     assert "max rate: 5,952 req/s (1,984x the trace's 3 req/s)" in said and "6,048 req/s does not" in said
@@ -113,8 +115,8 @@ def test_rates_print_at_four_significant_digits_without_exponents():
 def test_a_target_no_rate_meets_says_none():
     calls: list[list[float]] = []
     found = find_max_rate(threshold(0.0, calls), rate=1.0, target=0.5, width=2)
-    assert found["max_rate_requests_per_s"] is None and found["rate_scale"] is None
-    assert min(p["scale"] for p in found["curve"]) <= MIN_SCALE  # it went down to the floor first
+    assert found.max_rate_requests_per_s is None and found.rate_scale is None
+    assert min(p.scale for p in found.curve) <= MIN_SCALE  # it went down to the floor first
 
 
 def test_a_flat_floor_says_why_lower_rates_do_not_help():
@@ -122,13 +124,13 @@ def test_a_flat_floor_says_why_lower_rates_do_not_help():
     at four significant digits (rates far below 0.001 req/s stay apart),
     then why (issue #40: two rows both read 0.001, and no hint)."""
 
-    def evaluate(scales: list[float]) -> list[dict]:
-        return [probe(s, 0.4 if s < 1 else 0.1) for s in scales]
+    def evaluate(scales: list[float]) -> list[RatePoint]:
+        return [probe(s, 0.4 if s < 1 else 0.1, 3.0) for s in scales]
 
     found = find_max_rate(evaluate, rate=3.0, target=0.9, width=1)
-    said = format_answer({**found, "requests": 2000, "arrival_times": 224}, SLO(ttft_s=2.0)).splitlines()
+    said = format_answer(dataclasses.replace(found, requests=2000, arrival_times=224), SLO(ttft_s=2.0)).splitlines()
     rates = [line.split()[0] for line in said[1:-2]]
-    assert len(rates) == len(set(rates)) == found["runs"] and "0.0007324" in rates  # 3 / 4096
+    assert len(rates) == len(set(rates)) == found.runs and "0.0007324" in rates  # 3 / 4096
     assert said[-2].startswith("max rate: none found: even 0.0007324 req/s (0.0002441x the trace's 3 req/s)")
     assert said[-1].startswith("why: attainment stays at 40.0% from 1.5 req/s down, so lowering the rate no longer")
     assert "(2,000 requests arrive at 224 distinct times)" in said[-1]
