@@ -168,18 +168,16 @@ class Allocations:
         if row is None:
             return
         self.tracker.forget(seq.seq_id)
-        tables = self.store.tables
-        tables.accessed[row] = access_time is not None
-        tables.last_access[row] = access_time if access_time is not None else P.NEVER_ACCESSED
-        self._free_row(row)
+        self._free_row(row, access_time)
 
     def free_cross(self, seq_group: SequenceGroupLike) -> None:
         row = self.rows.unbind_cross(seq_group.request_id)
         if row is not None:
             self._free_row(row)
 
-    def _free_row(self, row: int) -> None:
+    def _free_row(self, row: int, access_time: float | None = None) -> None:
         self.sync.forget_row(row)
         store = self.store
-        kernels.free_table(store.gpu_ref, store.cpu_ref, store.tables_ref, row, self.block_size)
+        accessed, stamp = (False, P.NEVER_ACCESSED) if access_time is None else (True, float(access_time))
+        kernels.free_table(store.gpu_ref, store.cpu_ref, store.tables_ref, row, self.block_size, accessed, stamp)
         self.rows.recycle(row)

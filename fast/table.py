@@ -61,8 +61,6 @@ class Tables(NamedTuple):
     num_filled: np.ndarray  # int64[rows]: token slots written
     device: np.ndarray  # int64[rows]: GPU or CPU
     num_null: np.ndarray  # int64[rows]: leading entries dropped by the sliding window
-    last_access: np.ndarray  # float64[rows]
-    accessed: np.ndarray  # bool[rows]: last_access was set (access_all_blocks_in_seq)
     roots: np.ndarray  # int64[rows]: parent of the first block's key (-1, or a cache salt's id)
     changed_from: (
         np.ndarray
@@ -80,8 +78,6 @@ def new_tables(num_rows: int = 2, num_cols: int = 2) -> Tables:
         np.zeros(num_rows, np.int64),
         np.zeros(num_rows, np.int64),
         np.zeros(num_rows, np.int64),
-        np.zeros(num_rows),
-        np.zeros(num_rows, np.bool_),
         np.full(num_rows, -1, np.int64),
         np.zeros(num_rows, np.int64),
         np.zeros((0, 2), np.int32),
@@ -100,7 +96,7 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
     old_rows, old_cols = tables.blocks.shape
     for name in ("blocks", "keys", "extras"):
         getattr(grown, name)[:old_rows, :old_cols] = getattr(tables, name)
-    for name in ("num_blocks", "num_filled", "device", "num_null", "last_access", "accessed", "roots", "changed_from"):
+    for name in ("num_blocks", "num_filled", "device", "num_null", "roots", "changed_from"):
         getattr(grown, name)[:old_rows] = getattr(tables, name)
     return grown
 
@@ -129,7 +125,6 @@ def _open_row(tables, row, device, root):
     tables.num_filled[row] = 0
     tables.device[row] = device
     tables.num_null[row] = 0
-    tables.accessed[row] = False
 
 
 @njit(cache=True)
@@ -218,12 +213,16 @@ def release_all(pool, tables, row, block_size):
 
 
 @njit(cache=True)
-def free(gpu, cpu, tables, row, block_size):
-    """Stamp the GPU blocks with the table's access time, then release them."""
-    if tables.accessed[row]:
+def free(gpu, cpu, tables, row, block_size, accessed, access_time):
+    """Stamp the GPU blocks with the sequence's last access time, if it had
+    one (``accessed``: ``access_all_blocks_in_seq`` since its allocation),
+    then release them. Why the stamp is an argument: the time belongs to the
+    sequence, not the table (fast's manager keeps it by sequence id, the
+    compiled engine by request), and both call this one kernel."""
+    if accessed:
         for index in range(tables.num_null[row], tables.num_blocks[row]):
             if P.owns(gpu, tables.blocks[row, index]):
-                P.stamp(gpu, tables.blocks[row, index], tables.last_access[row])
+                P.stamp(gpu, tables.blocks[row, index], access_time)
     release_all(gpu if tables.device[row] == GPU else cpu, tables, row, block_size)
     tables.num_blocks[row] = 0
     tables.changed_from[row] = 0

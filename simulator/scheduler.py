@@ -56,6 +56,18 @@ from blockspace.simulator.row_step import RowPath, offers_rows
 from blockspace.simulator.runs import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig
 
 
+def finishing_first(running_prefills: list[ScheduledGroup]) -> list[SimRequest]:
+    """The running prefills in the order they go back to the running queue:
+    those whose chunk finishes the prompt this step first, then the rest,
+    each in step order. Why: a victim is taken from the queue's end
+    (``Scheduler._victim``), so a prefill about to finish is not the next
+    one. Twin: ``finishing_first`` in ``compiled/policy.py``."""
+    finishing = [g.request.get_num_uncomputed_tokens() == g.token_chunk_size for g in running_prefills]
+    return [g.request for g, done in zip(running_prefills, finishing) if done] + [
+        g.request for g, done in zip(running_prefills, finishing) if not done
+    ]
+
+
 class Scheduler:
     """FCFS continuous batching over a block manager (see the module doc)."""
 
@@ -152,10 +164,7 @@ class Scheduler:
         self.running.extend(swapped_decodes)
         self.running.extend(g.request for g in swapped_prefills)
         self.running.extend(running_decodes)
-        # prefills that finish this step go first, so they are not the next victims
-        finishing = [g.request.get_num_uncomputed_tokens() == g.token_chunk_size for g in running_prefills]
-        self.running.extend(g.request for g, done in zip(running_prefills, finishing) if done)
-        self.running.extend(g.request for g, done in zip(running_prefills, finishing) if not done)
+        self.running.extend(finishing_first(running_prefills))
         self.running.extend(g.request for g in new_prefills)
         self.swapped.extend(swapped_out)
 
@@ -196,7 +205,7 @@ class Scheduler:
             while not self.manager.can_append_slots(request, 0):
                 budget.subtract_num_batched_tokens(request.request_id, num_tokens)
                 budget.subtract_num_seqs(request.request_id, request.get_max_num_running_seqs())
-                victim = queue.pop() if queue else request
+                victim = self._victim(queue, request)
                 if victim is request and request.is_prefill() and not prefills and not decodes:
                     # Alone on the GPU and its prefill still cannot go on: preempting
                     # it would replay this step forever (vLLM livelocks here).
@@ -309,6 +318,13 @@ class Scheduler:
         return admitted
 
     # -- block traffic of one group -------------------------------------------------------------
+    @staticmethod
+    def _victim(queue: deque[SimRequest], request: SimRequest) -> SimRequest:
+        """Who loses its blocks when ``request`` cannot append: the running
+        queue's last (the latest admitted), or ``request`` itself when none is
+        left behind it. Twin: ``victim`` in ``compiled/policy.py``."""
+        return queue.pop() if queue else request
+
     def _append_slots(self, request: SimRequest, copies: list[tuple[int, int]]) -> None:
         for seq in request.get_seqs(SequenceStatus.RUNNING):
             copies += self.manager.append_slots(seq, 0)

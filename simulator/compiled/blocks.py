@@ -9,16 +9,32 @@ around its kernel: the same kernel, the same arguments, in the same order
 holds which sequence, the access times, which sequences the tracker holds)
 is kept per request in ``Requests``.
 
+What is fast's, called from both: every kernel; the stamp of a freed
+table's blocks with the sequence's last access (``T.free`` takes the time,
+as fast's manager passes it); the tracker's count of a keyed row, the last
+one while frozen (``K.recount``). What stays here, and why:
+
+- Parking a tracker row. fast's layer parks a dropped row with a copy of
+  the tokens it was keyed from and takes it back only if the next query
+  brings the same tokens, since a caller's sequence may change; it keeps
+  the last 64. Here a request's tokens are a function of the request
+  (``tokens.py``), so its row is simply kept while untracked (``untrack``)
+  and freed with the request (``forget``): its keys are those a fresh
+  keying would make, since a key names content and tokens only grow.
+- The row stacks (``take_row``, ``give_row``): fast's layer keeps its free
+  rows in Python lists; here they are arrays the driver grows.
+- The router's probe (``probe_cached_tokens``): it keys a prompt from a
+  trace's chunk ids, which the manager must not know.
+
+The twins tests hold all of it to fast's layer: every step's decisions and
+block-table digest, and the manager's final snapshot, against the Python
+engine driving ``FastBlockSpaceManager`` (``tests/test_compiled_engine.py``,
+``tests/test_simulator_random.py``).
+
 Why no room checks: the driver (``engine.py``) makes room for everything a
 step can need before the step (``loop.room_for_step``), so a kernel never
 answers NO_ROOM or NO_KEY_ROOM here; any other negative answer is recorded
 in ``meta[ERROR]`` and stops the loop.
-
-A request's tracker row is kept while the tracker does not hold it (it is
-*parked*, as ``fast/tracker_rows.py`` parks rows): its keys are those a
-fresh keying of the same tokens would make, since a key names content, and
-tokens only grow. The count is redone whenever the tracker takes it back,
-as it would be for a fresh row.
 """
 
 from __future__ import annotations
@@ -146,16 +162,12 @@ def num_cached_tokens(fast, views, loop, requests, r):
 
 @njit(cache=True, inline="always")
 def count_known(views, row, frozen, block_size):
-    """``num_cached_tokens`` of a tracker row with nothing new to key: its
-    last count while frozen, else the tracker kernel's own search, on the views."""
-    if frozen:
-        return views.num_cached[row]
-    count = block_size * K.count_cached(
-        views.tracker_keys[row], views.num_keys[row], views.num_keys[row], views.key_block, views.refcount,
-        views.computed, views.heap_pos, views.gpu_meta[P.FIRST_ID],
+    """``num_cached_tokens`` of a tracker row with nothing new to key: the
+    tracker's own count (``K.recount``), on the views."""
+    return K.recount(
+        views.tracker_keys, views.num_keys, views.num_cached, row, frozen, block_size, views.key_block,
+        views.refcount, views.computed, views.heap_pos, views.gpu_meta[P.FIRST_ID],
     )  # fmt: skip
-    views.num_cached[row] = count
-    return count
 
 
 @njit(cache=True, inline="always")
@@ -211,9 +223,8 @@ def free(fast, loop, requests, r):
     if row < 0:
         return
     forget(loop, requests, r)
-    fast.tables.accessed[row] = requests.accessed[r] == 1
-    fast.tables.last_access[row] = requests.access_time[r] if requests.accessed[r] else P.NEVER_ACCESSED
-    T.free(fast.gpu, fast.cpu, fast.tables, row, loop.config[BLOCK_SIZE])
+    T.free(fast.gpu, fast.cpu, fast.tables, row, loop.config[BLOCK_SIZE], requests.accessed[r] == 1,
+           requests.access_time[r])  # fmt: skip
     give_row(loop.free_table_rows, loop.meta, FREE_TABLE_ROWS, row)
     requests.table_row[r] = -1
     requests.accessed[r] = 0

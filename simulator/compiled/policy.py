@@ -192,11 +192,7 @@ def end(fast, views, loop, requests, now):
     Q.extend(loop, Q.RUNNING_QUEUE, SWAPPED_DECODES)
     Q.extend(loop, Q.RUNNING_QUEUE, SWAPPED_PREFILLS)
     Q.extend(loop, Q.RUNNING_QUEUE, RUNNING_DECODES)
-    for finishing in (True, False):  # prefills that finish this step go first: not the next victims
-        for i in range(Q.length(loop, RUNNING_PREFILLS)):
-            r = Q.item(loop, RUNNING_PREFILLS, i)
-            if (requests.seq_len[r] - requests.computed[r] == loop.chunk[r]) == finishing:
-                Q.push(loop, Q.RUNNING_QUEUE, r)
+    finishing_first(loop, requests)
     Q.extend(loop, Q.RUNNING_QUEUE, NEW_PREFILLS)
     Q.extend(loop, Q.SWAPPED_QUEUE, SWAPPED_OUT_LIST)
 
@@ -209,6 +205,26 @@ def end(fast, views, loop, requests, now):
     if loop.config[RECORD]:
         record_scheduled(loop)
     touch(fast, views, loop, requests, now)
+
+
+@njit(cache=True, inline="always")
+def finishing_first(loop, requests):
+    """The running prefills back to the running queue, those whose chunk
+    finishes the prompt this step first: a victim is taken from the queue's
+    end (``victim``). Twin: ``finishing_first`` in ``scheduler.py``."""
+    for finishing in (True, False):
+        for i in range(Q.length(loop, RUNNING_PREFILLS)):
+            r = Q.item(loop, RUNNING_PREFILLS, i)
+            if (requests.seq_len[r] - requests.computed[r] == loop.chunk[r]) == finishing:
+                Q.push(loop, Q.RUNNING_QUEUE, r)
+
+
+@njit(cache=True, inline="always")
+def victim(loop, q, r):
+    """Who loses its blocks when ``r`` cannot append: the running queue's
+    last, or ``r`` itself when none is left behind it. Twin:
+    ``Scheduler._victim`` in ``scheduler.py``."""
+    return Q.pop_back(loop, q) if Q.size(loop, q) else r
 
 
 @njit(cache=True, inline="always")
@@ -239,19 +255,19 @@ def schedule_running(fast, views, loop, requests):
         Q.pop_front(loop, q)
         while not B.can_append(views, loop, requests, r):
             refund(loop, requests, r, num_tokens)
-            victim = Q.pop_back(loop, q) if Q.size(loop, q) else r
+            loser = victim(loop, q, r)
             alone = Q.length(loop, RUNNING_PREFILLS) == 0 and Q.length(loop, RUNNING_DECODES) == 0
-            if victim == r and requests.decoding[r] == 0 and alone:
+            if loser == r and requests.decoding[r] == 0 and alone:
                 # alone on the GPU and its prefill still cannot go on: abort (vLLM livelocks)
                 finish_all(fast, views, loop, requests, r, ABORTED, True)
                 log(loop, ABORTED_EVENT, r)
                 break
-            outcome = preempt(fast, views, loop, requests, victim)
+            outcome = preempt(fast, views, loop, requests, loser)
             if outcome == PREEMPTED:
-                Q.append(loop, PREEMPTED_LIST, victim)
+                Q.append(loop, PREEMPTED_LIST, loser)
             elif outcome == SWAPPED_OUT:
-                Q.append(loop, SWAPPED_OUT_LIST, victim)
-            if victim == r:
+                Q.append(loop, SWAPPED_OUT_LIST, loser)
+            if loser == r:
                 break
         else:
             append_slots(fast, views, loop, requests, r)
