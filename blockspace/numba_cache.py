@@ -31,6 +31,7 @@ ROOTS = (
     Path(__file__).resolve().parent.parent / "simulator" / "compiled",
     Path(__file__).resolve().parent.parent / "simulator" / "budget.py",  # a Python rule the compiled engine compiles
     Path(__file__).resolve().parent.parent / "simulator" / "metrics.py",  # the counts the compiled loop keeps
+    Path(__file__).resolve().parent.parent / "simulator" / "clock.py",  # the step time, a rule both engines call
 )
 
 

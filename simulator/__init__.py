@@ -14,6 +14,8 @@ and preemption figures plus the wall time spent inside the manager.
     row_step.py    the step path through the fast manager's row API
     timed.py       the wall time inside the manager, call by call
     gpu.py         the step-time model and bytes per KV block
+    clock.py       the step time of a batch: one function both engines call
+    roofline.py    a step time from the GPU (gpus.py) and the model (models.py)
     step_model.py  a step-time model from a file (blockspace gpu-profile writes one)
     simulation.py  the loop: arrivals, steps, sampling, clock
     metrics.py     every figure of a run, and each request's record

@@ -106,8 +106,9 @@ class Answer:
     config: Any = None  # SimulationConfig, written as its fields
     requests: int | None = None  # how many the trace has
     workload: dict[str, Any] | None = None  # workloads.describe
+    clock_range: ClockRange | None = None  # the answers of a clock faster and slower by its measured error
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("config", "requests", "workload")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("config", "requests", "workload", "clock_range")
 
     def to_json(self) -> dict[str, Any]:
         """``capacity.json``'s entry: every field, in order, less an
@@ -118,6 +119,28 @@ class Answer:
     def in_brief(self) -> str:
         """The answer in a word or two, for a sweep's list (``format_answers``)."""
         raise NotImplementedError
+
+    @property
+    def value(self) -> float | None:
+        """The answer itself (None where none was found)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ClockRange:
+    """A search run again with every step ``1 - error`` and ``1 + error``
+    times as long, ``error`` the clock's measured error
+    (``roofline.HELD_OUT_ERROR``): the answers the clock's error allows."""
+
+    error: float
+    faster: float | None  # the answer with every step shorter
+    slower: float | None
+
+    def text(self, unit: Callable[[float], str]) -> str:
+        """`` (5 to 7: ...)``: the two answers, and what the range covers."""
+        faster, slower = ("none found" if value is None else unit(value) for value in (self.faster, self.slower))
+        return (f" ({faster} to {slower} with every step {self.error:.1%} shorter to longer, the clock's "
+                "held-out median error)")  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +162,10 @@ class RateAnswer(Answer):
     curve: tuple[RatePoint, ...]
 
     OPTIONAL = (*Answer.OPTIONAL, "arrival_times", "offered_requests_per_s")
+
+    @property
+    def value(self) -> float | None:
+        return self.max_rate_requests_per_s
 
     def in_brief(self) -> str:
         rate = self.max_rate_requests_per_s
@@ -195,14 +222,19 @@ def find_max_rate(
     width: int,
     tolerance: float = DEFAULT_TOLERANCE,
     max_runs: int = DEFAULT_MAX_RUNS,
+    near: float | None = None,
 ) -> RateAnswer:
     """Search (see the module doc). ``evaluate(scales)`` runs those rate
     scales (in parallel) and returns ``run_probe``'s points; ``rate`` is
     the trace's own request rate, ``target`` the attainment wanted (0-1),
-    ``width`` the rates per round. Stopped by Ctrl-C, it raises
-    ``Interrupted`` with the rates tried so far (``complete`` False)."""
+    ``width`` the rates per round; ``near``, a rate scale expected close by
+    (a range's: the central answer's), makes the first round bracket it.
+    Stopped by Ctrl-C, it raises ``Interrupted`` with the rates tried so far
+    (``complete`` False)."""
     probes: dict[float, RatePoint] = {}
     scales = [2.0**i for i in range(width)]  # the first round: the trace's rate and up
+    if near is not None:  # an answer expected close by: bracket it at once
+        scales = [near * (1 - tolerance), near * (1 + tolerance)]
     complete = True
     try:
         while scales and len(probes) < max_runs:
@@ -308,9 +340,10 @@ def format_answer(found: RateAnswer, slo: SLO) -> str:
         bound = (
             ": every rate tried does, the max is higher" if above is None else f", {significant(above)} req/s does not"
         )
+        span = "" if found.clock_range is None else found.clock_range.text(lambda rate: f"{significant(rate)} req/s")
         lines.append(
-            f"max rate: {significant(found.max_rate_requests_per_s)} req/s ({significant(found.rate_scale)}x the"
-            f" trace's {trace_rate} req/s) keeps {target}{bound}; {found.runs} runs"
+            f"max rate: {significant(found.max_rate_requests_per_s)} req/s{span} ({significant(found.rate_scale)}x"
+            f" the trace's {trace_rate} req/s) keeps {target}{bound}; {found.runs} runs"
             + ("" if found.converged else " (stopped at the run limit before the bracket closed)")
         )
     return "\n".join(lines)

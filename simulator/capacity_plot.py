@@ -87,6 +87,16 @@ def answer_label(search: RateAnswer | ReplicaAnswer, kind: Search) -> str:
     return f"{name_of(search) or kind.answer_name}: {kind.number(getattr(search, kind.answer))}{kind.unit}"
 
 
+def clock_band(search: Any) -> tuple[float, float] | None:
+    """The span between a search's answers on a faster and a slower clock
+    (an end not found: the answer itself), or None without a range."""
+    found = search.clock_range
+    if found is None or search.value is None:
+        return None
+    ends = [search.value if end is None else end for end in (found.faster, found.slower)]
+    return min(ends), max(ends)
+
+
 def curves_figure(searches: Answers, title: str, find: str) -> Any:
     """The figure: the share meeting the SLO (left) and ``find``'s other
     figure (right) against the variable, a line per search."""
@@ -109,6 +119,11 @@ def curves_figure(searches: Answers, title: str, find: str) -> Any:
         missing = "" if answer is not None else " (no effect)" if search.no_effect else " (none found)"
         share.plot(xs, shares, label=(name_of(search) or "requests within the SLO") + missing, **style)
         right.plot(xs, rights, label=(name_of(search) or kind.right_label) + missing, **style)
+        band = clock_band(search)
+        if band is not None:  # the answers of a clock faster and slower by its error (capacity.ClockRange)
+            for axis in (share, right):
+                axis.axvspan(*band, color=style["color"], alpha=0.12, zorder=1,
+                             label="the clock's range" if axis is share and index == 0 else None)  # fmt: skip
         if answer is not None:
             at = min(range(len(xs)), key=lambda i: abs(xs[i] - answer))  # the answer is a point tried
             for axis, ys in ((share, shares), (right, rights)):

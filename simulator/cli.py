@@ -18,19 +18,22 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.extras import require
 from blockspace.interrupts import Interrupted
 from blockspace.outputs import replacing, write_text
+from blockspace.simulator.clock import Clock
 from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
 from blockspace.simulator.engines import replay, resolve
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
+from blockspace.simulator.gpus import GPUS
 from blockspace.simulator.memory import FleetMemoryError, check_fits, fleet_cap
+from blockspace.simulator.models import MODELS
 from blockspace.simulator.report import (
     first_difference,
     format_comparison,
@@ -38,11 +41,12 @@ from blockspace.simulator.report import (
     warnings_for,
     write_json,
 )
+from blockspace.simulator.roofline import DEFAULT_GPU, DEFAULT_MODEL, DTYPE_BYTES, KV_DTYPES, Roofline, roofline_of
 from blockspace.simulator.routers import ROUTERS
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.runs import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig, SimulationConfig, SimulationResult
 from blockspace.simulator.slo import SLO, parse_slo
-from blockspace.simulator.step_model import COEFFICIENTS, load_step_model
+from blockspace.simulator.step_model import COEFFICIENTS, MeasuredClock, load_step_model
 from blockspace.simulator.summary import summarize
 from blockspace.validation import (
     Range,
@@ -70,6 +74,9 @@ from blockspace.workloads import (
     trace_file,
     trace_source,
 )
+
+if TYPE_CHECKING:
+    from blockspace.simulator import capacity, fleet_size
 
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
 DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
@@ -210,6 +217,26 @@ def _model_options(model: ArgumentGroup) -> None:
     model.add_argument("--dtype-bytes", type=int, default=KVCacheModel.dtype_bytes, help="bytes per KV value")
 
 
+def _roofline_options(roof: ArgumentGroup) -> None:
+    roof.add_argument("--gpu", metavar="NAME", help=f"the GPU, for a roofline clock: one of {', '.join(GPUS)}"
+                      f" (default: the linear clock; with --model alone, {DEFAULT_GPU})")  # fmt: skip
+    roof.add_argument("--model", metavar="NAME|PATH",
+                      help=f"the model, for a roofline clock and the KV shape: one of {', '.join(MODELS)}, or a"
+                      f" Hugging Face config.json (default: the options above; with --gpu alone,"
+                      f" {DEFAULT_MODEL})")  # fmt: skip
+    roof.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default=Roofline.dtype, help="the weights' type")
+    roof.add_argument("--kv-dtype", choices=KV_DTYPES, default=Roofline.kv_dtype,
+                      help="the KV cache's type (auto: the weights')")  # fmt: skip
+    roof.add_argument("--tensor-parallel", type=int, default=Roofline.tensor_parallel, metavar="N",
+                      help="GPUs a replica's model is split over")  # fmt: skip
+    roof.add_argument("--compute-efficiency", type=float, default=Roofline.compute_efficiency,
+                      help="the share of the GPU's dense peak FLOP/s a step reaches")  # fmt: skip
+    roof.add_argument("--bandwidth-efficiency", type=float, default=Roofline.bandwidth_efficiency,
+                      help="the share of its memory bandwidth a step reaches")  # fmt: skip
+    roof.add_argument("--host-overhead-ms", type=float, default=Roofline.host_overhead_ms,
+                      help="a fixed host cost per step (scheduling, launches, sampling)")  # fmt: skip
+
+
 def _scheduler_options(sched: ArgumentGroup) -> None:
     sched.add_argument("--max-num-seqs", type=int, default=256, help="sequences per step")
     sched.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per step")
@@ -250,6 +277,10 @@ def _output_options(output: ArgumentGroup) -> None:
         "--requests-out", type=Path, metavar="FILE",
         help="write one JSON line per request: its admissions, tokens, latencies and outcome (default: not written)",
     )  # fmt: skip
+    output.add_argument(
+        "--gpu-cost", type=float, metavar="DOLLARS",
+        help="dollars a GPU-hour: the run's price per million output tokens and its GPU-hours (default: none)",
+    )  # fmt: skip
     output.add_argument("--no-plot", action="store_true", help="skip the PNG")
     output.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -284,6 +315,7 @@ OPTION_GROUPS: tuple[tuple[str, Callable[[ArgumentGroup], None]], ...] = (
     ("fleet (simulator/fleet.py, routers.py)", _fleet_options),
     ("KV cache", _kv_cache_options),
     ("model (bytes per KV token)", _model_options),
+    ("GPU and model: a roofline clock (simulator/roofline.py)", _roofline_options),
     ("scheduler", _scheduler_options),
     ("step-time model", _step_time_options),
     ("output", _output_options),
@@ -297,6 +329,11 @@ OPTION_GROUPS: tuple[tuple[str, Callable[[ArgumentGroup], None]], ...] = (
 # long run. The watermark is a share of the GPU blocks below 1, as vLLM's CacheConfig has it.
 RANGES = {
     "max_requests": Range(least=1),
+    "tensor_parallel": Range(least=1, most=64),
+    "gpu_cost": Range(least=0),
+    "compute_efficiency": Range(above=0, most=1),
+    "bandwidth_efficiency": Range(above=0, most=1),
+    "host_overhead_ms": Range(least=0),
     "time_scale": Range(above=0),
     "request_rate": Range(above=0),
     "burstiness": Range(above=0),
@@ -328,6 +365,9 @@ RANGES = {
     **SYNTHETIC_RANGES,  # workloads.py's, which workloads.synthetic checks too
 }
 OUTPUTS = ("simulation.json", "simulation.png")  # what a run writes under --out
+# the roofline's options besides --gpu and --model: Roofline's fields of the same names
+ROOFLINE_KNOBS = ("dtype", "kv_dtype", "tensor_parallel", "compute_efficiency", "bandwidth_efficiency",
+                  "host_overhead_ms")  # fmt: skip
 
 
 # The options that only some modes read. A mode is one of --find, --sweep and --compare, or a
@@ -342,15 +382,24 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "seed": (("request_rate", SYNTHETIC), "it seeds the arrivals --request-rate draws and the synthetic requests"),
     "router": (("replicas",), "it picks among replicas"),
     "router_weight": (("replicas",), "it weighs kv_aware's choice among replicas"),
+    **{name: (("gpu", "model"), "it shapes the roofline clock of --gpu and --model") for name in ROOFLINE_KNOBS},
     **{name: ((SYNTHETIC,), "it shapes the requests the synthetic workload makes") for name in SYNTHETIC_RANGES},
 }
-OPTION_MODES = ("request_rate", "replicas")  # options that other options go with, given or swept
+OPTION_MODES = ("request_rate", "replicas", "gpu", "model")  # options that other options go with, given or swept
 APART: dict[str, tuple[tuple[str, ...], str]] = {
     "requests_out": (("sweep", "find"), "it writes the requests of one run, and these make many"),
     "compare": (("sweep", "find"), "it runs one manager: use --manager"),
     "manager": (("compare",), "--compare names both managers"),
     "trace": ((SYNTHETIC,), "the synthetic workload makes its requests, it reads none"),
     "time_scale": ((SYNTHETIC,), "it scales a trace's own times; synthetic conversations start at --request-rate"),
+    **{
+        name: (("model",), "--model sets the KV shape")
+        for name in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes")
+    },
+    **{
+        name: (("gpu", "model"), "the roofline clock of --gpu and --model replaces the linear clock's constants")
+        for name in COEFFICIENTS
+    },
 }
 
 
@@ -410,11 +459,21 @@ def check_extras(args: argparse.Namespace) -> None:
         require("sim", "the progress bar of blockspace simulate (or pass --quiet)", "rich")
 
 
+def roofline(args: argparse.Namespace) -> Roofline | None:
+    """The roofline of ``--gpu`` and ``--model``, if either is given."""
+    if args.gpu is None and args.model is None:
+        return None
+    return roofline_of(args.gpu, args.model, **{name: getattr(args, name) for name in ROOFLINE_KNOBS})
+
+
 def simulation_config(args: argparse.Namespace, record_tables: bool) -> SimulationConfig:
-    kv = KVCacheModel(args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes)
+    roof = roofline(args)
+    kv = KVCacheModel(args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes) if roof is None else \
+        roof.kv_cache()  # fmt: skip
     num_gpu_blocks = args.num_gpu_blocks
     if num_gpu_blocks is None:
-        gib = DEFAULT_KV_MEMORY_GIB if args.kv_memory_gib is None else args.kv_memory_gib
+        default = DEFAULT_KV_MEMORY_GIB if roof is None else roof.kv_memory_gib()
+        gib = default if args.kv_memory_gib is None else args.kv_memory_gib
         num_gpu_blocks = kv.num_blocks(gib, args.block_size)
         if num_gpu_blocks < 1:
             raise InvalidArgumentError(
@@ -437,34 +496,35 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
             record_tables=record_tables,
             step=args.step,
         ),
-        step_time=step_time_model(args),
+        step_time=step_time_model(args, kv, roof),
         num_samples=args.n,
         max_output_len=args.max_output_len,
         replicas=args.replicas,
         max_concurrency=args.max_concurrency,
         router=args.router,
         router_weight=args.router_weight,
+        gpu_cost_per_hour=args.gpu_cost,
     )
 
 
-def step_time_model(args: argparse.Namespace) -> StepTimeModel:
-    """``--step-model FILE``, or the five coefficient options. Both at once
-    is refused: a coefficient given on the command line and then replaced
-    by the file's would be silently ignored. So is a file measured on a
-    model whose KV cache is not this run's (--num-layers, --num-kv-heads,
-    --head-dim, --dtype-bytes): its step times are another model's. A sweep
-    calls this for each of its configurations before any runs."""
+def step_time_model(args: argparse.Namespace, kv: KVCacheModel, roof: Roofline | None = None) -> Clock:
+    """The clock: ``--step-model FILE`` (measured), else the roofline of
+    ``--gpu`` and ``--model``, else the five coefficient options. A file and
+    the options at once is refused: a coefficient given on the command line
+    and then replaced by the file's would be silently ignored. So is a file
+    measured on a model whose KV cache (``kv``) is not this run's: its step
+    times are another model's. A sweep calls this for each of its
+    configurations before any runs."""
     given = StepTimeModel(
         args.step_overhead_ms, args.prefill_token_us, args.decode_seq_us, args.kv_token_read_ns, args.swap_block_us
     )
     if args.step_model is None:
-        return given
+        return given if roof is None else roof
     changed = [name for name in COEFFICIENTS if getattr(given, name) != getattr(StepTimeModel(), name)]
     if changed:
         raise InvalidArgumentError(f"--step-model replaces the step-time options: drop {option_name(changed[0])}")
     try:
-        kv = KVCacheModel(args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes)
-        return load_step_model(args.step_model, kv)
+        return MeasuredClock(**asdict(load_step_model(args.step_model, kv)), path=str(args.step_model))
     except InvalidArgumentError as error:
         raise InvalidArgumentError(f"--step-model: {error}") from None
 
@@ -576,6 +636,31 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace, given: fro
     return sweep(args, sweeps, preparer(sweeps, resolve_manager(args.manager), at_once), workload_source(args))
 
 
+def search_once(
+    args: argparse.Namespace,
+    config: SimulationConfig,
+    trace: list[TraceRequest],
+    rate: float | None,
+    most: int,
+    near: float | None,
+    say: Callable[[str], None] | None,
+) -> capacity.RateAnswer | fleet_size.ReplicaAnswer:
+    """One search of ``config`` (``--find``'s: the fewest replicas, up to
+    ``most``, or the highest rate, from the trace's ``rate``), its first
+    round ``near`` an answer where one is expected close by."""
+    from blockspace.simulator import capacity, fleet_size
+
+    workers = args.workers or os.cpu_count() or 1
+    if args.find == "min-replicas":
+        template = fleet_size.Try(1, trace, config, args.manager, args.slo)
+        counts = fleet_size.evaluator(template, workers, args.executor, say)
+        return fleet_size.find_min_replicas(counts, args.target / 100, workers, most,
+                                            None if near is None else int(near))  # fmt: skip
+    assert rate is not None  # a rate search's points have one (capacity.base_rate)
+    rates = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor, rate, say)
+    return capacity.find_max_rate(rates, rate, args.target / 100, workers, near=None if near is None else near / rate)
+
+
 def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: frozenset[str], command: list[str]) -> int:
     """``--find max-rate``, for one configuration or each of a ``--sweep``:
     everything checked, then one search per configuration (capacity.py)."""
@@ -619,21 +704,26 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         searched: dict[str, Any] = {"values": values, "config": config, "requests": len(trace),
                                     "workload": describe(trace)}  # fmt: skip
         search: capacity.RateAnswer | fleet_size.ReplicaAnswer
+        most, bound = caps[len(searches)] if fleet else (0, None)
+        if bound is not None:
+            print(bound, flush=True)
+
         try:
-            if fleet:
-                most, bound = caps[len(searches)]
-                if bound is not None:
-                    print(bound, flush=True)
-                template = fleet_size.Try(1, trace, config, args.manager, args.slo)
-                counts = fleet_size.evaluator(template, workers, args.executor, say)
-                search = replace(fleet_size.find_min_replicas(counts, args.target / 100, workers, most),
-                                 router=config.router, **searched)  # fmt: skip
-            else:
-                assert rate is not None  # a rate search's points have one (capacity.base_rate)
-                rates = capacity.evaluator(trace, config, args.manager, args.slo, workers, args.executor, rate, say)
-                search = replace(capacity.find_max_rate(rates, rate, args.target / 100, workers),
-                                 arrival_times=capacity.arrival_times(trace), offered_requests_per_s=offered,
-                                 **searched)  # fmt: skip
+            central = search_once(args, config, trace, rate, most, None, say)
+            search = replace(central, router=config.router, **searched) if isinstance(
+                central, fleet_size.ReplicaAnswer) else replace(central, arrival_times=capacity.arrival_times(trace),
+                                                               offered_requests_per_s=offered, **searched)  # fmt: skip
+            clock = config.step_time
+            if not isinstance(clock, Roofline):
+                print(f"no clock range: the clock ({clock.describe().split(',')[0]}) has no measured error")
+            elif search.value is not None:  # the answer again on a clock faster and slower by its error
+                paces = (1 - clock.error, 1 + clock.error)
+                try:
+                    ends = [search_once(args, replace(config, step_time=clock.paced(pace)), trace, rate, most,
+                                        search.value, None).value for pace in paces]  # fmt: skip
+                    search = replace(search, clock_range=capacity.ClockRange(clock.error, *ends))
+                except Interrupted as stop:  # Ctrl-C in the range's searches: the central answer is kept, whole
+                    stopped = stop
         except Interrupted as stop:  # Ctrl-C: the points tried so far, written below marked incomplete
             search = replace(stop.partial, **searched)
             stopped = stop
@@ -800,7 +890,7 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
         plot_runs(png_path, results, workload_source(args), args.slo)
         print(f"plot:    {png_path}")
     print(time_split(results, time.perf_counter() - reporting_started))
-    return status, {**extra, "runs": summaries}
+    return status, {**extra, "runs": [summary.to_json() for summary in summaries]}
 
 
 def main(argv: list[str] | None = None) -> int:

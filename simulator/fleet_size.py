@@ -60,6 +60,7 @@ class ReplicaPoint:
     hit_rate: float  # the GPU prefix cache's block hit rate
     ttft_p90_s: float | None  # None: no request finished
     saturated: bool
+    dollars_per_million_output_tokens: float | None = None  # with --gpu-cost
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +78,10 @@ class ReplicaAnswer(Answer):
     curve: tuple[ReplicaPoint, ...]
 
     OPTIONAL = (*Answer.OPTIONAL, "router")
+
+    @property
+    def value(self) -> float | None:
+        return self.min_replicas
 
     def in_brief(self) -> str:
         return "no effect" if self.no_effect else "none found" if self.min_replicas is None else str(self.min_replicas)
@@ -99,6 +104,9 @@ def run_try(attempt: Try) -> ReplicaPoint:
         hit_rate=summary.prefix_cache.gpu_block_hit_rate,
         ttft_p90_s=summary.ttft_s.p90,
         saturated=summary.load.saturated,
+        dollars_per_million_output_tokens=None
+        if summary.cost is None
+        else summary.cost.dollars_per_million_output_tokens,
     )
 
 
@@ -119,15 +127,22 @@ def next_counts(tried: dict[int, bool], width: int, most: int = MAX_REPLICAS) ->
 
 
 def find_min_replicas(
-    evaluate: Callable[[list[int]], Iterable[ReplicaPoint]], target: float, width: int, most: int = MAX_REPLICAS
+    evaluate: Callable[[list[int]], Iterable[ReplicaPoint]],
+    target: float,
+    width: int,
+    most: int = MAX_REPLICAS,
+    near: int | None = None,
 ) -> ReplicaAnswer:
     """Search (see the module doc). ``evaluate(counts)`` replays those counts
     (in parallel) and returns ``run_try``'s points; ``target`` is the
-    attainment wanted (0-1), ``width`` the counts per round. Stopped by
-    Ctrl-C, it raises ``Interrupted`` with the counts tried so far
-    (``complete`` False)."""
+    attainment wanted (0-1), ``width`` the counts per round; ``near``, an
+    answer expected close by (a range's: the central one), makes the first
+    round that count and the one below it. Stopped by Ctrl-C, it raises
+    ``Interrupted`` with the counts tried so far (``complete`` False)."""
     tries: dict[int, ReplicaPoint] = {}
     counts = sorted({min(2**i, most) for i in range(width)})  # ``most``: as ``next_counts``
+    if near is not None:
+        counts = sorted({max(1, near - 1), min(near, most)})
     complete = True
     try:
         while counts:
@@ -184,8 +199,18 @@ def format_answer(found: ReplicaAnswer, slo: SLO, router: str) -> str:
         lines.append(f"min replicas: none found up to {found.most:,}{bound} under {router} for {target}; "
                      f"{found.runs} runs")  # fmt: skip
     else:
-        lines.append(f"min replicas: {found.min_replicas} under {router} keep {target}; {found.runs} runs")
+        span = "" if found.clock_range is None else found.clock_range.text(lambda count: f"{count:.0f}")
+        lines.append(f"min replicas: {found.min_replicas}{span} under {router} keep {target}; {found.runs} runs"
+                     + price_at(found))  # fmt: skip
     return "\n".join(lines)
+
+
+def price_at(found: ReplicaAnswer) -> str:
+    """``, $X per million output tokens`` at the answer, with --gpu-cost (else nothing)."""
+    point = next((p for p in found.curve if p.replicas == found.min_replicas), None)
+    if point is None or point.dollars_per_million_output_tokens is None:
+        return ""
+    return f", ${point.dollars_per_million_output_tokens:,.2f} per million output tokens"
 
 
 __all__ = ["MAX_REPLICAS", "ReplicaAnswer", "ReplicaPoint", "Try", "evaluator", "find_min_replicas", "format_answer",

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from blockspace.errors import InvalidConfigError
+from blockspace.simulator import clock
 
 GIB = 2**30
 
@@ -47,21 +48,35 @@ class StepTimeModel:
     swap_block_us: float = 45.0  # 2 MiB per block at ~48 GB/s (PCIe Gen5 x16, effective)
 
     def __post_init__(self) -> None:
-        for name, value in self.__dict__.items():
+        for name in ("step_overhead_ms", "prefill_token_us", "decode_seq_us", "kv_token_read_ns", "swap_block_us"):
+            value = getattr(self, name)
             if not value >= 0:
                 raise InvalidConfigError(f"{name} must be >= 0, got {value!r}")
         if self.step_overhead_ms + self.prefill_token_us + self.decode_seq_us <= 0:
             raise InvalidConfigError("a step must take some time: give the overhead or a per-token cost a value > 0")
 
+    kind = clock.LINEAR
+    error = None  # five assumed constants: no measured error, so no range
+
+    def coefficients(self, block_size: int) -> tuple[float, ...]:
+        """The clock's coefficients (``clock.step_seconds``), in this order and these units."""
+        return (self.step_overhead_ms, self.prefill_token_us, self.decode_seq_us, self.kv_token_read_ns,
+                self.swap_block_us)  # fmt: skip
+
     def step_seconds(
         self, num_prefill_tokens: int, num_decode_seqs: int, num_context_tokens: int, num_swapped_blocks: int
     ) -> float:
+        """A step's seconds (``clock.step_seconds``: the linear clock reads no more of the batch)."""
+        return clock.step_seconds(
+            clock.LINEAR, self.coefficients(0), num_prefill_tokens, num_decode_seqs, 0, num_context_tokens, 0, 0,
+            num_swapped_blocks,
+        )  # fmt: skip
+
+    def describe(self) -> str:
+        """The clock in one line, as the summary names it."""
         return (
-            self.step_overhead_ms * 1e-3
-            + self.prefill_token_us * 1e-6 * num_prefill_tokens
-            + self.decode_seq_us * 1e-6 * num_decode_seqs
-            + self.kv_token_read_ns * 1e-9 * num_context_tokens
-            + self.swap_block_us * 1e-6 * num_swapped_blocks
+            f"linear, {self.step_overhead_ms:g} ms a step + {self.prefill_token_us:g} us a prefill token + "
+            f"{self.decode_seq_us:g} us a decode + {self.kv_token_read_ns:g} ns a context token"
         )
 
 

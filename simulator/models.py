@@ -295,6 +295,45 @@ PUBLISHED: dict[str, tuple[str, dict[str, Any]]] = {
             "vocab_size": 128256,
         },
     ),
+    "llama-3.1-405b": (
+        "meta-llama/Llama-3.1-405B",
+        {
+            "model_type": "llama",
+            "hidden_size": 16384,
+            "intermediate_size": 53248,
+            "num_attention_heads": 128,
+            "num_hidden_layers": 126,
+            "num_key_value_heads": 8,
+            "tie_word_embeddings": False,
+            "vocab_size": 128256,
+        },
+    ),
+    "llama-2-7b": (
+        "meta-llama/Llama-2-7b-hf",
+        {
+            "model_type": "llama",
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "num_key_value_heads": 32,
+            "tie_word_embeddings": False,
+            "vocab_size": 32000,
+        },
+    ),
+    "llama-2-70b": (
+        "meta-llama/Llama-2-70b-hf",
+        {
+            "model_type": "llama",
+            "hidden_size": 8192,
+            "intermediate_size": 28672,
+            "num_attention_heads": 64,
+            "num_hidden_layers": 80,
+            "num_key_value_heads": 8,
+            "tie_word_embeddings": False,
+            "vocab_size": 32000,
+        },
+    ),
     "qwen2.5-7b": (
         "Qwen/Qwen2.5-7B",
         {

@@ -17,7 +17,7 @@ import numpy as np
 from blockspace.outputs import write_text
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.runs import SimulationResult
-from blockspace.simulator.summary import Spread, Summary
+from blockspace.simulator.summary import Cost, Spread, Summary
 
 MAX_TIMELINE_POINTS = 2000  # per-step series are thinned to this many points in the JSON
 
@@ -103,6 +103,7 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
             f"({requests.ignored:,} ignored, {requests.aborted:,} aborted)",
         ),
         ("simulated time", _fmt(summary.simulated_s, " s") + f" ({summary.steps:,} steps)"),
+        ("clock", summary.clock),
         (
             "throughput",
             f"{throughput.output_tokens_per_s:,.0f} output tok/s, {throughput.total_tokens_per_s:,.0f} total tok/s, "
@@ -147,7 +148,17 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
         ),
         ("wall time", _fmt(summary.wall_s, " s") + (RECORDED if summary.tables_recorded else ALONE)),
     ]
+    if summary.cost is not None:
+        rows.append(("cost", cost_line(summary.cost)))
     return rows
+
+
+def cost_line(cost: Cost) -> str:
+    """The price in one line: per million output tokens, and in all."""
+    per_million = "-" if cost.dollars_per_million_output_tokens is None else \
+        f"${cost.dollars_per_million_output_tokens:,.2f}"  # fmt: skip
+    return (f"{per_million} per million output tokens; ${cost.dollars:,.2f} for {cost.gpu_hours:,.3f} GPU-hours "
+            f"({cost.gpus} GPUs at ${cost.dollars_per_gpu_hour:g} an hour)")  # fmt: skip
 
 
 def run_name(summary: Summary) -> str:

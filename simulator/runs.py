@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blockspace.errors import BlockSpaceError, InvalidConfigError
+from blockspace.simulator.clock import Clock
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.gpu import StepTimeModel
 from blockspace.simulator.metrics import Metrics
@@ -70,7 +71,7 @@ class SimulationConfig:
     num_cpu_blocks: int
     watermark: float = 0.01
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    step_time: StepTimeModel = field(default_factory=StepTimeModel)
+    step_time: Clock = field(default_factory=StepTimeModel)  # linear, a --step-model file, or a roofline
     num_samples: int = 1  # n: samples per trace request, each its own request of one sequence (vLLM 0.9.2)
     max_output_len: int | None = None  # cap on each request's output length
     engine: str = "python"  # which engine replays it (engines.py)
@@ -78,6 +79,7 @@ class SimulationConfig:
     router: str = "round_robin"  # how the router picks a replica (routers.py)
     router_weight: float = 1.0  # kv_aware: the weight of the blocks to prefill against the load
     max_concurrency: int | None = None  # a closed loop: at most this many requests in flight (fleet.py)
+    gpu_cost_per_hour: float | None = None  # dollars a GPU-hour (--gpu-cost): the summary's price; decides nothing
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
@@ -94,6 +96,13 @@ class SimulationConfig:
             raise InvalidConfigError(f"router_weight must be >= 0, got {self.router_weight!r}")
         if self.max_concurrency is not None and (not isinstance(self.max_concurrency, int) or self.max_concurrency < 1):
             raise InvalidConfigError(f"max_concurrency must be a positive int, got {self.max_concurrency!r}")
+        if self.gpu_cost_per_hour is not None and not self.gpu_cost_per_hour >= 0:
+            raise InvalidConfigError(f"gpu_cost_per_hour must be >= 0, got {self.gpu_cost_per_hour!r}")
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs the run holds: its replicas, each over its clock's tensor-parallel GPUs (one without a roofline)."""
+        return self.replicas * getattr(self.step_time, "tensor_parallel", 1)
 
     @property
     def reads_replicas(self) -> bool:

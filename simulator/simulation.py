@@ -32,6 +32,7 @@ import numpy as np
 
 from blockspace.enums import AllocStatus, Device, SequenceStatus
 from blockspace.sequence import Sequence, SequenceGroup
+from blockspace.simulator.clock import chunk_attention, step_seconds
 from blockspace.simulator.decisions import StepOutput
 from blockspace.simulator.metrics import Metrics
 from blockspace.simulator.request import SimRequest, decode_step
@@ -72,6 +73,8 @@ class Simulation:
         self.on_progress = on_progress
         self.num_done = 0  # requests finished, ignored or aborted
         self.clock = 0.0
+        self.clock_kind = config.step_time.kind  # the step time: clock.step_seconds of these
+        self.clock_coefficients = config.step_time.coefficients(config.scheduler.block_size)
         self.pending = deque(trace)  # trace requests not yet arrived at the clock, in arrival order
         self.routed = len(trace) * config.num_samples  # requests (samples) routed here
         self.routed_blocks = sum(self._blocks(entry.input_length) for entry in trace) * config.num_samples
@@ -239,14 +242,19 @@ class Simulation:
     def _run_model(self, output: StepOutput) -> None:
         """Advance the clock by the batch's cost, then compute and sample."""
         prefills = output.prefills
-        num_prefill_tokens = sum(group.num_uncached_tokens for group in prefills)
+        num_prefill_tokens = prefill_context = prefill_pairs = 0
+        for group in prefills:  # each chunk's computed tokens come after its cached and earlier ones
+            new = group.num_uncached_tokens
+            start = group.request.seq.data.get_num_computed_tokens() + group.token_chunk_size - new
+            num_prefill_tokens += new
+            prefill_context += start
+            prefill_pairs += chunk_attention(start, new)
         decoded, num_context_tokens = decode_step(output.decodes)  # each decode reads its whole context
-        step_s = self.config.step_time.step_seconds(
-            num_prefill_tokens,
-            len(output.decodes),
-            num_context_tokens,
+        step_s = step_seconds(
+            self.clock_kind, self.clock_coefficients, num_prefill_tokens, len(output.decodes), len(prefills),
+            num_context_tokens, prefill_context, prefill_pairs,
             len(output.blocks_to_swap_in) + len(output.blocks_to_swap_out),
-        )
+        )  # fmt: skip
         self.clock += step_s
         self.metrics.decoded(output.decodes, self.clock)
         finished: list[Sequence] = []

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,19 @@ PROVENANCE: dict[str, type] = {  # optional key -> the JSON type it must have (s
     "fit": dict,  # the measured points and how well the coefficients fit them
 }
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}  # the dtypes a ``model`` may name, and their sizes
+
+
+@dataclass(frozen=True)
+class MeasuredClock(StepTimeModel):
+    """A ``--step-model`` file's clock: the linear clock of its coefficients,
+    named by the file it was read from (the summary says which clock ran)."""
+
+    path: str = ""
+
+    error = None  # a fit's error on its own points is not a prediction's: no range
+
+    def describe(self) -> str:
+        return f"measured, {self.path}: {super().describe()}"
 
 
 def step_model_json(model: StepTimeModel, provenance: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -135,6 +135,18 @@ class ManagerTime:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """The run's price at ``--gpu-cost`` dollars a GPU-hour: every GPU held
+    from the first arrival to the last finish (an idle GPU is paid too)."""
+
+    dollars_per_gpu_hour: float
+    gpus: int  # replicas x tensor-parallel GPUs
+    gpu_hours: float
+    dollars: float
+    dollars_per_million_output_tokens: float | None  # None: no output token
+
+
+@dataclass(frozen=True)
 class Fleet:
     replicas: int
     router: str
@@ -149,6 +161,7 @@ class Summary:
 
     manager: str
     engine: str
+    clock: str  # the step time's source: linear constants, a --step-model file, or a roofline (clock.Clock.describe)
     requests: RequestCounts
     simulated_s: float
     load: Load
@@ -168,6 +181,7 @@ class Summary:
     wall_s: float
     tables_recorded: bool  # --compare: the times include the recording
     fleet: Fleet | None
+    cost: Cost | None  # with --gpu-cost
 
     def to_json(self) -> dict[str, Any]:
         """The summary as the JSON files hold it: each record a nested object."""
@@ -259,6 +273,7 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> Summary:
     return Summary(
         manager=result.manager_name,
         engine=config.engine,
+        clock=config.step_time.describe(),
         requests=RequestCounts(
             len(outcomes),
             len(finished),
@@ -304,7 +319,18 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> Summary:
             np.bincount(result.assignment, minlength=config.replicas).tolist(),
             [summarize(replica, slo) for replica in result.replicas],
         ),  # fmt: skip
+        cost=None
+        if config.gpu_cost_per_hour is None
+        else cost_of(config.gpu_cost_per_hour, config.gpus, end - start, num_output_tokens),  # fmt: skip
     )
+
+
+def cost_of(dollars_per_gpu_hour: float, gpus: int, seconds: float, output_tokens: int) -> Cost:
+    """``gpus`` held for ``seconds`` at ``dollars_per_gpu_hour``, and per million of ``output_tokens``."""
+    gpu_hours = gpus * seconds / 3600
+    dollars = gpu_hours * dollars_per_gpu_hour
+    per_million = dollars / output_tokens * 1e6 if output_tokens else None
+    return Cost(dollars_per_gpu_hour, gpus, gpu_hours, dollars, per_million)
 
 
 def kv_cache(result: SimulationResult, step_s: np.ndarray, busy: float) -> KVCache:
@@ -334,6 +360,7 @@ def manager_time(result: SimulationResult) -> ManagerTime:
 
 
 __all__ = [
+    "Cost",
     "Fleet",
     "KVCache",
     "Load",

@@ -107,3 +107,20 @@ def test_a_search_without_an_answer_says_why_and_marks_none(attainment, said):
         assert not [drawn for drawn in share.lines if drawn.get_label() == RING]
     finally:
         plt.close(figure)
+
+
+def test_an_answer_with_a_clock_range_is_drawn_with_its_band():
+    """Issue #53: a search on the roofline clock answers with the counts of a clock faster and slower
+    by its error; the figure shades the span between them behind the curve, in the curve's colour."""
+    from blockspace.simulator.capacity import ClockRange
+
+    search = replace(min_replicas("round_robin", ROUTERS["round_robin"]), clock_range=ClockRange(0.115, 6, None))
+    figure = curves_figure([search], "title", "min-replicas")
+    try:
+        for axis in figure.axes:
+            (band,) = axis.patches
+            xs = [band.get_x(), band.get_x() + band.get_width()]  # in data units along x
+            assert xs == [6, 8] and band.get_facecolor()[:3] == plt.matplotlib.colors.to_rgb("C0")
+        assert "the clock's range" in [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    finally:
+        plt.close(figure)

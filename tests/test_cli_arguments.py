@@ -78,6 +78,19 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--step-model", "small.jsonl", "--prefill-token-us", "1"],
             ["--sweep", "step_model=missing.json"],
         ],
+        "gpu": [
+            ["--gpu", "H900"],
+            ["--gpu", "A100-80GB-SXM", "--dtype", "fp8"],
+            ["--gpu", "L40S", "--model", "llama-3.1-405b"],
+            ["--sweep", "gpu=H100-SXM,H9"],
+        ],
+        "model": [
+            ["--model", "gpt-9"],
+            ["--model", "adir"],
+            ["--model", "garbage.jsonl"],
+            ["--model", "llama-3.1-8b", "--tensor-parallel", "3"],
+            ["--sweep", "model=llama-3.1-8b,gpt-9"],
+        ],
         "slo": [
             ["--slo", "ttft=2"],
             ["--slo", "ttft=2s,ttft=1s"],

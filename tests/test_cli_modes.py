@@ -33,7 +33,7 @@ import pytest
 
 import blockspace.simulator.cli as simulate
 from blockspace.simulator import executor
-from blockspace.simulator.cli import DEFAULT_KV_MEMORY_GIB, DEFAULT_SWAP_SPACE_GIB
+from blockspace.simulator.cli import DEFAULT_KV_MEMORY_GIB, DEFAULT_SWAP_SPACE_GIB, ROOFLINE_KNOBS
 from blockspace.simulator.gpu import KVCacheModel
 from blockspace.simulator.sweep import NOT_SWEPT, sweepable
 from blockspace.validation import option_name
@@ -239,6 +239,15 @@ PROBES: dict[str, Probe] = {
     "decode_seq_us": option("step_time.decode_seq_us", float, "15", "25"),
     "kv_token_read_ns": option("step_time.kv_token_read_ns", float, "35", "45"),
     "swap_block_us": option("step_time.swap_block_us", float, "55", "65"),
+    "gpu": Probe(("H100-SXM", "H200"), flag("--gpu"), run=config_at("step_time.gpu.name", str)),
+    "model": Probe(("llama-3.1-8b", "qwen2.5-7b"), flag("--model"), run=config_at("step_time.model.name", str)),
+    "dtype": option("step_time.dtype", str, "fp8", "bf16"),
+    "kv_dtype": option("step_time.kv_dtype", str, "fp8", "bf16"),
+    "tensor_parallel": option("step_time.tensor_parallel", int, "2", "4"),
+    "compute_efficiency": option("step_time.compute_efficiency", float, "0.4", "0.6"),
+    "bandwidth_efficiency": option("step_time.bandwidth_efficiency", float, "0.7", "0.9"),
+    "host_overhead_ms": option("step_time.host_overhead_ms", float, "2", "4"),
+    "gpu_cost": Probe(("3", "4"), flag("--gpu-cost"), run=config_at("gpu_cost_per_hour", float)),
     "out": Probe(("elsewhere",), flag("--out"), view=lambda v, value: v.out.name == value and bool(v.runs)
                  and not (v.out.parent / "out").exists()),
     "slo": Probe(("ttft=5s",), flag("--slo"), view=lambda v, value: all(r.slo == value for r in v.runs)),
@@ -271,6 +280,8 @@ WITH: dict[str, dict[str, list[str]]] = {
     },
     "prefix_groups": {**SYNTHETIC_RUN, "shared_prefix_ratio": ["--shared-prefix-ratio", "0.5"]},
     "turn_gap": {**SYNTHETIC_RUN, "turns": ["--turns", "2"]},
+    # the roofline's knobs go with --gpu (or --model)
+    **{name: {"gpu": ["--gpu", "H100-SXM"]} for name in ROOFLINE_KNOBS},
 }
 
 # The (option, mode) pairs that must be refused by name; every other pair must be honoured.

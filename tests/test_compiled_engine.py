@@ -28,8 +28,11 @@ from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.engine import run_compiled
 from blockspace.simulator.compiled.tokens import write_tokens
 from blockspace.simulator.engines import replay, resolve
+from blockspace.simulator.gpus import gpu_named
 from blockspace.simulator.metrics import Counts, Timeline
+from blockspace.simulator.models import model_named
 from blockspace.simulator.report import first_difference
+from blockspace.simulator.roofline import Roofline
 from blockspace.simulator.simulation import SimulationStalledError
 from blockspace.simulator.summary import Summary, summarize
 from blockspace.workloads import TraceRequest, output_token_id, parse_lines, prompt_token_ids, scale_arrivals
@@ -155,6 +158,20 @@ LISTED = {
     "block size 48, small budget": (
         lambda: load_trace(None, 40),
         config_of(num_gpu_blocks=900, block_size=48, max_num_batched_tokens=480),
+    ),
+    # the roofline clock (roofline.py): tensor parallelism and swapping, and a mixture of experts
+    "roofline, 70B at TP 4, swap, a tight pool": (
+        lambda: small_trace(40),
+        replace(
+            config_of(40, 400, preemption_mode="swap", max_num_batched_tokens=512),
+            step_time=Roofline(gpu_named("H100-SXM"), model_named("llama-3.1-70b"), tensor_parallel=4),
+        ),
+    ),
+    "roofline, a mixture of experts, FP8": (
+        lambda: load_trace(None, jit_or(25, 8)),
+        replace(
+            config_of(num_gpu_blocks=900), step_time=Roofline(gpu_named("H200"), model_named("mixtral-8x7b"), 2, "fp8")
+        ),
     ),
 }
 

@@ -133,11 +133,8 @@ class Run:
         settings[S.WATERMARK] = self.manager.watermark_blocks
         settings[S.RECORD] = sched.record_tables
         settings[S.PROGRESS_EVERY] = PROGRESS_STEPS
-        model = config.step_time
-        coefficients = np.array(
-            [model.step_overhead_ms, model.prefill_token_us, model.decode_seq_us, model.kv_token_read_ns,
-             model.swap_block_us], np.float64,
-        )  # fmt: skip
+        settings[S.CLOCK] = config.step_time.kind
+        coefficients = np.array(config.step_time.coefficients(sched.block_size), np.float64)
         longest = int((self.requests.prompt_len + self.requests.out_len).max(initial=0))
         self.loop = S.new_loop(settings, coefficients, chunks, self.requests, longest)
         self.longest = 0
@@ -364,8 +361,9 @@ class Run:
         filled(metrics.itl_s, loop.gaps[: meta[S.NUM_GAPS]])
         count = int(meta[S.NUM_TIMELINE])
         for column in dataclasses.fields(Timeline):  # the manager's calls are inlined in the compiled step: not timed
-            values = loop.timeline[S.timeline_row(column.name), :count] if column.name in S.TIMELINE_ROWS else None
-            filled(getattr(metrics.timeline, column.name), np.zeros(count) if values is None else values)
+            kept = column.name in S.TIMELINE_ROWS
+            filled(getattr(metrics.timeline, column.name),
+                   loop.timeline[S.timeline_row(column.name), :count] if kept else np.zeros(count))  # fmt: skip
         metrics.counts = Counts(*meta[S.FIRST_COUNT : S.NUM_META].tolist())  # its fields' slots, in order
         metrics.final_hit_rate = (
             float(self.manager.get_prefix_cache_hit_rate(Device.GPU))

@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit
 
 from blockspace.fast import content as C
+from blockspace.simulator import clock
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import policy
 from blockspace.simulator.compiled import queues as Q
@@ -31,6 +32,7 @@ from blockspace.simulator.compiled.state import (
     ABORTED_EVENT,
     ADMITTING,
     BLOCK_SIZE,
+    CLOCK,
     DECODES,
     DONE,
     DONE_BLOCKS,
@@ -198,16 +200,8 @@ def done(loop, requests, r, at):
     meta[DONE_BLOCKS] += -(-requests.prompt_len[r] // loop.config[BLOCK_SIZE])
 
 
-@njit(cache=True, inline="always")
-def step_seconds(model, num_prefill_tokens, num_decodes, num_context_tokens, num_swapped_blocks):
-    """``StepTimeModel.step_seconds``, term by term in its order."""
-    return (
-        model[0] * 1e-3
-        + model[1] * 1e-6 * num_prefill_tokens
-        + model[2] * 1e-6 * num_decodes
-        + model[3] * 1e-9 * num_context_tokens
-        + model[4] * 1e-6 * num_swapped_blocks
-    )
+step_seconds = njit(cache=True)(clock.step_seconds)  # the one rule of both engines, compiled
+chunk_attention = njit(cache=True, inline="always")(clock.chunk_attention)
 
 
 @njit(cache=True, inline="always")
@@ -235,9 +229,14 @@ def run_model(fast, views, loop, requests):
     meta, clock, lists, lens, gaps = loop.meta, loop.clock, loop.lists, loop.list_lens, loop.gaps
     seq_len, num_output, out_len, computed = requests.seq_len, requests.num_output, requests.out_len, requests.computed
     last_token, first_token, decoding = requests.last_token, requests.first_token, requests.decoding
-    num_prefill_tokens = 0
-    for i in range(lens[PREFILLS]):
-        num_prefill_tokens += loop.uncached[lists[PREFILLS, i]]
+    num_prefill_tokens = prefill_context = prefill_pairs = 0
+    for i in range(lens[PREFILLS]):  # as Simulation._run_model counts them
+        r = lists[PREFILLS, i]
+        new = loop.uncached[r]
+        start = computed[r] + loop.chunk[r] - new
+        num_prefill_tokens += new
+        prefill_context += start
+        prefill_pairs += chunk_attention(start, new)
     num_decodes = lens[DECODES]
     num_context = 0
     finished = np.empty(num_decodes, np.int64)
@@ -250,8 +249,9 @@ def run_model(fast, views, loop, requests):
             finished[num_finished_decodes] = r
             num_finished_decodes += 1
     step_s = step_seconds(
-        loop.step_model, num_prefill_tokens, num_decodes, num_context, meta[NUM_SWAP_IN] + meta[NUM_SWAP_OUT]
-    )
+        loop.config[CLOCK], loop.step_model, num_prefill_tokens, num_decodes, lens[PREFILLS], num_context,
+        prefill_context, prefill_pairs, meta[NUM_SWAP_IN] + meta[NUM_SWAP_OUT],
+    )  # fmt: skip
     clock[0] += step_s
     now = clock[0]
     for i in range(num_decodes):

@@ -31,7 +31,8 @@ WAITING, RUNNING, SWAPPED, FINISHED, IGNORED, ABORTED = range(6)
 
 # Loop.config: the run's settings
 BLOCK_SIZE, CACHING, MAX_SEQS, MAX_TOKENS, SWAP_MODE, NUM_GPU, NUM_CPU, WATERMARK, RECORD, PROGRESS_EVERY = range(10)
-NUM_CONFIG = 10
+CLOCK = 10  # the clock's kind (clock.LINEAR, clock.ROOFLINE); Loop.step_model holds its coefficients
+NUM_CONFIG = 11
 
 # Loop.meta: what the loop keeps between calls
 (
@@ -136,7 +137,7 @@ class Loop(NamedTuple):
     """The queues, the step's lists, the logs and the counters."""
 
     config: np.ndarray  # int64[NUM_CONFIG]
-    step_model: np.ndarray  # float64[5]: StepTimeModel's coefficients, in its order
+    step_model: np.ndarray  # float64: the clock's coefficients (clock.step_seconds)
     meta: np.ndarray  # int64[NUM_META]
     clock: np.ndarray  # float64[1]: simulated seconds
     until: np.ndarray  # float64[1]: no step starts at or after this (inf: none; a fleet's replica stops there)
