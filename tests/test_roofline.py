@@ -192,3 +192,17 @@ def test_a_gpu_profile_file_is_set_against_the_roofline_of_its_gpu_and_model(tmp
     (tmp_path / "model.json").write_text(json.dumps({"version": 1}))
     assert measured_vs_roofline.main(argv) == 2
     assert capsys.readouterr().err.startswith("error: --step-model")
+
+
+def test_the_price_of_a_run_is_its_gpus_for_its_span_at_the_given_rate(tmp_path):
+    """--gpu-cost on a tiny trace: 2 replicas of TP 2 hold 4 GPUs from the first arrival to the last finish."""
+    (tmp_path / "trace.jsonl").write_text(trace_lines(4))
+    argv = ["--trace", str(tmp_path / "trace.jsonl"), "--gpu", "H100-SXM", "--tensor-parallel", "2", "--replicas", "2",
+            "--gpu-cost", "4.5", "--no-plot", "--quiet", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert simulate(argv) == 0
+    run = json.loads((tmp_path / "out" / "simulation.json").read_text())["runs"][0]
+    cost, span = run["cost"], run["simulated_s"]
+    outputs = sum(4 + i % 3 for i in range(4))  # trace_lines' outputs
+    assert cost["gpus"] == 4 and cost["gpu_hours"] == pytest.approx(4 * span / 3600)
+    assert cost["dollars"] == pytest.approx(4.5 * 4 * span / 3600)
+    assert cost["dollars_per_million_output_tokens"] == pytest.approx(cost["dollars"] / outputs * 1e6)
