@@ -115,25 +115,14 @@ def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, froze
     known = tracker.num_keys[row]
     key_chain(keys, root, tokens, extra, tracker.keys[row], known, num_full)
     tracker.num_keys[row] = max(known, num_full)
-    return recount(
-        tracker.keys, tracker.num_keys, tracker.num_cached, row, frozen, block_size, gpu.key_block, gpu.refcount,
-        gpu.computed, gpu.heap_pos, gpu.meta[P.FIRST_ID],
-    )  # fmt: skip
-
-
-@njit(cache=True)
-def recount(row_keys, num_keys, num_cached, row, frozen, block_size, key_block, refcount, computed, heap_pos, first_id):
-    """A keyed row's cached tokens: its last count while ``frozen`` (vLLM
-    counts a prefill once), else vLLM's search over its keys, kept as the
-    new last count. On arrays, not handles: the compiled engine calls it on
-    the arrays it holds for a whole call (``simulator/compiled/blocks.py``)."""
     if frozen:
-        return num_cached[row]
-    count = block_size * count_cached(
-        row_keys[row], num_keys[row], num_keys[row], key_block, refcount, computed, heap_pos, first_id
-    )
-    num_cached[row] = count
-    return count
+        return tracker.num_cached[row]
+    low = count_cached(
+        tracker.keys[row], tracker.num_keys[row], tracker.num_keys[row], gpu.key_block, gpu.refcount, gpu.computed,
+        gpu.heap_pos, gpu.meta[P.FIRST_ID],
+    )  # fmt: skip
+    tracker.num_cached[row] = low * block_size
+    return low * block_size
 
 
 @njit(cache=True)

@@ -9,10 +9,15 @@ around its kernel: the same kernel, the same arguments, in the same order
 holds which sequence, the access times, which sequences the tracker holds)
 is kept per request in ``Requests``.
 
-What is fast's, called from both: every kernel; the stamp of a freed
+What is fast's, called from both: every kernel, and the stamp of a freed
 table's blocks with the sequence's last access (``T.free`` takes the time,
-as fast's manager passes it); the tracker's count of a keyed row, the last
-one while frozen (``K.recount``). What stays here, and why:
+as fast's manager passes it). What stays here, and why:
+
+- The count of a row with nothing new to key (``count_known``: the last
+  count while frozen, else fast's search, ``K.count_cached``), the last
+  lines of ``K._key_and_count``. Shared through one more compiled function
+  (``K.recount``), fast inside vLLM's Scheduler measured 3 to 8 % slower with
+  caching on, in turns (docs/measurements/2026-12-06-house-and-clock-speed.md).
 
 - Parking a tracker row. fast's layer parks a dropped row with a copy of
   the tokens it was keyed from and takes it back only if the next query
@@ -162,12 +167,17 @@ def num_cached_tokens(fast, views, loop, requests, r):
 
 @njit(cache=True, inline="always")
 def count_known(views, row, frozen, block_size):
-    """``num_cached_tokens`` of a tracker row with nothing new to key: the
-    tracker's own count (``K.recount``), on the views."""
-    return K.recount(
-        views.tracker_keys, views.num_keys, views.num_cached, row, frozen, block_size, views.key_block,
-        views.refcount, views.computed, views.heap_pos, views.gpu_meta[P.FIRST_ID],
+    """``num_cached_tokens`` of a tracker row with nothing new to key: its
+    last count while frozen, else the tracker kernel's own search
+    (``K.count_cached``), on the views, as ``K._key_and_count`` ends."""
+    if frozen:
+        return views.num_cached[row]
+    count = block_size * K.count_cached(
+        views.tracker_keys[row], views.num_keys[row], views.num_keys[row], views.key_block, views.refcount,
+        views.computed, views.heap_pos, views.gpu_meta[P.FIRST_ID],
     )  # fmt: skip
+    views.num_cached[row] = count
+    return count
 
 
 @njit(cache=True, inline="always")
