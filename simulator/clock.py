@@ -74,21 +74,6 @@ def chunk_attention(start: int, new: int) -> int:
     return new * start + new * (new + 1) // 2
 
 
-def experts_touched(num_experts: float, per_token: float, tokens: int) -> float:
-    """The routed experts a batch of ``tokens`` uses in a layer, expected,
-    when each token picks ``per_token`` of ``num_experts`` at random:
-    ``E (1 - (1 - k/E)^T)``, at most all of them. The approximation: a
-    real router is not uniform, so a batch touches fewer (the roofline
-    reads more bytes than a step does)."""
-    miss, power, left = 1.0 - per_token / num_experts, 1.0, tokens
-    while left:  # miss ** tokens, by squaring: the same operations in Python and compiled
-        if left & 1:
-            power *= miss
-        miss *= miss
-        left >>= 1
-    return num_experts * (1.0 - power)
-
-
 def step_seconds(
     kind: int,
     c: Sequence[float],
@@ -118,7 +103,9 @@ def step_seconds(
         + c[COMPUTE_PAIR] * (prefill_pairs + decode_context)
     )
     memory = c[WEIGHTS] + c[KV_TOKEN] * (decode_context + prefill_context + tokens)
-    if c[NUM_EXPERTS] > 0:  # experts_touched, inlined: a compiled function calls no Python one
+    if c[NUM_EXPERTS] > 0:  # the routed experts the batch is expected to touch, E (1 - (1 - k/E)^T), at most E:
+        # each token picks k of E at random (a real router is not uniform, so a batch touches fewer);
+        # (1 - k/E)^T by squaring, the same operations in Python and compiled
         miss, power, left = 1.0 - c[EXPERTS_PER_TOKEN] / c[NUM_EXPERTS], 1.0, tokens
         while left:
             if left & 1:
@@ -129,4 +116,4 @@ def step_seconds(
     return c[HOST] + c[SWAP_BLOCK] * swapped_blocks + max(compute, memory) + c[COMM_TOKEN] * tokens + c[COMM_STEP]
 
 
-__all__ = ["Clock", "LINEAR", "NUM_ROOFLINE", "ROOFLINE", "chunk_attention", "experts_touched", "step_seconds"]
+__all__ = ["Clock", "LINEAR", "NUM_ROOFLINE", "ROOFLINE", "chunk_attention", "step_seconds"]

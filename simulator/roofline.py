@@ -14,7 +14,7 @@ of a tensor-parallel group of ``tp``:
   for a mixture of experts), the LM head for each sampled token, and 4 x
   layers x heads x head_dim per (query, key) pair of attention; all / tp;
 * **bytes**: every weight read once (a mixture's routed experts: those the
-  batch is expected to touch, ``clock.experts_touched``), and each token's
+  batch is expected to touch, ``clock.step_seconds``), and each token's
   K and V read for every token attended to and written for every token
   computed; the GPU's share of the KV heads (vLLM replicates a KV head
   across the GPUs when there are fewer heads than GPUs);

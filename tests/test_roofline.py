@@ -63,12 +63,14 @@ def test_tensor_parallelism_splits_the_work_and_adds_the_all_reduces():
 def test_a_mixture_reads_the_experts_its_batch_touches_and_computes_the_ones_it_uses():
     roof = Roofline(gpu_named("H200"), model_named("mixtral-8x7b"))
     c = roof.coefficients(16)
-    assert clock.experts_touched(8.0, 2.0, 1) == pytest.approx(2.0)  # one token: its two experts
-    assert clock.experts_touched(8.0, 2.0, 4096) == pytest.approx(8.0)  # a large batch: all of them
-    one = clock.step_seconds(clock.ROOFLINE, c, 0, 1, 0, 100, 0, 0, 0)
+    one = clock.step_seconds(clock.ROOFLINE, c, 0, 1, 0, 100, 0, 0, 0)  # one token reads its two experts
     assert one == pytest.approx(
         c[clock.HOST] + c[clock.WEIGHTS] + 2 * c[clock.EXPERT] + 101 * c[clock.KV_TOKEN], rel=1e-12
     )
+    flops = (clock.COMPUTE_TOKEN, clock.COMPUTE_LOGITS, clock.COMPUTE_PAIR)
+    no_compute = tuple(0.0 if place in flops else value for place, value in enumerate(c))
+    many = clock.step_seconds(clock.ROOFLINE, no_compute, 0, 4096, 0, 0, 0, 0, 0)  # a large batch: all eight
+    assert many == pytest.approx(c[clock.HOST] + c[clock.WEIGHTS] + 8 * c[clock.EXPERT] + 4096 * c[clock.KV_TOKEN])
     active, total = model_named("mixtral-8x7b").active_params(), model_named("mixtral-8x7b").total_params()
     assert c[clock.COMPUTE_TOKEN] == pytest.approx(2 * (active - 2 * 32000 * 4096) / (989.4e12 * 0.5))
     assert active < total / 3
