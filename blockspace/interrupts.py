@@ -55,6 +55,18 @@ def say_interrupted(stop: KeyboardInterrupt) -> int:
     return INTERRUPTED
 
 
+def raised_by_ctrl_c(error: BaseException) -> bool:
+    """Whether ``error`` stands for a Ctrl-C: CPython reports a
+    ``KeyboardInterrupt`` that reached compiled code in a call back into
+    Python (Numba's cache loading) as a ``SystemError`` caused by it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def incomplete_line(answer: str, runs: int) -> str:
     """What a search stopped by Ctrl-C says in place of its answer, under
     the table of the ``runs`` points it tried."""
@@ -123,4 +135,4 @@ def worker_pool(make: Callable[[], Any]) -> Iterator[Any]:
     pool.join()
 
 
-__all__ = ["INTERRUPTED", "Interrupted", "incomplete_line", "say_interrupted", "sigint_held", "worker_pool"]
+__all__ = ["INTERRUPTED", "Interrupted", "incomplete_line", "raised_by_ctrl_c", "say_interrupted", "sigint_held", "worker_pool"]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from blockspace.errors import BlockSpaceError, InvalidArgumentError
 from blockspace.extras import require
-from blockspace.interrupts import Interrupted
+from blockspace.interrupts import Interrupted, raised_by_ctrl_c
 from blockspace.outputs import replacing, write_text
 from blockspace.simulator.clock import Clock
 from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
@@ -728,6 +728,8 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
             search = replace(stop.partial, **searched)
             stopped = stop
         except Exception as error:  # a run broke (perhaps the user's manager): a failed search, not a bad option
+            if raised_by_ctrl_c(error):
+                raise KeyboardInterrupt from error
             return refuse(f"a run of the search failed: {type(error).__name__}: {error}", 1)
         print(fleet_size.format_answer(search, args.slo, config.router) if isinstance(search, fleet_size.ReplicaAnswer)
               else capacity.format_answer(search, args.slo))  # fmt: skip
@@ -852,6 +854,8 @@ def execute(planned: Plan) -> tuple[int, dict[str, Any]]:
         try:
             results.append(_run(trace, cls, run_config, args.quiet))
         except Exception as error:  # the manager (perhaps the user's) broke: a failed run, not a bad option
+            if raised_by_ctrl_c(error):
+                raise KeyboardInterrupt from error
             failure = f"the run of {cls.__name__} failed: {type(error).__name__}: {error}"
             return refuse(failure, 1), {"trace": workload_source(args), "error": failure}
 

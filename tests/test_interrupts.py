@@ -234,3 +234,24 @@ def test_every_commands_output_is_written_through_outputs():
             if lines:
                 found.add((name, len(lines)))
     assert found == SCRATCH
+
+
+def test_a_ctrl_c_that_compiled_code_reports_as_a_system_error_is_a_ctrl_c(monkeypatch, tmp_path, capsys):
+    """Ctrl-C while Numba's compiled code calls back into Python (its cache loading) reaches the
+    command as a SystemError caused by the KeyboardInterrupt: it ends the run with 130, not as a
+    failed run with 1."""
+    from blockspace.cli import main
+    from blockspace.interrupts import raised_by_ctrl_c
+    from blockspace.simulator import cli as simulate
+
+    def interrupted(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as stop:
+            raise SystemError("<function _numba_unpickle> returned a result with an exception set") from stop
+
+    assert not raised_by_ctrl_c(SystemError("no cause"))
+    monkeypatch.setattr(simulate, "_run", interrupted)
+    assert main(["simulate", "--max-requests", "2", "--no-plot", "--quiet", "--out", str(tmp_path / "out")]) == 130
+    assert capsys.readouterr().err.startswith("interrupted: ")
+    assert not (tmp_path / "out").exists()
