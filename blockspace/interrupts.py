@@ -135,4 +135,12 @@ def worker_pool(make: Callable[[], Any]) -> Iterator[Any]:
     pool.join()
 
 
-__all__ = ["INTERRUPTED", "Interrupted", "incomplete_line", "raised_by_ctrl_c", "say_interrupted", "sigint_held", "worker_pool"]
+__all__ = [
+    "INTERRUPTED",
+    "Interrupted",
+    "incomplete_line",
+    "raised_by_ctrl_c",
+    "say_interrupted",
+    "sigint_held",
+    "worker_pool",
+]
