@@ -107,8 +107,9 @@ class Answer:
     requests: int | None = None  # how many the trace has
     workload: dict[str, Any] | None = None  # workloads.describe
     clock_range: ClockRange | None = None  # the answers of a clock faster and slower by its measured error
+    seed_range: SeedRange | None = None  # the answers on other draws of the arrivals (--seeds)
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("config", "requests", "workload", "clock_range")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("config", "requests", "workload", "clock_range", "seed_range")
 
     def to_json(self) -> dict[str, Any]:
         """``capacity.json``'s entry: every field, in order, less an
@@ -119,6 +120,11 @@ class Answer:
     def in_brief(self) -> str:
         """The answer in a word or two, for a sweep's list (``format_answers``)."""
         raise NotImplementedError
+
+    def ranges(self, unit: Callable[[float], str]) -> str:
+        """`` (5 to 7 with ...; 6 over 3 draws ...)``: the answer's ranges in words (nothing without one)."""
+        said = [found.text(unit) for found in (self.clock_range, self.seed_range) if found is not None]
+        return f" ({'; '.join(said)})" if said else ""
 
     @property
     def value(self) -> float | None:
@@ -135,12 +141,32 @@ class ClockRange:
     error: float
     faster: float | None  # the answer with every step shorter
     slower: float | None
+    runs: int = 0  # the two searches' runs, besides the central answer's
 
     def text(self, unit: Callable[[float], str]) -> str:
-        """`` (5 to 7: ...)``: the two answers, and what the range covers."""
+        """``5 to 7 with ...``: the two answers, and what the range covers."""
         faster, slower = ("none found" if value is None else unit(value) for value in (self.faster, self.slower))
-        return (f" ({faster} to {slower} with every step {self.error:.1%} shorter to longer, the clock's "
-                "held-out median error)")  # fmt: skip
+        span = faster if faster == slower else f"{faster} to {slower}"
+        return f"{span} with every step {self.error:.1%} shorter to longer, the clock's held-out median error"
+
+
+@dataclass(frozen=True)
+class SeedRange:
+    """A search run again on other draws of the arrivals (``--seeds K``):
+    where arrivals are random, so is the answer, and one draw's is one sample."""
+
+    seeds: tuple[int, ...]  # the first is the central answer's
+    answers: tuple[float | None, ...]  # in the seeds' order; None: none found on that draw
+    runs: int = 0  # the other draws' searches' runs, besides the central answer's
+
+    def text(self, unit: Callable[[float], str]) -> str:
+        """``5 to 7 over 3 draws ...``: the lowest and highest answers, and what the range covers."""
+        found = sorted(answer for answer in self.answers if answer is not None)
+        missing = len(self.answers) - len(found)
+        low, high = (unit(found[0]), unit(found[-1])) if found else ("none found", "none found")
+        span = low if low == high else f"{low} to {high}"
+        none = f", none found on {missing}" if found and missing else ""
+        return f"{span} over {len(self.seeds)} draws of the arrivals, seeds {self.seeds[0]} to {self.seeds[-1]}{none}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,7 +307,7 @@ def no_effect_line(attainment: float, runs: int, variable: str, tried: str) -> s
 
 
 # -- the command ------------------------------------------------------------------------------
-OUTPUTS = ("capacity.json", "capacity.png")  # what --find max-rate writes under --out
+OUTPUTS = ("capacity.json", "capacity.png", "cost.png")  # what --find writes under --out (cost.png: min-cost)
 
 
 def evaluator(
@@ -340,7 +366,7 @@ def format_answer(found: RateAnswer, slo: SLO) -> str:
         bound = (
             ": every rate tried does, the max is higher" if above is None else f", {significant(above)} req/s does not"
         )
-        span = "" if found.clock_range is None else found.clock_range.text(lambda rate: f"{significant(rate)} req/s")
+        span = found.ranges(lambda rate: f"{significant(rate)} req/s")
         lines.append(
             f"max rate: {significant(found.max_rate_requests_per_s)} req/s{span} ({significant(found.rate_scale)}x"
             f" the trace's {trace_rate} req/s) keeps {target}{bound}; {found.runs} runs"
@@ -397,6 +423,7 @@ __all__ = [
     "Probe",
     "RateAnswer",
     "RatePoint",
+    "SeedRange",
     "base_rate",
     "evaluator",
     "find_max_rate",

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from blockspace.outputs import replacing
 from blockspace.simulator.capacity import RateAnswer
 from blockspace.simulator.fleet_size import ReplicaAnswer
+from blockspace.simulator.min_cost import CostAnswer
 from blockspace.simulator.report import significant
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -87,14 +88,15 @@ def answer_label(search: RateAnswer | ReplicaAnswer, kind: Search) -> str:
     return f"{name_of(search) or kind.answer_name}: {kind.number(getattr(search, kind.answer))}{kind.unit}"
 
 
-def clock_band(search: Any) -> tuple[float, float] | None:
-    """The span between a search's answers on a faster and a slower clock
-    (an end not found: the answer itself), or None without a range."""
-    found = search.clock_range
-    if found is None or search.value is None:
+def range_band(search: Any) -> tuple[float, float] | None:
+    """The span of a search's answers on a faster and a slower clock and on
+    other draws of the arrivals (an answer not found: left out), or None without a range."""
+    ends = [] if search.clock_range is None else [search.clock_range.faster, search.clock_range.slower]
+    ends += [] if search.seed_range is None else list(search.seed_range.answers)
+    found = [end for end in ends if end is not None]
+    if not found or search.value is None:
         return None
-    ends = [search.value if end is None else end for end in (found.faster, found.slower)]
-    return min(ends), max(ends)
+    return min(found + [search.value]), max(found + [search.value])
 
 
 def curves_figure(searches: Answers, title: str, find: str) -> Any:
@@ -119,11 +121,11 @@ def curves_figure(searches: Answers, title: str, find: str) -> Any:
         missing = "" if answer is not None else " (no effect)" if search.no_effect else " (none found)"
         share.plot(xs, shares, label=(name_of(search) or "requests within the SLO") + missing, **style)
         right.plot(xs, rights, label=(name_of(search) or kind.right_label) + missing, **style)
-        band = clock_band(search)
-        if band is not None:  # the answers of a clock faster and slower by its error (capacity.ClockRange)
+        band = range_band(search)
+        if band is not None:  # the answers of a clock faster and slower by its error, and of other draws
             for axis in (share, right):
                 axis.axvspan(*band, color=style["color"], alpha=0.12, zorder=1,
-                             label="the clock's range" if axis is share and index == 0 else None)  # fmt: skip
+                             label="the answer's range" if axis is share and index == 0 else None)  # fmt: skip
         if answer is not None:
             at = min(range(len(xs)), key=lambda i: abs(xs[i] - answer))  # the answer is a point tried
             for axis, ys in ((share, shares), (right, rights)):
@@ -209,11 +211,74 @@ def tick_every(axis: Any, tried: list[float], answers: set[float], number: Calla
     axis.set_xlim(low, high)
 
 
-def plot_curves(path: Path, searches: Answers, title: str, find: str) -> None:
-    """Write ``curves_figure`` as a PNG."""
+def cost_figure(searches: Sequence[ReplicaAnswer], costs: CostAnswer, title: str) -> Any:
+    """``--find min-cost``'s figure: the share meeting the SLO against what
+    each fleet tried costs an hour, a line per configuration, the cheapest
+    that keeps the target marked with a star."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure = curves_figure(searches, title, find)
+    figure, axis = plt.subplots(figsize=(9, 5.4))
+    for index, (search, option) in enumerate(zip(searches, costs.options, strict=True)):
+        style: dict[str, Any] = {
+            "color": f"C{index % 10}",
+            "marker": MARKERS[index % len(MARKERS)],
+            "linestyle": DASHES[index % len(DASHES)],
+            "markersize": max(7 - 0.6 * index, 3),
+        }
+        xs = [option.price(point.replicas) for point in search.curve]
+        answer = "none found" if option.replicas is None else f"{option.replicas:,} replica(s)"
+        axis.plot(xs, [100 * point.attainment for point in search.curve], label=f"{option.name}: {answer}", **style)
+    best = costs.cheapest
+    if best is not None and best.replicas is not None:  # the cheapest has an answer
+        search = searches[costs.options.index(best)]
+        at = next(point for point in search.curve if point.replicas == best.replicas)
+        dollars = best.price(best.replicas)
+        axis.plot(
+            [dollars],
+            [100 * at.attainment],
+            marker="*",
+            markersize=20,
+            color="black",
+            linestyle="none",
+            zorder=20,
+            label=f"cheapest: {best.name}, {best.replicas:,} replica(s), ${dollars:,.2f}/hour",
+        )
+    else:
+        axis.text(0.5, 0.5, "no configuration keeps the target", transform=axis.transAxes, ha="center", color="grey")
+    target = searches[0].target
+    axis.axhline(100 * target, color="grey", linestyle="--", label=f"target {target:.0%}")
+    axis.set_xscale("log")
+    axis.set_xlabel("the fleet's price (dollars an hour, log scale): replicas x tensor-parallel GPUs x --gpu-cost")
+    axis.set_ylabel("requests meeting the SLO (%)")
+    axis.set_ylim(0, 100)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8, loc="lower right")
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    tried = {option.price(point.replicas) for search, option in zip(searches, costs.options)
+             for point in search.curve}  # fmt: skip
+    best_dollars = set() if best is None or best.replicas is None else {best.price(best.replicas)}
+    tick_every(axis, sorted(tried), best_dollars, lambda value: f"${value:,.4g}")
+    return figure
+
+
+def plot_costs(path: Path, searches: Sequence[ReplicaAnswer], costs: CostAnswer, title: str) -> None:
+    """Write ``cost_figure`` as a PNG."""
+    save(path, cost_figure(searches, costs, title))
+
+
+def plot_curves(path: Path, searches: Answers, title: str, find: str) -> None:
+    """Write ``curves_figure`` as a PNG."""
+    save(path, curves_figure(searches, title, find))
+
+
+def save(path: Path, figure: Any) -> None:
+    """Write ``figure`` as a PNG, whole or not at all (outputs.py), and close it."""
+    import matplotlib.pyplot as plt
+
     try:
         with replacing(path) as partial:  # whole or not at all (outputs.py)
             figure.savefig(partial, dpi=110)
@@ -222,4 +287,4 @@ def plot_curves(path: Path, searches: Answers, title: str, find: str) -> None:
 
 
 __all__ = ["REPLICAS", "RATE", "RING", "SEARCHES", "Search", "answer_label", "curves_figure", "label_answers",
-           "name_of", "plot_curves", "ring", "tick_every"]  # fmt: skip
+           "name_of", "plot_costs", "plot_curves", "ring", "tick_every"]  # fmt: skip

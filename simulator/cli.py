@@ -34,6 +34,7 @@ from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.gpus import GPUS
 from blockspace.simulator.memory import FleetMemoryError, check_fits, fleet_cap
 from blockspace.simulator.models import MODELS
+from blockspace.simulator.prices import ANY, GpuCost, gpu_cost
 from blockspace.simulator.report import (
     first_difference,
     format_comparison,
@@ -41,7 +42,15 @@ from blockspace.simulator.report import (
     warnings_for,
     write_json,
 )
-from blockspace.simulator.roofline import DEFAULT_GPU, DEFAULT_MODEL, DTYPE_BYTES, KV_DTYPES, Roofline, roofline_of
+from blockspace.simulator.roofline import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    DTYPE_BYTES,
+    KV_DTYPES,
+    DoesNotFitError,
+    Roofline,
+    roofline_of,
+)
 from blockspace.simulator.routers import ROUTERS
 from blockspace.simulator.row_step import offers_rows
 from blockspace.simulator.runs import PREEMPTION_MODES, STEP_PATHS, SchedulerConfig, SimulationConfig, SimulationResult
@@ -278,8 +287,9 @@ def _output_options(output: ArgumentGroup) -> None:
         help="write one JSON line per request: its admissions, tokens, latencies and outcome (default: not written)",
     )  # fmt: skip
     output.add_argument(
-        "--gpu-cost", type=float, metavar="DOLLARS",
-        help="dollars a GPU-hour: the run's price per million output tokens and its GPU-hours (default: none)",
+        "--gpu-cost", type=gpu_cost, metavar="DOLLARS",
+        help="dollars a GPU-hour, for every GPU or per --gpu name (H100-SXM=3.0,L40S=1.0): the run's price per"
+             " million output tokens and its GPU-hours; --find min-cost's prices (default: none)",
     )  # fmt: skip
     output.add_argument("--no-plot", action="store_true", help="skip the PNG")
     output.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -287,10 +297,16 @@ def _output_options(output: ArgumentGroup) -> None:
 
 def _capacity_options(finding: ArgumentGroup) -> None:
     finding.add_argument(
-        "--find", choices=("max-rate", "min-replicas"),
+        "--find", choices=("max-rate", "min-replicas", "min-cost"),
         help="max-rate: the highest request rate (the trace's arrivals scaled) at which --target %% of the requests"
-             " meet --slo; min-replicas: the fewest replicas behind --router that do; each found by bisection with"
-             " the runs in parallel (default: one replay)",
+             " meet --slo; min-replicas: the fewest replicas behind --router that do; min-cost: the cheapest fleet"
+             " of each --sweep of gpu and tensor_parallel at --gpu-cost; each found by bisection with the runs in"
+             " parallel, and run again on a clock faster and slower by its measured error (default: one replay)",
+    )  # fmt: skip
+    finding.add_argument(
+        "--seeds", type=int, default=1, metavar="K",
+        help="with --find and drawn arrivals (--request-rate, --workload synthetic): search K draws, seeds --seed"
+             " on, and give the answers' range (default: 1)",
     )  # fmt: skip
     finding.add_argument(
         "--target", type=float, default=90.0, help="with --find: the share of requests that must meet --slo, in %%"
@@ -330,7 +346,6 @@ OPTION_GROUPS: tuple[tuple[str, Callable[[ArgumentGroup], None]], ...] = (
 RANGES = {
     "max_requests": Range(least=1),
     "tensor_parallel": Range(least=1, most=64),
-    "gpu_cost": Range(least=0),
     "compute_efficiency": Range(above=0, most=1),
     "bandwidth_efficiency": Range(above=0, most=1),
     "host_overhead_ms": Range(least=0),
@@ -362,6 +377,7 @@ RANGES = {
     "swap_block_us": Range(least=0),
     "workers": Range(least=1),
     "target": Range(above=0, most=100),
+    "seeds": Range(least=1, most=100),
     **SYNTHETIC_RANGES,  # workloads.py's, which workloads.synthetic checks too
 }
 OUTPUTS = ("simulation.json", "simulation.png")  # what a run writes under --out
@@ -376,6 +392,7 @@ ROOFLINE_KNOBS = ("dtype", "kv_dtype", "tensor_parallel", "compute_efficiency", 
 SYNTHETIC = "workload synthetic"  # the mode of --workload synthetic (option_name writes it so)
 NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "target": (("find",), "it is the share of requests the search must keep within --slo"),
+    "seeds": (("find",), "it is how many draws of the arrivals a search's answer ranges over"),
     "workers": (("sweep", "find"), "it sets how many of their runs go at once"),
     "executor": (("sweep", "find"), "it sets where their runs go"),
     "burstiness": (("request_rate",), "it shapes the gaps between the arrivals --request-rate draws"),
@@ -412,11 +429,11 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
     written = given | swept  # a swept option is read by its runs as a given one is
     modes = [mode for mode in ("find", "sweep", "compare") if getattr(args, mode)]
     modes += [SYNTHETIC] if args.workload == "synthetic" else []  # a sweep cannot change it (sweep.NOT_SWEPT)
-    searched = ["replicas"] if args.find == "min-replicas" else []  # the search sets it
+    searched = ["replicas"] if args.find in ("min-replicas", "min-cost") else []  # the search sets it
     check_mode_options(written, modes + searched + [name for name in OPTION_MODES if name in written], NEEDS, APART)
     if "router_weight" in written and args.router != "kv_aware" and "router" not in swept:
         raise InvalidArgumentError(f"--router-weight goes with --router kv_aware: --router {args.router} has no weight")
-    one_replica = args.replicas == 1 and "replicas" not in swept and args.find != "min-replicas"
+    one_replica = args.replicas == 1 and "replicas" not in swept and not searched
     for name in ("router_weight", "router"):
         if name in written and one_replica:
             raise InvalidArgumentError(
@@ -427,6 +444,10 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
             "--max-concurrency cannot go with --find max-rate: a closed loop sends a request when one is done, so"
             " the arrival rate the search scales has no effect (to find the highest concurrency within the SLO,"
             " --sweep max_concurrency=V1,V2 with --slo)"
+        )
+    if "seeds" in written and "request_rate" not in written and args.workload != "synthetic":
+        raise InvalidArgumentError(
+            "--seeds goes with drawn arrivals, --request-rate or --workload synthetic: a trace's own arrivals are one"
         )
     if "turn_gap" in written and args.turns == 1 and "turns" not in swept:
         raise InvalidArgumentError("--turn-gap goes with --turns above 1: a conversation of one turn has no gap")
@@ -503,8 +524,19 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
         max_concurrency=args.max_concurrency,
         router=args.router,
         router_weight=args.router_weight,
-        gpu_cost_per_hour=args.gpu_cost,
+        gpu_cost_per_hour=None if args.gpu_cost is None else price(args.gpu_cost, roof),
     )
+
+
+def price(cost: GpuCost, roof: Roofline | None) -> float:
+    """A GPU-hour's price for this run's GPU (``--gpu-cost``'s), or ``InvalidArgumentError`` where it has none."""
+    if roof is None and ANY not in dict(cost.prices):
+        raise InvalidArgumentError(f"--gpu-cost {cost} prices GPUs by name: give --gpu, or one price for every GPU")
+    dollars = cost.of(roof.gpu.name if roof is not None else ANY)
+    if dollars is None:
+        assert roof is not None
+        raise InvalidArgumentError(f"--gpu-cost {cost} has no price for --gpu {roof.gpu.name}")
+    return dollars
 
 
 def step_time_model(args: argparse.Namespace, kv: KVCacheModel, roof: Roofline | None = None) -> Clock:
@@ -612,8 +644,11 @@ def preparer(
             check_step(manager_class, run_args.step, "--step rows")
             engine = resolve(run_args.engine, manager_class, run_args.step)
             config = replace(simulation_config(run_args, record_tables=False), engine=engine)
-        except BlockSpaceError as error:
-            raise InvalidArgumentError(f"--sweep ({swept}): {error}") from None
+        except BlockSpaceError as error:  # a deployment that does not exist keeps its kind: min-cost skips it
+            kind = DoesNotFitError if isinstance(error, DoesNotFitError) else InvalidArgumentError
+            raise kind(
+                f"--sweep ({swept}): {error}" if sweeps else str(error)
+            ) from error  # the cause: min-cost's reason
         key = tuple(getattr(run_args, name) for name in REQUEST_OPTIONS)
         if key not in traces:
             traces[key] = load_requests(run_args)
@@ -651,7 +686,7 @@ def search_once(
     from blockspace.simulator import capacity, fleet_size
 
     workers = args.workers or os.cpu_count() or 1
-    if args.find == "min-replicas":
+    if args.find != "max-rate":  # min-replicas, and min-cost's searches
         template = fleet_size.Try(1, trace, config, args.manager, args.slo)
         counts = fleet_size.evaluator(template, workers, args.executor, say)
         return fleet_size.find_min_replicas(counts, args.target / 100, workers, most,
@@ -661,31 +696,107 @@ def search_once(
     return capacity.find_max_rate(rates, rate, args.target / 100, workers, near=None if near is None else near / rate)
 
 
-def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: frozenset[str], command: list[str]) -> int:
-    """``--find max-rate``, for one configuration or each of a ``--sweep``:
-    everything checked, then one search per configuration (capacity.py)."""
-    from blockspace import __version__
-    from blockspace.simulator import capacity, fleet_size
-    from blockspace.simulator.executor import ray_pool
-    from blockspace.simulator.sweep import configurations, parse_sweeps
+@dataclass(frozen=True)
+class Point:
+    """One configuration a ``--find`` searches: its swept values, its
+    configuration and requests, the rate the search scales (max-rate), its
+    largest fleet and the line saying memory set it (min-replicas), and the
+    other draws of its arrivals (``--seeds``: seed, requests, rate)."""
 
-    fleet = args.find == "min-replicas"
-    if args.slo is None:
-        raise InvalidArgumentError(f"--find {args.find} needs --slo, the targets it must keep (e.g. ttft=2s)")
-    sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
-    if fleet and "replicas" in given | {name for name, _ in sweeps}:
-        raise InvalidArgumentError("--replicas cannot go with --find min-replicas: the search sets it")
-    prepare = preparer(sweeps, resolve_manager(args.manager), args.workers or os.cpu_count() or 1)
-    points = []  # (swept values, configuration, requests, their rate, the rate the search scales)
-    caps = []  # min-replicas: each point's largest fleet that fits in memory, and a line where memory set it
+    values: dict[str, Any]
+    config: SimulationConfig
+    trace: list[TraceRequest]
+    offered: float | None  # the requests' own rate as drawn (max-rate)
+    rate: float | None  # the rate the search scales (max-rate)
+    most: int = 0  # min-replicas: the largest fleet that fits in memory
+    bound: str | None = None
+    draws: tuple[tuple[int, list[TraceRequest], float | None], ...] = ()
+
+
+def find_points(
+    args: argparse.Namespace, sweeps: list[tuple[str, list[Any]]], fleet: bool
+) -> tuple[list[Point], list[Any]]:
+    """Every configuration of a ``--find`` checked and loaded, before any run;
+    with ``--find min-cost``, those that do not fit skipped (``min_cost.Skipped``)."""
+    from blockspace.simulator import capacity, fleet_size, min_cost
+    from blockspace.simulator.sweep import configurations
+
+    workers = args.workers or os.cpu_count() or 1
+    manager = resolve_manager(args.manager)
+    prepare = preparer(sweeps, manager, workers)
+    points, skipped = [], []
     for values in configurations(sweeps):
         run_args = argparse.Namespace(**{**vars(args), **values})
-        config, trace = prepare(run_args)
+        try:
+            config, trace = prepare(run_args)
+        except DoesNotFitError as error:
+            if args.find != "min-cost":
+                raise
+            skipped.append(min_cost.Skipped(values, str(error.__cause__ or error)))
+            continue
         offered = None if fleet else capacity.base_rate(trace)  # as drawn, where --request-rate names the rate
-        points.append((values, config, trace, offered, offered_rate(run_args) or offered))
-        if fleet:  # as many runs at once as workers
-            caps.append(fleet_cap(trace, resolve_manager(args.manager), config, fleet_size.MAX_REPLICAS,
-                                  args.workers or os.cpu_count() or 1))  # fmt: skip
+        draws = []
+        for seed in range(args.seed + 1, args.seed + args.seeds):
+            drawn = load_requests(argparse.Namespace(**{**vars(run_args), "seed": seed}))
+            draws.append((seed, drawn, None if fleet else offered_rate(run_args) or capacity.base_rate(drawn)))
+        most, bound = fleet_cap(trace, manager, config, fleet_size.MAX_REPLICAS, workers) if fleet else (0, None)
+        points.append(
+            Point(values, config, trace, offered, offered_rate(run_args) or offered, most, bound, tuple(draws))
+        )
+    if not points:
+        raise InvalidArgumentError(f"--find min-cost: no configuration fits: {skipped[0].why}")
+    return points, skipped
+
+
+def search_ranges(
+    args: argparse.Namespace, point: Point, search: Any
+) -> tuple[capacity.RateAnswer | fleet_size.ReplicaAnswer, Interrupted | None]:
+    """The central answer ``search`` with its ranges: the answers on a clock
+    faster and slower by its measured error, and on the other draws of the
+    arrivals (``--seeds``), each search starting near the central answer.
+    Stopped by Ctrl-C, the central answer is kept whole, with the ranges
+    found so far, and the ``Interrupted`` returned."""
+    from blockspace.simulator import capacity
+
+    clock = point.config.step_time
+    try:
+        if not isinstance(clock, Roofline):
+            print(f"no clock range: the clock ({clock.describe().split(',')[0]}) has no measured error")
+        elif search.value is not None:  # the answer again on a clock faster and slower by its error
+            paced = [replace(point.config, step_time=clock.paced(pace)) for pace in (1 - clock.error, 1 + clock.error)]
+            ends = [search_once(args, one, point.trace, point.rate, point.most, search.value, None) for one in paced]
+            faster, slower = (end.value for end in ends)
+            found = capacity.ClockRange(clock.error, faster, slower, sum(end.runs for end in ends))
+            search = replace(search, clock_range=found)
+        if point.draws:
+            draws = [search_once(args, point.config, drawn, rate, point.most, search.value, None)
+                     for _, drawn, rate in point.draws]  # fmt: skip
+            seeds = (args.seed, *(seed for seed, _, _ in point.draws))
+            answers = (search.value, *(draw.value for draw in draws))
+            search = replace(search, seed_range=capacity.SeedRange(seeds, answers, sum(draw.runs for draw in draws)))
+    except Interrupted as stop:
+        return search, stop
+    return search, None
+
+
+def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: frozenset[str], command: list[str]) -> int:
+    """``--find``, for one configuration or each of a ``--sweep``: everything
+    checked, then one search per configuration with its ranges (capacity.py,
+    fleet_size.py), priced and compared with ``--find min-cost`` (min_cost.py)."""
+    from blockspace import __version__
+    from blockspace.simulator import capacity, fleet_size, min_cost
+    from blockspace.simulator.executor import ray_pool
+    from blockspace.simulator.sweep import parse_sweeps
+
+    fleet = args.find != "max-rate"  # min-replicas and min-cost search replica counts
+    if args.slo is None:
+        raise InvalidArgumentError(f"--find {args.find} needs --slo, the targets it must keep (e.g. ttft=2s)")
+    if args.find == "min-cost" and args.gpu_cost is None:
+        raise InvalidArgumentError("--find min-cost needs --gpu-cost, the price of a GPU-hour (of each GPU swept)")
+    sweeps = parse_sweeps(args.sweep, parser, RANGES, given)
+    if fleet and "replicas" in given | {name for name, _ in sweeps}:
+        raise InvalidArgumentError(f"--replicas cannot go with --find {args.find}: the search sets it")
+    points, skipped = find_points(args, sweeps, fleet)
     if args.executor == "ray":
         ray_pool()
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
@@ -693,37 +804,33 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     source = workload_source(args)
     searches: list[capacity.RateAnswer | fleet_size.ReplicaAnswer] = []
     stopped = None  # Ctrl-C's Interrupted, once a search was stopped: its points are kept, the rest not run
-    for values, config, trace, offered, rate in points:
-        named = "".join(f", {name}={value}" for name, value in values.items())
-        under = "" if "router" in values else f" under {config.router}"  # a swept router is named once, below
+    for point in points:
+        config, trace = point.config, point.trace
+        named = "".join(f", {name}={value}" for name, value in point.values.items())
+        under = "" if "router" in point.values else f" under {config.router}"  # a swept router is named once, below
         goal = f"the fewest replicas{under}" if fleet else "the highest rate"
         print(f"finding {goal} at which {args.target:g}% of {len(trace):,} requests from {source} meet "
               f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
         say = None if args.quiet else partial(print, flush=True)
         # the configuration searched, which the command adds to its answer (capacity.Answer)
-        searched: dict[str, Any] = {"values": values, "config": config, "requests": len(trace),
+        searched: dict[str, Any] = {"values": point.values, "config": config, "requests": len(trace),
                                     "workload": describe(trace)}  # fmt: skip
         search: capacity.RateAnswer | fleet_size.ReplicaAnswer
-        most, bound = caps[len(searches)] if fleet else (0, None)
-        if bound is not None:
-            print(bound, flush=True)
-
+        if point.bound is not None:
+            print(point.bound, flush=True)
         try:
-            central = search_once(args, config, trace, rate, most, None, say)
-            search = replace(central, router=config.router, **searched) if isinstance(
-                central, fleet_size.ReplicaAnswer) else replace(central, arrival_times=capacity.arrival_times(trace),
-                                                               offered_requests_per_s=offered, **searched)  # fmt: skip
-            clock = config.step_time
-            if not isinstance(clock, Roofline):
-                print(f"no clock range: the clock ({clock.describe().split(',')[0]}) has no measured error")
-            elif search.value is not None:  # the answer again on a clock faster and slower by its error
-                paces = (1 - clock.error, 1 + clock.error)
-                try:
-                    ends = [search_once(args, replace(config, step_time=clock.paced(pace)), trace, rate, most,
-                                        search.value, None).value for pace in paces]  # fmt: skip
-                    search = replace(search, clock_range=capacity.ClockRange(clock.error, *ends))
-                except Interrupted as stop:  # Ctrl-C in the range's searches: the central answer is kept, whole
-                    stopped = stop
+            central = search_once(args, config, trace, point.rate, point.most, None, say)
+            search = (
+                replace(central, router=config.router, **searched)
+                if isinstance(central, fleet_size.ReplicaAnswer)
+                else replace(
+                    central,
+                    arrival_times=capacity.arrival_times(trace),
+                    offered_requests_per_s=point.offered,
+                    **searched,
+                )
+            )
+            search, stopped = search_ranges(args, point, search)
         except Interrupted as stop:  # Ctrl-C: the points tried so far, written below marked incomplete
             search = replace(stop.partial, **searched)
             stopped = stop
@@ -736,25 +843,34 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         searches.append(search)
         if stopped is not None:
             break
-    if len(searches) > 1 and stopped is None:
+    costs = None
+    if args.find == "min-cost" and stopped is None:
+        costs = min_cost.price(searches, skipped)  # type: ignore[arg-type]  # min-cost searches replica counts
+        print(min_cost.format_costs(costs, f"{args.target:g}% of requests within {args.slo}"))
+    elif len(searches) > 1 and stopped is None:
         print(capacity.format_answers(searches, "min replicas" if fleet else "max rate"))
     args.out.mkdir(parents=True, exist_ok=True)
     document = {"command": shlex.join(command), "version": __version__, "find": args.find, "trace": source,
                 "manager": args.manager, "slo": str(args.slo), "target": args.target / 100,
                 "complete": stopped is None, "configurations": [search.to_json() for search in searches]}  # fmt: skip
+    if costs is not None:
+        document["min_cost"] = asdict(costs)
     write_text(args.out / "capacity.json", json.dumps(document, indent=1))
     print(f"figures: {args.out / 'capacity.json'}")
     if stopped is not None:  # no plot: Ctrl-C asked to stop now
         runs = sum(search.runs for search in searches)
         raise Interrupted(f"{runs:,} finished run(s) kept in {args.out / 'capacity.json'}, marked incomplete")
     if not args.no_plot:
-        size = max(len(trace) for _, _, trace, _, _ in points)
-        title = f"{'fewest replicas' if fleet else 'max rate'} within {args.slo} for {args.target:g}% of {size:,} " \
-                f"requests of {source}"  # fmt: skip
-        from blockspace.simulator.capacity_plot import plot_curves
+        size = max(len(point.trace) for point in points)
+        within = f"within {args.slo} for {args.target:g}% of {size:,} requests of {source}"
+        from blockspace.simulator.capacity_plot import plot_costs, plot_curves
 
-        plot_curves(args.out / "capacity.png", searches, title, args.find)
+        plot_curves(args.out / "capacity.png", searches, f"{'fewest replicas' if fleet else 'max rate'} {within}",
+                    "max-rate" if not fleet else "min-replicas")  # fmt: skip
         print(f"plot:    {args.out / 'capacity.png'}")
+        if costs is not None:
+            plot_costs(args.out / "cost.png", searches, costs, f"cost of each fleet {within}")  # type: ignore[arg-type]
+            print(f"plot:    {args.out / 'cost.png'}")
     return 0
 
 

@@ -199,7 +199,7 @@ def format_answer(found: ReplicaAnswer, slo: SLO, router: str) -> str:
         lines.append(f"min replicas: none found up to {found.most:,}{bound} under {router} for {target}; "
                      f"{found.runs} runs")  # fmt: skip
     else:
-        span = "" if found.clock_range is None else found.clock_range.text(lambda count: f"{count:.0f}")
+        span = found.ranges(lambda count: f"{count:.0f}")
         lines.append(f"min replicas: {found.min_replicas}{span} under {router} keep {target}; {found.runs} runs"
                      + price_at(found))  # fmt: skip
     return "\n".join(lines)

@@ -54,6 +54,12 @@ DEFAULT_GPU, DEFAULT_MODEL = "H200", "llama-3.1-8b"  # today's assumption (gpu.p
 HELD_OUT_ERROR = 0.115
 
 
+class DoesNotFitError(InvalidArgumentError):
+    """The model does not fit on the GPU at this tensor-parallel degree, or
+    does not split over it: no such deployment exists (``--find min-cost``
+    skips it, any other run refuses it)."""
+
+
 @dataclass(frozen=True)
 class Roofline:
     """The roofline clock of ``model`` on ``tensor_parallel`` x ``gpu`` (see the module doc)."""
@@ -86,7 +92,7 @@ class Roofline:
                 f"--tensor-parallel must be a whole number 1 to 64, got {self.tensor_parallel!r}"
             )
         if self.model.num_heads % self.tensor_parallel:
-            raise InvalidArgumentError(
+            raise DoesNotFitError(
                 f"--tensor-parallel {self.tensor_parallel} does not divide --model {self.model.name}'s "
                 f"{self.model.num_heads} attention heads"
             )
@@ -128,7 +134,7 @@ class Roofline:
         usable = self.gpu.memory_gb * 1e9 / GIB * GPU_MEMORY_UTILIZATION
         left = usable - weights_gib - self.activation_reserve_gib
         if left <= 0:
-            raise InvalidArgumentError(
+            raise DoesNotFitError(
                 f"--model {self.model.name} in {self.dtype} needs {weights_gib:.1f} GiB of weights per GPU at "
                 f"--tensor-parallel {self.tensor_parallel}, and --gpu {self.gpu.name} leaves {usable:.1f} GiB "
                 f"(at {GPU_MEMORY_UTILIZATION:.0%}, less a {self.activation_reserve_gib:g} GiB activation reserve): "
@@ -184,4 +190,4 @@ def roofline_of(gpu: str | None, model: str | None, **knobs: Any) -> Roofline:
     return Roofline(gpu_named(gpu or DEFAULT_GPU), model_named(model or DEFAULT_MODEL), assumed=assumed, **knobs)
 
 
-__all__ = ["DEFAULT_GPU", "DEFAULT_MODEL", "DTYPE_BYTES", "KV_DTYPES", "Roofline", "roofline_of"]
+__all__ = ["DEFAULT_GPU", "DEFAULT_MODEL", "DTYPE_BYTES", "DoesNotFitError", "KV_DTYPES", "Roofline", "roofline_of"]

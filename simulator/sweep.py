@@ -81,6 +81,7 @@ NOT_SWEPT = {
     "requests_out": "it writes the requests of one run, and a sweep makes many",
     "find": "it turns each configuration into a search: give --find once beside --sweep",
     "target": "it belongs to --find, given once for every configuration",
+    "seeds": "it belongs to --find, given once for every configuration",
 }
 
 # The headline figures: (column, how to read it off a run's summary). The request counts

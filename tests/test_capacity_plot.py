@@ -121,6 +121,6 @@ def test_an_answer_with_a_clock_range_is_drawn_with_its_band():
             (band,) = axis.patches
             xs = [band.get_x(), band.get_x() + band.get_width()]  # in data units along x
             assert xs == [6, 8] and band.get_facecolor()[:3] == plt.matplotlib.colors.to_rgb("C0")
-        assert "the clock's range" in [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+        assert "the answer's range" in [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
     finally:
         plt.close(figure)

@@ -91,6 +91,26 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--model", "llama-3.1-8b", "--tensor-parallel", "3"],
             ["--sweep", "model=llama-3.1-8b,gpt-9"],
         ],
+        "gpu_cost": [
+            ["--gpu-cost", "x"],
+            ["--gpu-cost", "-1"],
+            ["--gpu-cost", "inf"],
+            ["--gpu-cost", "H9=3"],
+            ["--gpu-cost", "H200=2,H200=3"],
+            ["--gpu-cost", "3,H200=2"],
+            ["--gpu-cost", "H100-SXM=3"],  # by name, and no --gpu
+            ["--gpu-cost", "H100-SXM=3", "--gpu", "H200"],
+            ["--gpu-cost", "H100-SXM=3", "--sweep", "gpu=H100-SXM,H200"],
+            ["--find", "min-cost", "--slo", "ttft=1s"],
+        ],
+        "seeds": [
+            ["--seeds", "2", "--request-rate", "5"],  # no --find
+            ["--find", "max-rate", "--slo", "ttft=1s", "--seeds", "2"],  # the trace's own arrivals
+        ],
+        "find": [
+            ["--find", "min-cost", "--slo", "ttft=1s", "--gpu-cost", "3", "--gpu", "L40S", "--model", "llama-3.1-405b"],
+            ["--find", "min-cost", "--slo", "ttft=1s", "--gpu-cost", "3", "--replicas", "2"],
+        ],
         "slo": [
             ["--slo", "ttft=2"],
             ["--slo", "ttft=2s,ttft=1s"],

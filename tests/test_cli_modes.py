@@ -259,6 +259,8 @@ PROBES: dict[str, Probe] = {
     "find": Probe(("max-rate",), lambda value: ["--find", value, "--slo", "e2e=1000s"],
                   view=lambda v, value: (v.out / "capacity.json").exists() and len(v.runs) >= 1),
     "target": Probe(("50",), flag("--target"), view=lambda v, value: v.document["target"] == 0.5),
+    "seeds": Probe(("2",), flag("--seeds"), view=lambda v, value: [c["seed_range"]["seeds"] for c in v.document[
+        "configurations"]] == [[0, 1]]),
     "sweep": Probe(("n=1,2",), flag("--sweep"),
                    view=lambda v, value: [r.config["num_samples"] for r in v.runs] == [1, 2]),
     "workers": Probe(("2",), flag("--workers"), view=lambda v, value: POOLS == [2] * len(POOLS) and bool(POOLS)),
@@ -271,6 +273,7 @@ SYNTHETIC_RUN = {"workload": ["--workload", "synthetic"], "max_requests": ["--ma
 WITH: dict[str, dict[str, list[str]]] = {
     "burstiness": {"request_rate": ["--request-rate", "20"]},
     "seed": {"request_rate": ["--request-rate", "20"]},
+    "seeds": {"request_rate": ["--request-rate", "20"]},
     "router": {"replicas": ["--replicas", "2"]},
     "router_weight": {"replicas": ["--replicas", "2"], "router": ["--router", "kv_aware"]},
     "workload": {"max_requests": SYNTHETIC_RUN["max_requests"]},
@@ -289,7 +292,8 @@ REFUSED = {
     ("manager", "compare"),  # --compare names both managers
     *((name, "compare") for name in ("find", "sweep", "target", "workers", "executor")),
     *((name, mode) for name in ("compare", "requests_out") for mode in ("sweep", "find")),
-    *(("target", mode) for mode in ("single", "sweep")),
+    *((name, mode) for name in ("target", "seeds") for mode in ("single", "sweep")),
+    ("seeds", "compare"),
     *((name, "single") for name in ("workers", "executor")),
     *((("executor", mode) for mode in ("sweep", "find")) if not RAY else ()),  # --executor ray, without Ray
     *((name, "swept") for name in NOT_SWEPT),
