@@ -11,7 +11,9 @@ The search runs in rounds of as many counts as there are workers, on the
 sweep's executor (``executor.py``):
 
 1. bracket: 1, 2, 4, ... until a count meets the target (at most ``MAX_REPLICAS``,
-   or the largest fleet whose estimated memory fits: ``memory.py``);
+   or the largest fleet whose estimated memory fits: ``memory.py``), or
+   until doubling stops helping (``stops_rising``: the largest fleet kept
+   up with its traffic and met the SLO no more often than half its size);
 2. narrow: between the highest failing count and the lowest passing one,
    try counts spread evenly, until the two are adjacent.
 
@@ -75,6 +77,7 @@ class ReplicaAnswer(Answer):
     runs: int
     most: int  # the largest count it could try
     no_effect: bool
+    stopped_rising: bool = False  # the doubling stopped: more replicas no longer helped (``stops_rising``)
     curve: tuple[ReplicaPoint, ...]
 
     OPTIONAL = (*Answer.OPTIONAL, "router")
@@ -126,6 +129,20 @@ def next_counts(tried: dict[int, bool], width: int, most: int = MAX_REPLICAS) ->
     return sorted({low + round(step * (i + 1)) for i in range(min(width, high - low - 1))} - set(tried))
 
 
+def stops_rising(tries: dict[int, ReplicaPoint]) -> bool:
+    """Has doubling the fleet stopped helping? The largest count tried kept
+    up with its traffic (its queue did not grow) and met the SLO no more
+    often than the largest count at most half of it. Then what misses is
+    what misses on a replica with no queue: a prompt whose prefill alone
+    takes longer than the TTFT bound, a batch whose decodes share a step.
+    More replicas would only cost runs, each larger than the last (issue
+    #53: a slower clock's search doubled to 1,024 replicas of 2,000
+    requests for nothing)."""
+    top = max(tries)
+    half = max((count for count in tries if count <= top // 2), default=None)
+    return half is not None and not tries[top].saturated and tries[top].attainment <= tries[half].attainment
+
+
 def find_min_replicas(
     evaluate: Callable[[list[int]], Iterable[ReplicaPoint]],
     target: float,
@@ -143,12 +160,14 @@ def find_min_replicas(
     counts = sorted({min(2**i, most) for i in range(width)})  # ``most``: as ``next_counts``
     if near is not None:
         counts = sorted({max(1, near - 1), min(near, most)})
-    complete = True
+    complete, stopped_rising = True, False
     try:
         while counts:
             for point in evaluate(counts):
                 tries[point.replicas] = point
-            counts = next_counts({k: t.attainment >= target for k, t in tries.items()}, width, most)
+            passed = {k: t.attainment >= target for k, t in tries.items()}
+            stopped_rising = not any(passed.values()) and stops_rising(tries)
+            counts = [] if stopped_rising else next_counts(passed, width, most)
     except KeyboardInterrupt:
         complete = False
     failing = max((k for k, t in tries.items() if t.attainment < target), default=0)
@@ -160,6 +179,7 @@ def find_min_replicas(
         runs=len(tries),
         most=most,
         no_effect=not passing and has_no_effect([t.attainment for t in tries.values()]),
+        stopped_rising=stopped_rising,
         curve=tuple(tries[k] for k in sorted(tries)),
     )
     if not complete:
@@ -194,6 +214,14 @@ def format_answer(found: ReplicaAnswer, slo: SLO, router: str) -> str:
     elif found.no_effect:
         tried = f"replica count tried, up to {found.curve[-1].replicas:,}"
         lines.append(no_effect_line(found.curve[0].attainment, found.runs, "min replicas", tried))
+    elif found.min_replicas is None and found.stopped_rising:
+        top = found.curve[-1]
+        half = [point for point in found.curve if point.replicas <= top.replicas // 2][-1]  # the curve is in order
+        lines.append(
+            f"min replicas: none found under {router} for {target}: more replicas stopped helping, {top.attainment:.1%}"
+            f" at {top.replicas:,} against {half.attainment:.1%} at {half.replicas:,} with the load kept up (what"
+            f" misses, misses on a replica with no queue); {found.runs} runs"
+        )
     elif found.min_replicas is None:
         bound = "" if found.most >= MAX_REPLICAS else ", the largest fleet that fits in memory"
         lines.append(f"min replicas: none found up to {found.most:,}{bound} under {router} for {target}; "
@@ -214,4 +242,4 @@ def price_at(found: ReplicaAnswer) -> str:
 
 
 __all__ = ["MAX_REPLICAS", "ReplicaAnswer", "ReplicaPoint", "Try", "evaluator", "find_min_replicas", "format_answer",
-           "next_counts", "run_try"]  # fmt: skip
+           "next_counts", "run_try", "stops_rising"]  # fmt: skip

@@ -131,7 +131,7 @@ def test_min_replicas_stops_its_doubling_at_the_largest_fleet_that_fits():
 
     def never_meets(counts):
         tried.append(counts)
-        return [ReplicaPoint(replicas=k, attainment=0.1 * len(tried), goodput_requests_per_s=0.0, finished=0,
+        return [ReplicaPoint(replicas=k, attainment=0.05 * k, goodput_requests_per_s=0.0, finished=0,
                              hit_rate=0.0, ttft_p90_s=None, saturated=False) for k in counts]  # fmt: skip
 
     found = find_min_replicas(never_meets, 0.9, 2, most=6)

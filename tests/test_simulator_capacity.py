@@ -228,3 +228,23 @@ def test_each_configuration_of_a_sweep_gets_its_answer(tmp_path, capsys):
     assert two["rate_scale"] == pytest.approx(2 * one["rate_scale"], rel=2 * DEFAULT_TOLERANCE)
     assert "max rate per configuration:" in printed and "time_scale=2.0: " in printed
     assert (tmp_path / "out" / "capacity.png").stat().st_size > 0
+
+
+def test_min_replicas_stops_doubling_once_more_replicas_stop_helping():
+    """Issue #53: a fleet that keeps up and meets the SLO no more often at twice the size will not
+    meet it at four times: the search stops there and says why, where it doubled to 1,024 before.
+    A saturated fleet (its queue grew) is no such sign: 0 % at 1 and 2 goes on."""
+    attainments = {1: 0.0, 2: 0.0, 4: 0.5, 8: 0.83, 16: 0.825, 32: 0.825}
+    saturated = {1, 2}
+    asked = []
+
+    def evaluate(counts):
+        asked.append(counts)
+        return [dataclasses.replace(fleet_try(k, attainments[k]), saturated=k in saturated) for k in counts]
+
+    found = find_min_replicas(evaluate, target=0.9, width=2)
+    assert asked == [[1, 2], [4, 8], [16, 32]] and found.stopped_rising and found.min_replicas is None
+    said = fleet_answer(found, SLO(ttft_s=2.0), "round_robin").splitlines()[-1]
+    assert "more replicas stopped helping, 82.5% at 32 against 82.5% at 16 with the load kept up" in said
+    rising = find_min_replicas(lambda counts: [fleet_try(k, min(0.95, k / 64)) for k in counts], target=0.9, width=2)
+    assert rising.min_replicas == 58 and not rising.stopped_rising
