@@ -43,8 +43,9 @@ class Option:
     tensor_parallel: int
     dollars_per_gpu_hour: float
     replicas: int | None  # the fewest that meet the SLO; None: none found
-    faster_replicas: int | None  # on the clock faster and slower by its error (None: no range, or none found)
+    faster_replicas: int | None  # on the clock faster and slower by its error (None: none found, or no range)
     slower_replicas: int | None
+    ranged: bool  # was the clock's range run (a clock with a measured error, and an answer)?
     dollars_per_million_output_tokens: float | None  # at the answer
 
     def price(self, replicas: int) -> float:
@@ -97,6 +98,7 @@ def option_of(search: ReplicaAnswer) -> Option:
         replicas=search.min_replicas,
         faster_replicas=None if ends is None or ends.faster is None else int(ends.faster),
         slower_replicas=None if ends is None or ends.slower is None else int(ends.slower),
+        ranged=ends is not None,
         dollars_per_million_output_tokens=None if at is None else at.dollars_per_million_output_tokens,
     )
 
@@ -140,22 +142,17 @@ def dollars(amount: float | None) -> str:
 def format_costs(answer: CostAnswer, target: str) -> str:
     """A table of the options, the skipped, and the cheapest in a sentence
     (``target``: what the fleets must keep, in words)."""
-    lines = [f"{'configuration':<28}  {'replicas':>9}  {'GPUs':>5}  {'$/hour':>11}  {'clock range $/hour':>20}  "
+    lines = [f"{'configuration':<28}  {'replicas':>9}  {'GPUs':>5}  {'$/hour':>11}  {'clock range $/hour':>24}  "
              "$/M output tokens"]  # fmt: skip
     for option in answer.options:
         low, high = (option.dollars_per_hour(count) for count in (option.faster_replicas, option.slower_replicas))
-        span = (
-            "-"
-            if low is None and high is None
-            else dollars(low)
-            if low == high
-            else f"{dollars(low)} to {dollars(high)}"
-        )
+        ends = ["none found" if end is None else dollars(end) for end in (low, high)]
+        span = "-" if not option.ranged or option.replicas is None else ends[0] if low == high else " to ".join(ends)
         gpus = "-" if option.replicas is None else f"{option.replicas * option.tensor_parallel:,}"
         count = "none" if option.replicas is None else f"{option.replicas:,}"
         lines.append(
             f"{option.name:<28}  {count:>9}  {gpus:>5}  {dollars(option.dollars_per_hour(option.replicas)):>11}"
-            f"  {span:>20}  {dollars(option.dollars_per_million_output_tokens)}"
+            f"  {span:>24}  {dollars(option.dollars_per_million_output_tokens)}"
         )
     for skip in answer.skipped:
         named = ", ".join(f"{name}={value}" for name, value in skip.values.items())

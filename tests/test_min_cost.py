@@ -17,7 +17,7 @@ LOOSE = ["--slo", "e2e=1000s", "--target", "90"]  # every fleet of one replica k
 
 def option(gpu: str, tp: int, price: float, replicas: int | None, per_token: float | None = None,
            ends: tuple[int | None, int | None] = (None, None)) -> Option:  # fmt: skip
-    return Option({"gpu": gpu, "tensor_parallel": tp}, gpu, tp, price, replicas, *ends, per_token)
+    return Option({"gpu": gpu, "tensor_parallel": tp}, gpu, tp, price, replicas, *ends, ends != (None, None), per_token)
 
 
 def test_the_cheapest_fleet_is_replicas_times_gpus_times_the_price():
@@ -100,3 +100,12 @@ def test_seeds_range_over_the_answers_each_draw_gives_alone(tmp_path):
 def test_what_min_cost_and_seeds_refuse(tmp_path, capsys, argv, said):
     assert simulate([*argv, "--no-plot", "--out", str(tmp_path / "out")]) == 2
     assert said in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_a_range_end_with_no_fleet_says_none_found_and_a_clock_without_a_range_says_nothing():
+    slow_misses = option("H200", 4, 3.8, 31, ends=(17, None))
+    said = format_costs(CostAnswer((slow_misses,), (), slow_misses, slow_misses, None, 0.115), "the SLO")
+    assert "H200 x TP 4 31 124 $471.20 $258.40 to none found -" in " ".join(said.split())
+    unranged = option("H200", 4, 3.8, 31)
+    said = format_costs(CostAnswer((unranged,), (), unranged, None, None, None), "the SLO")
+    assert "H200 x TP 4 31 124 $471.20 - -" in " ".join(said.split()) and "clock's error" not in said
