@@ -14,12 +14,14 @@ workers never hear SIGINT themselves (``interrupts.worker_pool``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from blockspace.errors import MissingExtraError
 from blockspace.interrupts import worker_pool
 
+IN_POOL = False  # True in a worker of a pool (``mark_pool_worker``): the pool already runs one run a core
 Job = TypeVar("Job")
 Result = TypeVar("Result")
 EXECUTORS = ("process", "ray")
@@ -34,14 +36,28 @@ def ray_pool() -> type:
     return Pool
 
 
+def mark_pool_worker() -> None:
+    """A pool's initializer: this process is one of its workers (``IN_POOL``)."""
+    global IN_POOL
+    IN_POOL = True
+
+
+def threads_for(replicas: int) -> int:
+    """How many replicas of a fleet replayed apart (``fleet.py``) go at once
+    in this process: one a core it may use, at most its replicas; one in a
+    pool's worker, whose siblings already take the other cores."""
+    return 1 if IN_POOL else max(1, min(replicas, len(os.sched_getaffinity(0))))
+
+
 def _pool(executor: str, workers: int) -> Any:
     """A pool with ``imap_unordered`` (worker processes, or Ray's), as a
     context (``interrupts.worker_pool``): terminated if the block raises."""
     if executor == "ray":
-        return worker_pool(lambda: ray_pool()(processes=workers))
+        return worker_pool(lambda: ray_pool()(processes=workers, initializer=mark_pool_worker))
     import multiprocessing
 
-    return worker_pool(lambda: multiprocessing.get_context("spawn").Pool(processes=workers))
+    spawn = multiprocessing.get_context("spawn")
+    return worker_pool(lambda: spawn.Pool(processes=workers, initializer=mark_pool_worker))
 
 
 def map_unordered(function: Callable[[Job], Result], jobs: list[Job], workers: int, executor: str) -> Iterator[Result]:

@@ -15,7 +15,8 @@ Two ways to replay one, with the same result (``tests/test_fleet.py``):
   to its end.
 - **Apart** (the compiled engine, a router that reads no replica:
   ``STATIC``). The assignment is known first, so each replica replays its
-  share of the trace on its own, with no call into compiled code per arrival.
+  share of the trace on its own, with no call into compiled code per
+  arrival, one a core at once (threads: ``executor.threads_for``).
 
 The Python engine keeps to one clock even where it could replay apart, so
 that the tests hold the one clock to single replays (round robin over
@@ -42,6 +43,7 @@ from typing import Protocol
 
 import numpy as np
 
+from blockspace.simulator.executor import threads_for
 from blockspace.simulator.metrics import Metrics, Timeline, filled
 from blockspace.simulator.routers import ROUTERS, Replica
 from blockspace.simulator.runs import SimulationConfig, SimulationResult, SimulationStalledError, collector_paused
@@ -85,8 +87,8 @@ def replay_fleet(
     on_progress: Callable[[int], None] | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` through the fleet ``config`` describes; ``on_progress``
-    hears the requests done on one clock (apart, the replicas replay one
-    after another, unheard)."""
+    hears the requests done on one clock (apart, the replicas replay
+    unheard)."""
     single = replace(config, replicas=1, max_concurrency=None)
     if config.engine != "python" and not config.reads_replicas:  # a static router: each share is known first
         from blockspace.simulator.compiled.engine import replay_apart
@@ -95,7 +97,7 @@ def replay_fleet(
         shares = [[entry for entry, k in zip(trace, assignment, strict=True) if k == replica]
                   for replica in range(config.replicas)]  # fmt: skip
         started = time.perf_counter()
-        results, startup_s = replay_apart(shares, manager_class, single)
+        results, startup_s = replay_apart(shares, manager_class, single, threads_for(config.replicas))
         fleet = merged(results, assignment, config, time.perf_counter() - started - startup_s)
         fleet.metrics.startup_s = startup_s
         return fleet

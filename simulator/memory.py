@@ -113,9 +113,12 @@ def _replica_builder(manager_class: type, config: SimulationConfig) -> Callable[
 
 
 def replicas_held(config: SimulationConfig) -> int:
-    """Replicas whose state is held at once: all, on one clock; one, apart (``fleet.py``)."""
+    """Replicas whose state is held at once: all, on one clock; apart
+    (``fleet.py``), as many as go at once (``executor.threads_for``)."""
+    from blockspace.simulator.executor import threads_for
+
     apart = config.engine != "python" and not config.reads_replicas
-    return 1 if apart else config.replicas
+    return threads_for(config.replicas) if apart else config.replicas
 
 
 def estimate(trace: list[TraceRequest], manager_class: type, config: SimulationConfig) -> Estimate:

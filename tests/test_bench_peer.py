@@ -37,6 +37,9 @@ def nothing_timed(monkeypatch):
         (["--rounds", "0"], "--rounds must be >= 1, got 0"),
         (["--rounds", "two"], "--rounds: invalid int value: 'two'"),
         (["--nosuch"], "unrecognized arguments: --nosuch"),
+        (["--replicas", "0"], "--replicas must be >= 1, got 0"),
+        (["--router", "kv_aware"], "--router goes with --replicas above 1"),
+        (["--router", "least_loaded", "--replicas", "2"], "invalid choice: 'least_loaded'"),
     ],
 )
 def test_a_bad_option_exits_2_with_one_error_line(monkeypatch, capsys, nothing_timed, argv, said):
@@ -70,8 +73,9 @@ def test_an_unwritable_out_is_refused_first(tmp_path, capsys, nothing_timed):
 
 
 ROW = re.compile(
-    r"^\| 20 \| (?P<mocker>[-0-9.]+) \| (?P<replay>[0-9.]+) \| (?P<command>[0-9.]+) \| (?P<ratio>\S+) "
-    r"\| (?P<python>[0-9.]+) \| (?P<python_ratio>\S+) \| (?P<floor>[0-9.]+) \| (?P<floor_ratio>\S+) \|$",
+    r"^\| 20 \| (?P<mocker>[-0-9.]+) \| (?P<mocker_command>[-0-9.]+) \| (?P<replay>[0-9.]+) \| (?P<command>[0-9.]+) "
+    r"\| (?P<ratio>\S+) \| (?P<commands>\S+) \| (?P<python>[-0-9.]+) \| (?P<python_ratio>\S+) \| (?P<floor>[0-9.]+) "
+    r"\| (?P<floor_ratio>\S+) \|$",
     re.M,
 )
 
@@ -94,9 +98,11 @@ def test_a_tiny_run_prints_the_table_and_writes_it(monkeypatch, tmp_path, capsys
             assert re.fullmatch(r"[0-9]+\.[0-9]{2}x", ratio), printed
             assert float(ratio[:-1]) == pytest.approx(engine_s / mocker, rel=0.1, abs=0.01)  # the table's rounding
         assert row["floor_ratio"].endswith("x")
+        commands = float(row["commands"][:-1])
+        assert commands == pytest.approx(command / float(row["mocker_command"]), rel=0.1, abs=0.01)
         assert "not installed" not in printed
     else:
-        assert row["mocker"] == row["ratio"] == row["python_ratio"] == row["floor_ratio"] == "-"
+        assert row["mocker"] == row["ratio"] == row["python_ratio"] == row["floor_ratio"] == row["commands"] == "-"
         assert printed.count("the mocker is not installed") == 1
 
 
@@ -120,3 +126,16 @@ def test_a_failed_replay_exits_1(monkeypatch, capsys):
     err = capsys.readouterr().err  # the progress lines, then the error
     assert "Traceback" not in err and err.count("error: ") == 1
     assert err.splitlines()[-1] == "error: blockspace simulate exited 1: (nothing on stderr)"
+
+
+def test_a_fleet_is_timed_on_the_compiled_engine_against_the_mockers_workers(monkeypatch, capsys):
+    """Issue #54: ``--replicas 2 --router kv_aware`` runs ours with that fleet and the mocker with 2
+    workers behind its KV router; the Python engine is left out (a fleet takes it minutes)."""
+    monkeypatch.delenv("BLOCKSPACE_TRACE", raising=False)
+    assert peer.main(["--requests", "20", "--rounds", "1", "--replicas", "2", "--router", "kv_aware", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    (row,) = figures["rows"]
+    assert figures["replicas"] == 2 and figures["router"] == "kv_aware" and "python" not in row
+    assert row["compiled"]["finished"] == 20 and 0 < row["compiled"]["replay_s"] < row["compiled"]["command_s"]
+    if peer.mocker_installed():
+        assert row["mocker"]["finished"] == 20 and set(row["ratios"]) == {"compiled"}

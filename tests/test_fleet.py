@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import pytest
 
 from blockspace.errors import InvalidConfigError
@@ -328,3 +329,59 @@ def test_the_fleet_benchmark_times_a_fleet_against_a_smaller_one():
     row = next(line for line in timed.stdout.splitlines() if line.startswith("round_robin"))
     assert len(re.findall(r"\d+\.\d\d \(\d+\.\d\d to \d+\.\d\d\)", row)) == 4
     assert refused.returncode == 2 and "--against 2: from 1 to fewer than --replicas (2)" in refused.stderr
+
+
+def test_a_fleet_replayed_apart_is_the_same_one_replica_at_a_time_and_one_a_core(monkeypatch):
+    """Issue #54: under a router that reads no replica, the compiled engine replays the replicas on
+    threads, one a core (the loop lets go of the GIL); in a pool's worker, one at a time. The
+    decisions and figures are the same either way, request by request."""
+    from blockspace.simulator import executor
+
+    base = dataclasses.replace(config(4, engine="compiled"), scheduler=SchedulerConfig(max_num_seqs=16,
+                               record_tables=True))  # fmt: skip
+    trace = load_trace(None, 120)
+    monkeypatch.setattr(executor, "IN_POOL", True)
+    assert executor.threads_for(4) == 1
+    alone = replay(trace, FAST, base)
+    monkeypatch.setattr(executor, "IN_POOL", False)
+    monkeypatch.setattr(executor.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert executor.threads_for(4) == 2 and executor.threads_for(1) == 1
+    threaded = replay(trace, FAST, base)
+    assert alone.assignment == threaded.assignment and alone.records == threaded.records
+    assert per_request(alone) == per_request(threaded) and alone.metrics.counts == threaded.metrics.counts
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="without the JIT the loop is Python: its 2,000 steps take seconds")
+def test_ctrl_c_ends_a_fleet_replayed_on_threads_at_once(monkeypatch):
+    """Ctrl-C reaches the main thread, which waits on the replicas' threads: they end at their loop's
+    next return (every 2,000 steps at most), and the replay raises KeyboardInterrupt, in well under
+    the 2 s every command has (tests/test_interrupts.py)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from blockspace.simulator.compiled import engine
+
+    started = threading.Event()
+    advance = engine.Run.advance
+
+    def noted(self, *args, **kwargs):
+        started.set()
+        return advance(self, *args, **kwargs)
+
+    monkeypatch.setattr(engine.Run, "advance", noted)
+    engine.warm_up(FAST, config(engine="compiled"))
+    share = [TraceRequest(i, 0.01 * i, 64, 2_000, (i,)) for i in range(2_000)]  # minutes of steps
+    sent = []
+
+    def ctrl_c():
+        started.wait(60)
+        time.sleep(0.3)
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        engine.replay_apart([share, share], FAST, config(engine="compiled", num_gpu_blocks=8_000), threads=2)
+    assert sent and time.monotonic() - sent[0] < 1.0

@@ -16,6 +16,7 @@ import pytest
 from blockspace.cli import main as blockspace
 from blockspace.errors import InvalidArgumentError
 from blockspace.interfaces import load_manager_class
+from blockspace.simulator import executor
 from blockspace.simulator.cli import build_parser, simulation_config
 from blockspace.simulator.engines import replay, resolve
 from blockspace.simulator.slo import parse_slo
@@ -149,9 +150,10 @@ def test_the_ray_executor_uses_rays_pool(tmp_path, monkeypatch, capsys):
     used = []
 
     class Pool(ThreadPool):
-        def __init__(self, processes: int) -> None:
+        def __init__(self, processes: int, initializer: object = None) -> None:
             used.append(processes)
-            super().__init__(processes)
+            assert initializer is executor.mark_pool_worker  # Ray's workers run their fleets a replica at a time
+            super().__init__(processes)  # not run here: these threads share this process's flag
 
     ray = types.ModuleType("ray")
     ray.util = types.ModuleType("ray.util")

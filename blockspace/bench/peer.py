@@ -67,7 +67,10 @@ MAX_NUM_BATCHED_TOKENS = 2_048
 TRACE_BLOCK_SIZE = 512  # tokens per Mooncake hash id
 
 
-def mocker_replay(trace_file: str) -> dict[str, Any]:
+ROUTER_MODES = {"round_robin": "round_robin", "kv_aware": "kv_router"}  # --router: ours -> the mocker's router_mode
+
+
+def mocker_replay(trace_file: str, replicas: int = 1, router: str = "round_robin") -> dict[str, Any]:
     """Replay ``trace_file`` (Mooncake JSONL, every line of it: the mocker has
     no request limit, so the caller writes the first N lines to a file) in
     Dynamo's mocker; its timing and its own summary.
@@ -84,7 +87,8 @@ def mocker_replay(trace_file: str) -> dict[str, Any]:
             speedup_ratio=1.0                 scales the mocker's simulated step times only;
                                               offline replay never sleeps on them
         replay_mode="offline"                 discrete-event replay in simulated time, one engine
-        num_workers=1                         one engine (ours: one scheduler)
+        num_workers=replicas                  engines behind its router (ours: --replicas)
+        router_mode=ROUTER_MODES[router]      round_robin = ours; kv_router, its KV router = our kv_aware
         trace_format="mooncake"               timestamp (ms), input_length, output_length, hash_ids
         trace_block_size=512                  tokens per hash id, as ours reads them
         arrival_speedup_ratio=1.0             = simulate --time-scale 1 (arrivals as the trace has them)
@@ -107,7 +111,8 @@ def mocker_replay(trace_file: str) -> dict[str, Any]:
         [trace_file],
         extra_engine_args={"engine": engine},
         replay_mode="offline",
-        num_workers=1,
+        num_workers=replicas,
+        router_mode=ROUTER_MODES[router],
         trace_format="mooncake",
         trace_block_size=TRACE_BLOCK_SIZE,
         arrival_speedup_ratio=1.0,
@@ -123,8 +128,8 @@ def mocker_replay(trace_file: str) -> dict[str, Any]:
 
 
 def _mocker_child() -> None:
-    """The mocker's subprocess: ``mocker_replay(argv[1])`` as one JSON line on stdout."""
-    print(json.dumps(mocker_replay(sys.argv[1])))
+    """The mocker's subprocess: ``mocker_replay(*argv[1:])`` as one JSON line on stdout."""
+    print(json.dumps(mocker_replay(sys.argv[1], int(sys.argv[2]), sys.argv[3])))
 
 
 MOCKER_CHILD = "import sys; from blockspace.bench.peer import _mocker_child; _mocker_child()"
@@ -178,12 +183,16 @@ class RunFailed(Exception):
 ENGINES = ("compiled", "python")  # ours, each timed in every round
 
 
-def time_ours(trace_file: str, size: int, total: int, folder: Path, engine: str) -> dict[str, Any]:
+def time_ours(
+    trace_file: str, size: int, total: int, folder: Path, engine: str, replicas: int = 1, router: str = "round_robin"
+) -> dict[str, Any]:
     """``blockspace simulate --engine ENGINE`` on the first ``size`` requests,
     as a subprocess: the command's wall time and the replay's, from its simulation.json."""
     command = [sys.executable, "-m", "blockspace", "simulate", "--trace", trace_file, "--engine", engine]
     if size < total:
         command += ["--max-requests", str(size)]
+    if replicas > 1:
+        command += ["--replicas", str(replicas), "--router", router]
     command += [
         "--block-size", str(BLOCK_SIZE), "--num-gpu-blocks", str(NUM_GPU_BLOCKS),
         "--max-num-seqs", str(MAX_NUM_SEQS), "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
@@ -202,13 +211,16 @@ def time_ours(trace_file: str, size: int, total: int, folder: Path, engine: str)
         raise RunFailed(f"blockspace simulate wrote no readable simulation.json in {folder}: {error}") from None
 
 
-def time_theirs(lines: Sequence[str], size: int, folder: Path) -> dict[str, Any]:
+def time_theirs(
+    lines: Sequence[str], size: int, folder: Path, replicas: int = 1, router: str = "round_robin"
+) -> dict[str, Any]:
     """The mocker's replay of the first ``size`` requests, in a subprocess;
     ``command_s`` includes its start-up, ``call_s`` is the call alone."""
     trace_file = folder / f"first-{size}.jsonl"
     trace_file.write_text("\n".join(lines[:size]) + "\n", encoding="utf-8")
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MOCKER_CHILD, str(trace_file)], capture_output=True, text=True)
+    child = [sys.executable, "-c", MOCKER_CHILD, str(trace_file), str(replicas), router]
+    done = subprocess.run(child, capture_output=True, text=True)
     command_s = time.perf_counter() - start
     if done.returncode != 0:
         raise RunFailed(f"the mocker exited {done.returncode}: {_last_line(done.stderr)}")
@@ -239,30 +251,37 @@ def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return best
 
 
-def measure(trace_file: str, lines: list[str], sizes: list[int], rounds: int, mocker: bool) -> list[dict[str, Any]]:
-    """Per size: the best of ``rounds`` of ours (and of the mocker's when installed), taken in turns."""
+def measure(
+    trace_file: str, lines: list[str], sizes: list[int], rounds: int, mocker: bool, replicas: int = 1,
+    router: str = "round_robin",
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Per size: the best of ``rounds`` of ours (and of the mocker's when installed), taken in turns;
+    a fleet (``replicas`` above 1) on the compiled engine only (the Python engine's fleet takes minutes)."""
+    engines = ENGINES if replicas == 1 else ("compiled",)
     rows = []
     with tempfile.TemporaryDirectory(prefix="blockspace-peer-") as scratch:
         folder = Path(scratch)
         for size in sizes:
-            ours: dict[str, list[dict[str, Any]]] = {engine: [] for engine in ENGINES}
+            ours: dict[str, list[dict[str, Any]]] = {engine: [] for engine in engines}
             theirs: list[dict[str, Any]] = []
             floors: list[float] = []
             for round_number in range(1, rounds + 1):
-                for engine in ENGINES:
+                for engine in engines:
                     say = f"[peer] {size:,} requests, round {round_number}: blockspace, {engine} engine ..."
                     print(say, file=sys.stderr, flush=True)
-                    ours[engine].append(time_ours(trace_file, size, len(lines), folder / "simulate", engine))
+                    ours[engine].append(time_ours(trace_file, size, len(lines), folder / "simulate", engine, replicas,
+                                                  router))  # fmt: skip
                 floors.append(token_floor(trace_file, size))
                 if mocker:
                     print(f"[peer] {size:,} requests, round {round_number}: mocker ...", file=sys.stderr, flush=True)
-                    theirs.append(time_theirs(lines, size, folder))
+                    theirs.append(time_theirs(lines, size, folder, replicas, router))
             row: dict[str, Any] = {"requests": size, "token_floor_s": min(floors)}
-            row.update({engine: _best(ours[engine]) for engine in ENGINES})
+            row.update({engine: _best(ours[engine]) for engine in engines})
             if mocker:
                 row["mocker"] = _best(theirs)
                 mocker_s = max(row["mocker"]["call_s"], 1e-9)
-                row["ratios"] = {engine: row[engine]["replay_s"] / mocker_s for engine in ENGINES}
+                row["ratios"] = {engine: row[engine]["replay_s"] / mocker_s for engine in engines}
+                row["command_ratio"] = row["compiled"]["command_s"] / max(row["mocker"]["command_s"], 1e-9)
                 row["floor_ratio"] = row["token_floor_s"] / mocker_s
             rows.append(row)
     return rows
@@ -270,18 +289,20 @@ def measure(trace_file: str, lines: list[str], sizes: list[int], rounds: int, mo
 
 def table(rows: list[dict[str, Any]], mocker: bool) -> str:
     lines = [
-        "| requests | mocker s | compiled replay s | compiled command s | compiled / mocker | python replay s "
-        "| python / mocker | token floor s | floor / mocker |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| requests | mocker s | mocker command s | compiled replay s | compiled command s | compiled / mocker "
+        "| commands | python replay s | python / mocker | token floor s | floor / mocker |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        compiled, python = row["compiled"], row["python"]
-        theirs = f"{row['mocker']['call_s']:.3f}" if mocker else "-"
-        ratio = {engine: f"{row['ratios'][engine]:.2f}x" if mocker else "-" for engine in ENGINES}
+        compiled, python = row["compiled"], row.get("python")
+        theirs = f"{row['mocker']['call_s']:.3f} | {row['mocker']['command_s']:.2f}" if mocker else "- | -"
+        ratio = {engine: f"{row['ratios'][engine]:.2f}x" if mocker and engine in row else "-" for engine in ENGINES}
+        commands = f"{row['command_ratio']:.2f}x" if mocker else "-"
         floor_ratio = f"{row['floor_ratio']:.1f}x" if mocker else "-"
+        python_s = "-" if python is None else f"{python['replay_s']:.2f}"
         lines.append(
             f"| {row['requests']:,} | {theirs} | {compiled['replay_s']:.3f} | {compiled['command_s']:.2f} "
-            f"| {ratio['compiled']} | {python['replay_s']:.2f} | {ratio['python']} | {row['token_floor_s']:.3f} "
+            f"| {ratio['compiled']} | {commands} | {python_s} | {ratio['python']} | {row['token_floor_s']:.3f} "
             f"| {floor_ratio} |"
         )
     return "\n".join(lines)
@@ -292,7 +313,7 @@ def notes(rows: list[dict[str, Any]], mocker: bool) -> list[str]:
     said = []
     for row in rows:
         finished = row["compiled"]["finished"]
-        if row["python"]["finished"] != finished:
+        if "python" in row and row["python"]["finished"] != finished:
             python = row["python"]["finished"]
             said.append(f"{row['requests']:,} requests: the compiled engine finished {finished}, the python {python}")
         if mocker and row["mocker"]["finished"] != finished:
@@ -311,6 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--requests", default="1000,2000,all", help="sizes, the first N requests each, or 'all'")
     parser.add_argument("--rounds", type=int, default=2, help="rounds in turns; the best of each is kept")
+    parser.add_argument(
+        "--replicas", type=int, default=1,
+        help="a fleet: this many engines behind --router (the mocker's workers); compiled engine only",
+    )  # fmt: skip
+    parser.add_argument(
+        "--router", choices=tuple(ROUTER_MODES), default="round_robin",
+        help="with --replicas: ours; the mocker's round_robin, or its kv_router for kv_aware",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of the table")
     parser.add_argument("--out", metavar="FILE", help="also write what is printed here (default: not written)")
     return parser
@@ -320,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     """Exit status 0, 2 for a bad option (said before anything is timed), 1 when a run fails."""
     try:
         args = build_parser().parse_args(argv)
-        check_ranges(args, {"rounds": Range(least=1)})
+        check_ranges(args, {"rounds": Range(least=1), "replicas": Range(least=1)})
+        if args.router != "round_robin" and args.replicas == 1:
+            raise InvalidArgumentError("--router goes with --replicas above 1: one engine leaves no choice")
         requested = parse_sizes(args.requests)
         if args.out:
             check_output_file(args.out, "--out")
@@ -336,16 +367,20 @@ def main(argv: list[str] | None = None) -> int:
     mocker = mocker_installed()
     missing = None if mocker else f"the mocker is not installed (no dynamo._core; {INSTALL}): no ratio"
     try:
-        rows = measure(trace_file, lines, sizes, args.rounds, mocker)
+        rows = measure(trace_file, lines, sizes, args.rounds, mocker, args.replicas, args.router)
     except RunFailed as error:
         return refuse(error, 1)
     except KeyboardInterrupt:
         return refuse("interrupted", 130)
     if args.json:
-        figures = {"trace": trace_file, "rounds": args.rounds, "mocker": mocker, "note": missing, "rows": rows}
+        figures = {"trace": trace_file, "rounds": args.rounds, "replicas": args.replicas, "router": args.router,
+                   "mocker": mocker, "note": missing, "rows": rows}  # fmt: skip
         text = json.dumps(figures, indent=1)
     else:
-        header = f"{len(lines):,}-request trace {trace_source(args.trace)}, best of {args.rounds} round(s) in turns"
+        fleet = f", {args.replicas} replicas under {args.router}" if args.replicas > 1 else ""
+        header = (
+            f"{len(lines):,}-request trace {trace_source(args.trace)}{fleet}, best of {args.rounds} round(s) in turns"
+        )
         text = "\n".join([header, "", table(rows, mocker), *notes(rows, mocker), *([missing] if missing else [])])
     print(text)
     if args.out:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,12 +204,18 @@ class Run:
     def num_done(self) -> int:
         return int(self.loop.meta[S.NUM_DONE])
 
-    def advance(self, until: float, on_progress: Callable[[int], None] | None = None) -> None:
+    def advance(
+        self, until: float, on_progress: Callable[[int], None] | None = None, stop: threading.Event | None = None
+    ) -> None:
         """Run every step that starts before ``until`` (``Simulation.advance``):
-        all that was routed here when it is infinite, where a stall is an error."""
+        all that was routed here when it is infinite, where a stall is an error.
+        In a thread, ``stop`` set (Ctrl-C in the main one) ends it with
+        ``KeyboardInterrupt`` at the loop's next return, within ``PROGRESS_STEPS``."""
         self.loop.until[0] = until
         num_done = self.num_done()
         while True:
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
             why = self.step()
             if on_progress is not None and self.num_done() != num_done:
                 num_done = self.num_done()
@@ -412,36 +420,49 @@ def new_manager(manager_class: type, config: SimulationConfig) -> FastBlockSpace
 
 
 def replay_apart(
-    shares: list[list[TraceRequest]], manager_class: type, config: SimulationConfig
+    shares: list[list[TraceRequest]], manager_class: type, config: SimulationConfig, threads: int = 1
 ) -> tuple[list[SimulationResult], float]:
-    """Each share of a fleet's trace replayed on a replica of its own, one
-    after another, after one warm-up (``fleet.py``, a router that reads no
-    replica); each result without its manager, and the warm-up's seconds.
-    Why: the fleet holds one replica's state at a time, and its replicas'
-    figures. Each replica makes its own manager, freed with its run: most
-    of a new manager's pool arrays are zeros the system maps as they are
-    first touched, and a replica of a fleet of hundreds touches few. One
-    manager for all, its fresh state restored before each (``restore_state``,
-    as here before), copied all 3.6 MB of the GPU pool's arrays into new
-    buffers each time: at 256 replicas on 2,000 requests, 5 % more wall
-    time for the whole command, a third more system time
-    (docs/measurements/2026-12-06-replica-memory.md)."""
+    """Each share of a fleet's trace replayed on a replica of its own,
+    ``threads`` at once, after one warm-up (``fleet.py``, a router that
+    reads no replica); each result without its manager, and the warm-up's
+    seconds.
+
+    Why threads: the replicas share nothing, and the compiled loop lets go
+    of the GIL (``loop.run``), so each core replays one. Why no more than
+    that at once: the fleet holds only those replicas' state, and its
+    replicas' figures. Each replica makes its own manager, freed with its
+    run: most of a new manager's pool arrays are zeros the system maps as
+    they are first touched, and a replica of a fleet of hundreds touches
+    few. One manager for all, its fresh state restored before each, copied
+    all 3.6 MB of the GPU pool's arrays into new buffers each time: at 256
+    replicas on 2,000 requests, 5 % more wall time for the whole command, a
+    third more system time (docs/measurements/2026-12-06-replica-memory.md).
+    A replica sent nothing has one result, made once: a fleet larger than
+    its trace has many."""
     name = manager_name_of(manager_class)
-    results: list[SimulationResult] = []
-    idle = None  # the result of a replica sent nothing, made once: a fleet larger than its trace has many
+    stop = threading.Event()  # Ctrl-C: the threads end at their loop's next return
+
+    def replay(share: list[TraceRequest]) -> SimulationResult:
+        started = time.perf_counter()
+        run = Run(share, manager_class, config)
+        run.advance(math.inf, stop=stop)
+        return dataclasses.replace(run.result(name, time.perf_counter() - started, startup_s), manager=None)
+
     with collector_paused():
         startup_s = warm_up(manager_class, config)
-        for share in shares:
-            if not share and idle is not None:
-                results.append(idle)
-                continue
-            started = time.perf_counter()
-            run = Run(share, manager_class, config)
-            run.advance(math.inf)
-            result = dataclasses.replace(run.result(name, time.perf_counter() - started, startup_s), manager=None)
-            idle = result if not share else idle
-            results.append(result)
-    return results, startup_s
+        busy = [share for share in shares if share]
+        if threads > 1 and len(busy) > 1:
+            with ThreadPoolExecutor(min(threads, len(busy))) as pool:
+                try:
+                    done = iter(list(pool.map(replay, busy)))
+                except BaseException:
+                    stop.set()  # before the pool's exit waits for its threads
+                    raise
+        else:
+            done = map(replay, busy)
+        idle = replay([]) if len(busy) < len(shares) else None
+        results = [next(done) if share else idle for share in shares]
+    return results, startup_s  # type: ignore[return-value]  # idle is made where a share is empty
 
 
 def run_compiled(

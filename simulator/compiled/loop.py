@@ -97,7 +97,7 @@ TIME_S, STEP_S, KV_USED, RUNNING, WAITING, SWAPPED_ROW, HIT_RATE, TOKENS, ADMITT
 )  # fmt: skip
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # nogil: the replicas of a fleet replayed apart run in threads (fleet.py)
 def run(fast, loop, requests):
     """Replay until the end or a stop (see the module doc); returns why it stopped."""
     loop, requests, views = borrowed(loop), borrowed(requests), borrowed(B.views_of(fast))  # borrowed.py says why
