@@ -34,7 +34,7 @@ from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.gpus import GPUS
 from blockspace.simulator.memory import FleetMemoryError, check_fits, fleet_cap
 from blockspace.simulator.models import MODELS
-from blockspace.simulator.prices import ANY, GpuCost, gpu_cost
+from blockspace.simulator.prices import gpu_cost
 from blockspace.simulator.report import (
     first_difference,
     format_comparison,
@@ -524,19 +524,8 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
         max_concurrency=args.max_concurrency,
         router=args.router,
         router_weight=args.router_weight,
-        gpu_cost_per_hour=None if args.gpu_cost is None else price(args.gpu_cost, roof),
+        gpu_cost_per_hour=None if args.gpu_cost is None else args.gpu_cost.price(roof and roof.gpu.name),
     )
-
-
-def price(cost: GpuCost, roof: Roofline | None) -> float:
-    """A GPU-hour's price for this run's GPU (``--gpu-cost``'s), or ``InvalidArgumentError`` where it has none."""
-    if roof is None and ANY not in dict(cost.prices):
-        raise InvalidArgumentError(f"--gpu-cost {cost} prices GPUs by name: give --gpu, or one price for every GPU")
-    dollars = cost.of(roof.gpu.name if roof is not None else ANY)
-    if dollars is None:
-        assert roof is not None
-        raise InvalidArgumentError(f"--gpu-cost {cost} has no price for --gpu {roof.gpu.name}")
-    return dollars
 
 
 def step_time_model(args: argparse.Namespace, kv: KVCacheModel, roof: Roofline | None = None) -> Clock:
@@ -644,11 +633,9 @@ def preparer(
             check_step(manager_class, run_args.step, "--step rows")
             engine = resolve(run_args.engine, manager_class, run_args.step)
             config = replace(simulation_config(run_args, record_tables=False), engine=engine)
-        except BlockSpaceError as error:  # a deployment that does not exist keeps its kind: min-cost skips it
-            kind = DoesNotFitError if isinstance(error, DoesNotFitError) else InvalidArgumentError
-            raise kind(
-                f"--sweep ({swept}): {error}" if sweeps else str(error)
-            ) from error  # the cause: min-cost's reason
+        except BlockSpaceError as error:  # a deployment that cannot exist keeps its kind, and its reason as the cause
+            kind = DoesNotFitError if isinstance(error, DoesNotFitError) else InvalidArgumentError  # min-cost skips it
+            raise kind(f"--sweep ({swept}): {error}" if sweeps else str(error)) from error
         key = tuple(getattr(run_args, name) for name in REQUEST_OPTIONS)
         if key not in traces:
             traces[key] = load_requests(run_args)

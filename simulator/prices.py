@@ -31,6 +31,16 @@ class GpuCost:
         """The price of a GPU-hour of ``gpu`` (a ``--gpu`` name), None where none was given."""
         return dict(self.prices).get(ANY, dict(self.prices).get(gpu))
 
+    def price(self, gpu: str | None) -> float:
+        """A run's price of a GPU-hour on ``gpu`` (None: the linear clock's, which has no name);
+        ``InvalidArgumentError`` where none was given, before any run."""
+        if gpu is None and ANY not in dict(self.prices):
+            raise InvalidArgumentError(f"--gpu-cost {self} prices GPUs by name: give --gpu, or one price for every GPU")
+        dollars = self.of(gpu or ANY)
+        if dollars is None:
+            raise InvalidArgumentError(f"--gpu-cost {self} has no price for --gpu {gpu}")
+        return dollars
+
     def __str__(self) -> str:
         return ",".join(f"{price:g}" if name == ANY else f"{name}={price:g}" for name, price in self.prices)
 
