@@ -156,9 +156,12 @@ def parse_line(text: str, where: str) -> dict[str, Any]:
     hash_ids = row["hash_ids"]
     if not isinstance(hash_ids, list):
         raise TraceError(f"{where}: field 'hash_ids' must be a list of chunk ids, got {hash_ids!r}")
-    for chunk in hash_ids:
-        if not _is_int(chunk) or not 0 <= chunk < NUM_CHUNK_IDS:
-            raise TraceError(f"{where}: field 'hash_ids' holds {chunk!r}, not an integer in 0..{NUM_CHUNK_IDS - 1}")
+    # JSON's whole numbers load as int, and true and false as bool, which is not int by type: the test of
+    # every id in one pass at C speed (a twelfth of the whole trace's loading went to _is_int), the name of
+    # the first bad one only where there is one
+    if not all(type(chunk) is int and 0 <= chunk < NUM_CHUNK_IDS for chunk in hash_ids):
+        chunk = next(chunk for chunk in hash_ids if not _is_int(chunk) or not 0 <= chunk < NUM_CHUNK_IDS)
+        raise TraceError(f"{where}: field 'hash_ids' holds {chunk!r}, not an integer in 0..{NUM_CHUNK_IDS - 1}")
     num_chunks = chunks_for(row["input_length"])
     if len(hash_ids) != num_chunks:
         raise TraceError(

@@ -4,6 +4,7 @@ ids follow the chunk ids."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -114,6 +115,13 @@ def test_generated_tokens_are_deterministic_and_apart_from_prompts():
 def test_parse_lines_reports_its_source():
     with pytest.raises(TraceError, match="^inline: line 1: missing field 'hash_ids'"):
         parse_lines(['{"timestamp": 0, "input_length": 1, "output_length": 1}'], "inline")
+
+
+@pytest.mark.parametrize("bad", [True, -1, 1.0, "3", 2**21, None])
+def test_a_chunk_id_that_is_not_a_whole_number_in_range_is_named(bad):
+    line = {"timestamp": 0, "input_length": 1030, "output_length": 1, "hash_ids": [7, bad, 9]}
+    with pytest.raises(TraceError, match=rf"^inline: line 1: field 'hash_ids' holds {re.escape(repr(bad))}, not an"):
+        parse_lines([json.dumps(line)], "inline")
 
 
 def test_time_scale_spreads_arrivals():
