@@ -23,6 +23,7 @@ from blockspace.simulator.simulation import SimulationConfig, SimulationResult, 
 from blockspace.simulator.step_model import StepTimeModel
 from blockspace.simulator.summary import summarize
 from blockspace.workloads import TraceRequest, gamma_arrivals, load_trace, synthetic
+from helpers import jit_or
 
 FAST = load_manager_class("fast")
 EXACT_STEPS = StepTimeModel(
@@ -339,7 +340,7 @@ def test_a_fleet_replayed_apart_is_the_same_one_replica_at_a_time_and_one_a_core
 
     base = dataclasses.replace(config(4, engine="compiled"), scheduler=SchedulerConfig(max_num_seqs=16,
                                record_tables=True))  # fmt: skip
-    trace = load_trace(None, 120)
+    trace = load_trace(None, jit_or(120, 8))
     monkeypatch.setattr(executor, "IN_POOL", True)
     assert executor.threads_for(4) == 1
     alone = replay(trace, FAST, base)
@@ -385,3 +386,36 @@ def test_ctrl_c_ends_a_fleet_replayed_on_threads_at_once(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         engine.replay_apart([share, share], FAST, config(engine="compiled", num_gpu_blocks=8_000), threads=2)
     assert sent and time.monotonic() - sent[0] < 1.0
+
+
+def test_a_fleet_on_one_clock_advances_its_halves_on_two_cores_to_the_same_decisions(monkeypatch):
+    """Issue #54: on one clock (a router that reads the replicas), the compiled engine runs half the
+    replicas on a helper thread between two arrivals (``fleet.TwoCores``); the routing, decisions
+    and figures are those of one thread, request by request."""
+    from blockspace.simulator import executor
+
+    base = dataclasses.replace(config(3, "kv_aware", engine="compiled"), scheduler=SchedulerConfig(
+        max_num_seqs=16, record_tables=True))  # fmt: skip
+    trace = load_trace(None, jit_or(120, 8))
+    monkeypatch.setattr(executor, "IN_POOL", True)
+    alone = replay(trace, FAST, base)
+    monkeypatch.setattr(executor, "IN_POOL", False)
+    monkeypatch.setattr(executor.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    halves = replay(trace, FAST, base)
+    assert len(set(alone.assignment)) > 1 and alone.assignment == halves.assignment
+    assert alone.records == halves.records and per_request(alone) == per_request(halves)
+
+
+def test_a_replica_that_fails_on_the_helper_thread_fails_the_fleet():
+    from blockspace.simulator.fleet import TwoCores
+
+    class Broken:
+        def advance(self, until: float) -> None:
+            raise SimulationStalledError(f"stuck before {until}")
+
+    class Fine:
+        def advance(self, until: float) -> None:
+            pass
+
+    with TwoCores([Fine(), Broken()]) as cores, pytest.raises(SimulationStalledError, match="stuck before 2.0"):
+        cores.advance(2.0)
