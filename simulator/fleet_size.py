@@ -13,7 +13,7 @@ sweep's executor (``executor.py``):
 1. bracket: 1, 2, 4, ... until a count meets the target (at most ``MAX_REPLICAS``,
    or the largest fleet whose estimated memory fits: ``memory.py``), or
    until doubling stops helping (``stops_rising``: the largest fleet kept
-   up with its traffic and met the SLO no more often than half its size);
+   up with its traffic, and two doublings gained less than half a point);
 2. narrow: between the highest failing count and the lowest passing one,
    try counts spread evenly, until the two are adjacent.
 
@@ -132,6 +132,15 @@ def next_counts(tried: dict[int, bool], width: int, most: int = MAX_REPLICAS) ->
 FLAT = 0.005  # attainment that rose less than this over two doublings of the fleet has stopped rising
 
 
+def last_doublings(counts: Iterable[int]) -> tuple[int, int, int]:
+    """The largest count tried, the largest at most half of it, and the
+    largest at most half of that (0 where there is none)."""
+    tried = list(counts)
+    top = max(tried)
+    half = max((count for count in tried if count <= top // 2), default=0)
+    return top, half, max((count for count in tried if count <= half // 2), default=0)
+
+
 def stops_rising(tries: dict[int, ReplicaPoint]) -> bool:
     """Has doubling the fleet stopped helping? The largest count tried kept
     up with its traffic (its queue did not grow), some of its requests met
@@ -148,9 +157,7 @@ def stops_rising(tries: dict[int, ReplicaPoint]) -> bool:
     (none of 4 requests arriving at once met ``ttft=350ms`` on 1 or 2
     replicas, all of them on 4). A share of 0 never stops it: nothing met
     the SLO yet, so nothing says the misses are the prompts' own."""
-    top = max(tries)
-    half = max((count for count in tries if count <= top // 2), default=0)
-    quarter = max((count for count in tries if count <= half // 2), default=0)
+    top, half, quarter = last_doublings(tries)
     if not quarter or tries[top].saturated or tries[top].attainment == 0:
         return False
     return (
@@ -231,9 +238,8 @@ def format_answer(found: ReplicaAnswer, slo: SLO, router: str) -> str:
         tried = f"replica count tried, up to {found.curve[-1].replicas:,}"
         lines.append(no_effect_line(found.curve[0].attainment, found.runs, "min replicas", tried))
     elif found.min_replicas is None and found.stopped_rising:
-        top = found.curve[-1]
-        half = [point for point in found.curve if point.replicas <= top.replicas // 2][-1]  # the curve is in order
-        quarter = [point for point in found.curve if point.replicas <= half.replicas // 2][-1]
+        at = {point.replicas: point for point in found.curve}
+        top, half, quarter = (at[count] for count in last_doublings(at))
         shares = " and ".join(f"{point.attainment:.1%} at {point.replicas:,}" for point in (half, quarter))
         lines.append(
             f"min replicas: none found under {router} for {target}: more replicas stopped helping, {top.attainment:.1%}"

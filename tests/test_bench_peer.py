@@ -136,6 +136,7 @@ def test_a_fleet_is_timed_on_the_compiled_engine_against_the_mockers_workers(mon
     figures = json.loads(capsys.readouterr().out)
     (row,) = figures["rows"]
     assert figures["replicas"] == 2 and figures["router"] == "kv_aware" and "python" not in row
+    assert "token_floor_s" not in row and "floor_ratio" not in row  # it bounds the Python engine only
     assert row["compiled"]["finished"] == 20 and 0 < row["compiled"]["replay_s"] < row["compiled"]["command_s"]
     if peer.mocker_installed():
         assert row["mocker"]["finished"] == 20 and set(row["ratios"]) == {"compiled"}
