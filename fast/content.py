@@ -7,6 +7,10 @@ of a sequence's first block is its root: ``-1``, or a negative id interned
 from the tenant's cache salt (never equal to a key, which is >= 0). The hash only picks where to look:
 every probe compares the stored content itself, so two different contents
 never share a key however their hashes collide (equal key <=> equal content).
+A slot holds its key and, above it, a tag of the content's hash: a probe
+passes an occupied slot whose tag differs without reading the key's stored
+content, which sits elsewhere in memory (most probes of a new key pass such
+slots, and each read of a key's content was a cache miss).
 
 Kernels that may create keys first ask ``has_room`` and, when it says no,
 return ``NO_KEY_ROOM`` before changing anything; the caller grows the table
@@ -21,13 +25,17 @@ import numpy as np
 from numba import njit
 
 MASK = (1 << 40) - 1  # keeps every intermediate hash below 2**61 (no overflow, jit or not)
+KEY_BITS = 32  # a slot: (tag << KEY_BITS) | key, or -1 when empty
+KEY_MASK = (1 << KEY_BITS) - 1
+TAG_SHIFT = 9  # the tag is hash bits above the few that pick the slot of a small table
+TAG_MASK = (1 << 30) - 1
 
 
 class Keys(NamedTuple):
     parent: np.ndarray  # int64[cap]: key of the previous block, -1 for the first
     extra: np.ndarray  # int64[cap]: interned extra_hash() of the content
     tokens: np.ndarray  # int64[cap, block_size]
-    slots: np.ndarray  # int64[2 * cap]: key id or -1, probed linearly
+    slots: np.ndarray  # int64[2 * cap]: (hash tag << KEY_BITS) | key id, or -1; probed linearly
     count: np.ndarray  # int64[1]: keys handed out so far
 
 
@@ -84,10 +92,11 @@ def _rehash(keys):
     mask = keys.slots.shape[0] - 1
     block_size = keys.tokens.shape[1]
     for key in range(keys.count[0]):
-        slot = _hash(keys.parent[key], keys.tokens[key], 0, block_size, keys.extra[key]) & mask
+        h = _hash(keys.parent[key], keys.tokens[key], 0, block_size, keys.extra[key])
+        slot = h & mask
         while keys.slots[slot] >= 0:
             slot = (slot + 1) & mask
-        keys.slots[slot] = key
+        keys.slots[slot] = _tag(h) << KEY_BITS | key
 
 
 @njit(cache=True)
@@ -96,13 +105,23 @@ def has_room(keys, num_new):
 
 
 @njit(cache=True, inline="always")
-def _slot_of(parents, extras, stored, slots, parent, tokens, start, extra):
-    """The slot that holds this content's key, or the free slot where it would go."""
+def _tag(h):
+    return (h >> TAG_SHIFT) & TAG_MASK
+
+
+@njit(cache=True, inline="always")
+def _slot_of(parents, extras, stored, slots, parent, tokens, start, extra, h):
+    """The slot that holds this content's key (its hash ``h``), or the free slot where it would go."""
     mask = slots.shape[0] - 1
-    slot = _hash(parent, tokens, start, stored.shape[1], extra) & mask
-    while slots[slot] >= 0 and not _same(parents, extras, stored, slots[slot], parent, tokens, start, extra):
+    slot = h & mask
+    tag = _tag(h)
+    while True:
+        held = slots[slot]
+        if held < 0:
+            return slot
+        if held >> KEY_BITS == tag and _same(parents, extras, stored, held & KEY_MASK, parent, tokens, start, extra):
+            return slot
         slot = (slot + 1) & mask
-    return slot
 
 
 @njit(cache=True, inline="always")
@@ -112,16 +131,17 @@ def _intern(parents, extras, stored, slots, count, parent, tokens, start, extra)
     operations), and one probe reads five fields; a chain of blocks reads
     them once (``key_chain``)."""
     block_size = stored.shape[1]
-    slot = _slot_of(parents, extras, stored, slots, parent, tokens, start, extra)
+    h = _hash(parent, tokens, start, block_size, extra)
+    slot = _slot_of(parents, extras, stored, slots, parent, tokens, start, extra, h)
     if slots[slot] >= 0:
-        return slots[slot]
+        return slots[slot] & KEY_MASK
     key = count[0]
     count[0] = key + 1
     parents[key] = parent
     extras[key] = extra
     for j in range(block_size):
         stored[key, j] = tokens[start + j]
-    slots[slot] = key
+    slots[slot] = _tag(h) << KEY_BITS | key
     return key
 
 
@@ -152,7 +172,9 @@ def known_key(parents, extras, stored, slots, parent, tokens, start, extra):
     interns nothing. Why: to ask a cache about a prompt without adding its
     keys to the table (a fleet's router, ``simulator/compiled/blocks.py``).
     Past the first block of a sequence never keyed, none was: a key names its parent's key."""
-    return slots[_slot_of(parents, extras, stored, slots, parent, tokens, start, extra)]
+    h = _hash(parent, tokens, start, stored.shape[1], extra)
+    held = slots[_slot_of(parents, extras, stored, slots, parent, tokens, start, extra, h)]
+    return held & KEY_MASK if held >= 0 else -1
 
 
 @njit(cache=True)

@@ -31,7 +31,7 @@ def evictable(pool: P.Pool) -> list[int]:
     """The idle cached blocks in eviction order (oldest, deepest, smallest id)."""
     if pool.meta[P.NUM_IDLE] == 0:
         return []
-    idle = np.flatnonzero(pool.heap_pos[: pool.meta[P.NUM_BLOCKS]] >= 0)
+    idle = np.flatnonzero(pool.idle_run[: pool.meta[P.NUM_BLOCKS]] >= 0)
     order = np.lexsort((idle, -pool.idle_depth[idle], pool.idle_time[idle]))
     return (idle[order] + pool.meta[P.FIRST_ID]).tolist()
 
@@ -41,10 +41,10 @@ def _blocks(pool: P.Pool, caching: bool) -> list[tuple[int, bool, bool, float]]:
     refcount = pool.refcount[:n].tolist()
     if not caching:
         return [(ref, False, False, P.NEVER_ACCESSED) for ref in refcount]
-    columns = (pool.heap_pos, pool.idle_time, pool.last_access, pool.block_key, pool.computed)
+    columns = (pool.idle_run, pool.idle_time, pool.last_access, pool.block_key, pool.computed)
     return [
-        (ref, key >= 0, computed, idle_time if heap_pos >= 0 else last_access)  # an idle block's time is its idle time
-        for ref, heap_pos, idle_time, last_access, key, computed in zip(
+        (ref, key >= 0, computed, idle_time if idle_run >= 0 else last_access)  # an idle block's time is its idle time
+        for ref, idle_run, idle_time, last_access, key, computed in zip(
             refcount, *(column[:n].tolist() for column in columns)
         )
     ]
@@ -97,7 +97,7 @@ def _time(access_time: Any) -> float | None:
 
 def check_invariants(m: FastBlockSpaceManager) -> None:
     """Refcounts equal references; per device every id is exactly one of
-    free, idle cached or in use; keys, heap and tables agree; every kept
+    free, idle cached or in use; keys, evictor and tables agree; every kept
     table answer is the table as it is now."""
     store, rows = m.store, m.rows
     bs, tables, null = m.block_size, store.tables, int(store.null_block[0])
@@ -133,20 +133,42 @@ def check_invariants(m: FastBlockSpaceManager) -> None:
         _check_pool(name, pool, references)
 
 
+def _idle_in_runs(device: str, pool: P.Pool) -> list[int]:
+    """The evictor's blocks, run by run, checked: the heap orders the runs by
+    their first blocks, each run is linked both ways in eviction order, and
+    each block names its run."""
+    first, heap, found = int(pool.meta[P.FIRST_ID]), pool.heap, []
+    for index in range(int(pool.meta[P.NUM_RUNS])):
+        run = int(heap[index])
+        if pool.run_pos[run] != index:
+            _fail(f"{device}: evictor heap position of run {run} is wrong")
+        if index and P._before(pool, int(pool.run_head[run]), int(pool.run_head[heap[(index - 1) // 2]])):
+            _fail(f"{device}: evictor heap order broken at run {run}")
+        before, physical = -1, int(pool.run_head[run])
+        if physical < 0:
+            _fail(f"{device}: run {run} is empty but in the evictor's heap")
+        while physical >= 0 and len(found) <= len(pool.refcount):
+            if pool.idle_run[physical] != run or pool.run_prev[physical] != before:
+                _fail(f"{device}: idle block {physical + first} is not linked into run {run}")
+            if before >= 0 and not P._before(pool, before, physical):
+                _fail(f"{device}: run {run} is out of eviction order at block {physical + first}")
+            found.append(physical)
+            before, physical = physical, int(pool.run_next[physical])
+        if pool.run_tail[run] != before:
+            _fail(f"{device}: the last block of run {run} is wrong")
+    return found
+
+
 def _check_pool(device: str, pool: P.Pool, references: Counter[int]) -> None:
     n, first = int(pool.meta[P.NUM_BLOCKS]), int(pool.meta[P.FIRST_ID])
     free = free_list(pool)
     if len(set(free)) != len(free):
         _fail(f"{device}: a block is twice on the free list")
     free_set = set(free)
-    num_idle = int(pool.meta[P.NUM_IDLE])
-    for index in range(num_idle):
-        physical = int(pool.heap[index])
-        if pool.heap_pos[physical] != index:
-            _fail(f"{device}: evictor heap position of block {physical + first} is wrong")
-        if index and P._before(pool, physical, int(pool.heap[(index - 1) // 2])):
-            _fail(f"{device}: evictor heap order broken at block {physical + first}")
-    idle = {int(pool.heap[i]) + first for i in range(num_idle)}
+    found = _idle_in_runs(device, pool)
+    idle = {physical + first for physical in found}
+    if len(idle) != len(found) or len(found) != int(pool.meta[P.NUM_IDLE]):
+        _fail(f"{device}: the evictor holds {len(found)} blocks, its count says {int(pool.meta[P.NUM_IDLE])}")
     for physical in range(n):
         block_id = physical + first
         ref = int(pool.refcount[physical])

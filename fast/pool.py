@@ -3,11 +3,22 @@ them: the compiled twin of ``reference/allocator.py`` and ``evictor.py``.
 
 Per block (indexed by physical id, ``block_id - first_id``): refcount, the
 content key it is cached under (-1: uncached), computed flag, last access,
-touched flag, and its place in the evictor. The uncached free blocks form a
-ring-buffer deque used LIFO, as the reference's ``deque``: a released block
-goes to the front and is handed out next. Idle cached blocks sit in an
-indexed binary min-heap ordered by (time, -depth, id): the exact LRU order of
-the reference's evictor, with O(log n) removal on a cache hit.
+touched flag, and the evictor's run it is idle in. The uncached free blocks
+form a ring-buffer deque used LIFO, as the reference's ``deque``: a released
+block goes to the front and is handed out next.
+
+Idle cached blocks are evicted in the reference's exact LRU order: oldest
+time, then deepest, then smallest id. They sit in *runs*, doubly linked lists
+each already in that order, and the runs in an indexed binary min-heap
+ordered by their first block: a k-way merge, whose top run's first block is
+the next to go, whatever the runs are. Why runs and not one heap of blocks: a
+table's blocks go idle together, at one time, so a released table is one run
+(its next block joins the run last made when it sorts at either end), and an
+eviction takes the top run's next block with a compare or two, where a heap
+of blocks sifts through its depth, cache miss after cache miss, for every
+block (about a third of a prefix-cached replay's time, measured in
+docs/measurements/2026-12-06-evictor-runs.md). A hit on an idle block unlinks
+it from its run in O(1).
 
 A plain (non-caching) pool uses the same arrays and simply never caches a
 block, so both modes share every kernel.
@@ -34,7 +45,10 @@ CACHING = 6
 HIT_BUCKETS = 7
 HIT_QUERIES = 8  # in the running bucket
 HIT_HITS = 9  # in the running bucket
-NUM_META = 10
+NUM_RUNS = 10  # runs in the evictor's heap
+NUM_FREE_RUNS = 11  # run ids on the free stack
+LAST_RUN = 12  # the run the last idle block went to (-1: none), which the next may join
+NUM_META = 13
 
 
 class Pool(NamedTuple):
@@ -45,8 +59,14 @@ class Pool(NamedTuple):
     touched: np.ndarray  # bool[n]: registered since the last mark_computed
     touched_ids: np.ndarray  # int64[n]: the touched blocks (absolute ids), a stack
     free_ids: np.ndarray  # int64[n]: ring buffer of absolute ids
-    heap: np.ndarray  # int64[n]: physical ids of idle cached blocks, a min-heap
-    heap_pos: np.ndarray  # int64[n]: index in heap, -1 when not idle
+    idle_run: np.ndarray  # int64[n]: the run an idle block is in, -1 when not idle
+    run_next: np.ndarray  # int64[n]: the idle block evicted after this one in its run, -1 last
+    run_prev: np.ndarray  # int64[n]: the one before, -1 first
+    run_head: np.ndarray  # int64[n]: per run id, its first block (physical), -1 when unused
+    run_tail: np.ndarray  # int64[n]: per run id, its last block
+    run_pos: np.ndarray  # int64[n]: per run id, its index in heap
+    free_runs: np.ndarray  # int64[n]: the unused run ids, a stack
+    heap: np.ndarray  # int64[n]: run ids, a min-heap by their first blocks
     idle_time: np.ndarray  # float64[n]: eviction time of an idle block
     idle_depth: np.ndarray  # int64[n]: tokens up to the end of an idle block
     key_block: np.ndarray  # int64[key capacity]: content key -> absolute id cached here, -1
@@ -58,6 +78,7 @@ def new_pool(first_id: int, num_blocks: int, caching: bool, key_capacity: int) -
     size = max(num_blocks, 1)  # a CPU pool may be empty; keep the ring buffer's modulus positive
     meta = np.zeros(NUM_META, np.int64)
     meta[FIRST_ID], meta[NUM_BLOCKS], meta[NUM_FREE_IDS], meta[CACHING] = first_id, num_blocks, num_blocks, caching
+    meta[NUM_FREE_RUNS], meta[LAST_RUN] = size, -1
     free_ids = np.zeros(size, np.int64)
     free_ids[:num_blocks] = np.arange(first_id, first_id + num_blocks)
     return Pool(
@@ -68,8 +89,10 @@ def new_pool(first_id: int, num_blocks: int, caching: bool, key_capacity: int) -
         np.zeros(size, np.bool_),
         np.zeros(size, np.int64),
         free_ids,
+        *(np.full(size, -1, np.int64) for _ in range(5)),  # idle_run, run_next, run_prev, run_head, run_tail
         np.zeros(size, np.int64),
-        np.full(size, -1, np.int64),
+        np.arange(size, dtype=np.int64),
+        np.zeros(size, np.int64),
         np.full(size, NEVER_ACCESSED),
         np.zeros(size, np.int64),
         np.full(key_capacity, -1, np.int64),
@@ -119,7 +142,7 @@ def _push_free_front(pool, block_id):
     pool.meta[NUM_FREE_IDS] += 1
 
 
-# -- the evictor: an indexed min-heap of physical ids ----------------------------
+# -- the evictor: sorted runs of idle blocks, merged by a min-heap of runs ----------
 # The sifts take the heap's arrays once and loop on them: every read of a
 # field of a handle costs a reference count up and down (two atomic
 # operations), and a sift reads a dozen fields per level.
@@ -139,67 +162,136 @@ def _earlier(idle_time, idle_depth, a, b):
 
 
 @njit(cache=True)
-def _place(pool, index, physical):
-    pool.heap[index] = physical
-    pool.heap_pos[physical] = index
-
-
-@njit(cache=True)
 def _sift_up(pool, index):
-    heap, heap_pos, idle_time, idle_depth = pool.heap, pool.heap_pos, pool.idle_time, pool.idle_depth
-    physical = heap[index]
+    heap, run_pos, run_head, idle_time, idle_depth = (
+        pool.heap,
+        pool.run_pos,
+        pool.run_head,
+        pool.idle_time,
+        pool.idle_depth,
+    )
+    run = heap[index]
+    first = run_head[run]
     while index > 0:
         parent = (index - 1) // 2
-        if not _earlier(idle_time, idle_depth, physical, heap[parent]):
+        if not _earlier(idle_time, idle_depth, first, run_head[heap[parent]]):
             break
         heap[index] = heap[parent]
-        heap_pos[heap[index]] = index
+        run_pos[heap[index]] = index
         index = parent
-    heap[index] = physical
-    heap_pos[physical] = index
+    heap[index] = run
+    run_pos[run] = index
 
 
 @njit(cache=True)
 def _sift_down(pool, index):
-    heap, heap_pos, idle_time, idle_depth = pool.heap, pool.heap_pos, pool.idle_time, pool.idle_depth
-    size = pool.meta[NUM_IDLE]
-    physical = heap[index]
+    heap, run_pos, run_head, idle_time, idle_depth = (
+        pool.heap,
+        pool.run_pos,
+        pool.run_head,
+        pool.idle_time,
+        pool.idle_depth,
+    )
+    size = pool.meta[NUM_RUNS]
+    run = heap[index]
+    first = run_head[run]
     while True:
         child = 2 * index + 1
         if child >= size:
             break
-        if child + 1 < size and _earlier(idle_time, idle_depth, heap[child + 1], heap[child]):
+        if child + 1 < size and _earlier(idle_time, idle_depth, run_head[heap[child + 1]], run_head[heap[child]]):
             child += 1
-        if not _earlier(idle_time, idle_depth, heap[child], physical):
+        if not _earlier(idle_time, idle_depth, run_head[heap[child]], first):
             break
         heap[index] = heap[child]
-        heap_pos[heap[index]] = index
+        run_pos[heap[index]] = index
         index = child
-    heap[index] = physical
-    heap_pos[physical] = index
+    heap[index] = run
+    run_pos[run] = index
+
+
+@njit(cache=True)
+def _new_run(pool, physical):
+    """A run of one block, pushed on the heap."""
+    meta = pool.meta
+    meta[NUM_FREE_RUNS] -= 1
+    run = pool.free_runs[meta[NUM_FREE_RUNS]]
+    pool.run_head[run] = physical
+    pool.run_tail[run] = physical
+    pool.run_next[physical] = -1
+    pool.run_prev[physical] = -1
+    pool.idle_run[physical] = run
+    index = meta[NUM_RUNS]
+    meta[NUM_RUNS] = index + 1
+    pool.heap[index] = run
+    _sift_up(pool, index)
+    meta[LAST_RUN] = run
 
 
 @njit(cache=True)
 def _evictor_add(pool, physical, depth, time):
+    """The block goes idle: at an end of the last run if it sorts there, else in a run of its own."""
     pool.idle_time[physical] = time
     pool.idle_depth[physical] = depth
-    index = pool.meta[NUM_IDLE]
-    pool.meta[NUM_IDLE] = index + 1
-    _place(pool, index, physical)
-    _sift_up(pool, index)
+    pool.meta[NUM_IDLE] += 1
+    run = pool.meta[LAST_RUN]
+    if run >= 0:
+        tail, head = pool.run_tail[run], pool.run_head[run]
+        if _earlier(pool.idle_time, pool.idle_depth, tail, physical):  # last of the run: its heap key stays
+            pool.run_next[tail] = physical
+            pool.run_prev[physical] = tail
+            pool.run_next[physical] = -1
+            pool.run_tail[run] = physical
+            pool.idle_run[physical] = run
+            return
+        if _earlier(pool.idle_time, pool.idle_depth, physical, head):  # first of the run: its key falls
+            pool.run_prev[head] = physical
+            pool.run_next[physical] = head
+            pool.run_prev[physical] = -1
+            pool.run_head[run] = physical
+            pool.idle_run[physical] = run
+            _sift_up(pool, pool.run_pos[run])
+            return
+    _new_run(pool, physical)
 
 
 @njit(cache=True)
 def _evictor_remove(pool, physical):
-    index = pool.heap_pos[physical]
-    last = pool.meta[NUM_IDLE] - 1
-    pool.meta[NUM_IDLE] = last
-    pool.heap_pos[physical] = -1
-    if index != last:
-        moved = pool.heap[last]
-        _place(pool, index, moved)
-        _sift_up(pool, index)
-        _sift_down(pool, pool.heap_pos[moved])
+    """The block leaves its run (evicted, or hit); an emptied run leaves the heap."""
+    meta = pool.meta
+    run = pool.idle_run[physical]
+    pool.idle_run[physical] = -1
+    meta[NUM_IDLE] -= 1
+    before, after = pool.run_prev[physical], pool.run_next[physical]
+    if before >= 0:
+        pool.run_next[before] = after
+    else:
+        pool.run_head[run] = after
+    if after >= 0:
+        pool.run_prev[after] = before
+    else:
+        pool.run_tail[run] = before
+    if after < 0 and before < 0:  # the run is empty
+        index, last = pool.run_pos[run], meta[NUM_RUNS] - 1
+        meta[NUM_RUNS] = last
+        if index != last:
+            moved = pool.heap[last]
+            pool.heap[index] = moved
+            pool.run_pos[moved] = index
+            _sift_up(pool, index)
+            _sift_down(pool, pool.run_pos[moved])
+        pool.free_runs[meta[NUM_FREE_RUNS]] = run
+        meta[NUM_FREE_RUNS] += 1
+        if meta[LAST_RUN] == run:
+            meta[LAST_RUN] = -1
+    elif before < 0:  # its first block went: the run's key rose
+        _sift_down(pool, pool.run_pos[run])
+
+
+@njit(cache=True)
+def _next_evicted(pool):
+    """The idle block evicted next: the first of the top run."""
+    return pool.run_head[pool.heap[0]]
 
 
 # -- the content cache -----------------------------------------------------------
@@ -237,11 +329,11 @@ def is_in_use_cached(pool, key):
 @njit(cache=True)
 def is_cached_and_computed(pool, key):
     """Cached, and computed: an in-use block by its flag, an idle one always."""
-    return cached_and_computed(pool.key_block, pool.refcount, pool.computed, pool.heap_pos, pool.meta[FIRST_ID], key)
+    return cached_and_computed(pool.key_block, pool.refcount, pool.computed, pool.idle_run, pool.meta[FIRST_ID], key)
 
 
 @njit(cache=True)
-def cached_and_computed(key_block, refcount, computed, heap_pos, first_id, key):
+def cached_and_computed(key_block, refcount, computed, idle_run, first_id, key):
     """``is_cached_and_computed`` on the pool's arrays (for a search that asks many times)."""
     block_id = key_block[key]
     if block_id < 0:
@@ -249,7 +341,7 @@ def cached_and_computed(key_block, refcount, computed, heap_pos, first_id, key):
     physical = block_id - first_id
     if refcount[physical] > 0:
         return computed[physical]
-    return heap_pos[physical] >= 0
+    return idle_run[physical] >= 0
 
 
 @njit(cache=True)
@@ -304,7 +396,7 @@ def take(pool):
         block_id = _pop_free(pool)
         physical = block_id - pool.meta[FIRST_ID]
     else:
-        physical = pool.heap[0]
+        physical = _next_evicted(pool)
         _evictor_remove(pool, physical)
         _forget(pool, physical)
         block_id = physical + pool.meta[FIRST_ID]
@@ -402,7 +494,7 @@ def reset(pool):
     if pool.meta[NUM_BLOCKS] - num_free(pool) > 0:
         return False
     while pool.meta[NUM_IDLE] > 0:
-        physical = pool.heap[0]
+        physical = _next_evicted(pool)
         _evictor_remove(pool, physical)
         _forget(pool, physical)
         _push_free_front(pool, physical + pool.meta[FIRST_ID])

@@ -119,14 +119,14 @@ def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, froze
         return tracker.num_cached[row]
     low = count_cached(
         tracker.keys[row], tracker.num_keys[row], tracker.num_keys[row], gpu.key_block, gpu.refcount, gpu.computed,
-        gpu.heap_pos, gpu.meta[P.FIRST_ID],
+        gpu.idle_run, gpu.meta[P.FIRST_ID],
     )  # fmt: skip
     tracker.num_cached[row] = low * block_size
     return low * block_size
 
 
 @njit(cache=True)
-def count_cached(row_keys, num_keys, num_known, key_block, refcount, computed, heap_pos, first_id):
+def count_cached(row_keys, num_keys, num_known, key_block, refcount, computed, idle_run, first_id):
     """How many of the row's first ``num_keys`` blocks are cached and
     computed on the GPU, by vLLM's binary search (it may count past a hole,
     spec §14.8); only the first ``num_known`` have keys (the rest were never
@@ -136,7 +136,7 @@ def count_cached(row_keys, num_keys, num_known, key_block, refcount, computed, h
     while low < high:
         middle = (low + high) // 2
         if middle < num_known and P.cached_and_computed(
-            key_block, refcount, computed, heap_pos, first_id, row_keys[middle]
+            key_block, refcount, computed, idle_run, first_id, row_keys[middle]
         ):
             low = middle + 1
         else:

@@ -92,7 +92,7 @@ class Views(NamedTuple):
     refcount: np.ndarray
     key_block: np.ndarray
     computed: np.ndarray
-    heap_pos: np.ndarray
+    idle_run: np.ndarray
     blocks: np.ndarray
     num_blocks: np.ndarray
     num_filled: np.ndarray
@@ -105,7 +105,7 @@ class Views(NamedTuple):
 def views_of(fast):
     gpu, tables, tracker = fast.gpu, fast.tables, fast.tracker
     return Views(
-        gpu.meta, gpu.refcount, gpu.key_block, gpu.computed, gpu.heap_pos, tables.blocks, tables.num_blocks,
+        gpu.meta, gpu.refcount, gpu.key_block, gpu.computed, gpu.idle_run, tables.blocks, tables.num_blocks,
         tables.num_filled, tracker.keys, tracker.num_keys, tracker.num_cached,
     )  # fmt: skip
 
@@ -174,7 +174,7 @@ def count_known(views, row, frozen, block_size):
         return views.num_cached[row]
     count = block_size * K.count_cached(
         views.tracker_keys[row], views.num_keys[row], views.num_keys[row], views.key_block, views.refcount,
-        views.computed, views.heap_pos, views.gpu_meta[P.FIRST_ID],
+        views.computed, views.idle_run, views.gpu_meta[P.FIRST_ID],
     )  # fmt: skip
     views.num_cached[row] = count
     return count
@@ -353,5 +353,5 @@ def probe_cached_tokens(gpu, keys, chunks, chunk_lo, prompt_len, out):
         out[num_known] = parent
         num_known += 1
     return block_size * K.count_cached(
-        out, num_full, num_known, gpu.key_block, gpu.refcount, gpu.computed, gpu.heap_pos, gpu.meta[P.FIRST_ID]
+        out, num_full, num_known, gpu.key_block, gpu.refcount, gpu.computed, gpu.idle_run, gpu.meta[P.FIRST_ID]
     )
