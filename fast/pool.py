@@ -230,20 +230,15 @@ def _new_run(pool, physical):
 
 @njit(cache=True)
 def _evictor_add(pool, physical, depth, time):
-    """The block goes idle: at an end of the last run if it sorts there, else in a run of its own."""
+    """The block goes idle: at an end of the last run if it sorts there, else
+    in a run of its own. The front is tried first: a table releases its
+    blocks first to last, each deeper, so each goes before the one before."""
     pool.idle_time[physical] = time
     pool.idle_depth[physical] = depth
     pool.meta[NUM_IDLE] += 1
     run = pool.meta[LAST_RUN]
     if run >= 0:
-        tail, head = pool.run_tail[run], pool.run_head[run]
-        if _earlier(pool.idle_time, pool.idle_depth, tail, physical):  # last of the run: its heap key stays
-            pool.run_next[tail] = physical
-            pool.run_prev[physical] = tail
-            pool.run_next[physical] = -1
-            pool.run_tail[run] = physical
-            pool.idle_run[physical] = run
-            return
+        head, tail = pool.run_head[run], pool.run_tail[run]
         if _earlier(pool.idle_time, pool.idle_depth, physical, head):  # first of the run: its key falls
             pool.run_prev[head] = physical
             pool.run_next[physical] = head
@@ -251,6 +246,13 @@ def _evictor_add(pool, physical, depth, time):
             pool.run_head[run] = physical
             pool.idle_run[physical] = run
             _sift_up(pool, pool.run_pos[run])
+            return
+        if _earlier(pool.idle_time, pool.idle_depth, tail, physical):  # last of the run: its heap key stays
+            pool.run_next[tail] = physical
+            pool.run_prev[physical] = tail
+            pool.run_next[physical] = -1
+            pool.run_tail[run] = physical
+            pool.idle_run[physical] = run
             return
     _new_run(pool, physical)
 
