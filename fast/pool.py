@@ -59,14 +59,15 @@ class Pool(NamedTuple):
     touched: np.ndarray  # bool[n]: registered since the last mark_computed
     touched_ids: np.ndarray  # int64[n]: the touched blocks (absolute ids), a stack
     free_ids: np.ndarray  # int64[n]: ring buffer of absolute ids
-    idle_run: np.ndarray  # int64[n]: the run an idle block is in, -1 when not idle
-    run_next: np.ndarray  # int64[n]: the idle block evicted after this one in its run, -1 last
-    run_prev: np.ndarray  # int64[n]: the one before, -1 first
-    run_head: np.ndarray  # int64[n]: per run id, its first block (physical), -1 when unused
-    run_tail: np.ndarray  # int64[n]: per run id, its last block
-    run_pos: np.ndarray  # int64[n]: per run id, its index in heap
-    free_runs: np.ndarray  # int64[n]: the unused run ids, a stack
-    heap: np.ndarray  # int64[n]: run ids, a min-heap by their first blocks
+    idle_run: np.ndarray  # int32[n]: the run an idle block is in, -1 when not idle
+    run_next: np.ndarray  # int32[n]: the idle block evicted after this one in its run, -1 last
+    run_prev: np.ndarray  # int32[n]: the one before, -1 first
+    run_head: np.ndarray  # int32[n]: per run id, its first block (physical), -1 when unused
+    run_tail: np.ndarray  # int32[n]: per run id, its last block
+    run_pos: np.ndarray  # int32[n]: per run id, its index in heap
+    free_runs: np.ndarray  # int32[n]: the unused run ids, a stack
+    heap: np.ndarray  # int32[n]: run ids, a min-heap by their first blocks (the evictor's arrays are int32: a
+    # replica's pools are most of what it holds idle, and a fleet holds many; a pool has far fewer than 2**31 blocks)
     idle_time: np.ndarray  # float64[n]: eviction time of an idle block
     idle_depth: np.ndarray  # int64[n]: tokens up to the end of an idle block
     key_block: np.ndarray  # int64[key capacity]: content key -> absolute id cached here, -1
@@ -89,10 +90,10 @@ def new_pool(first_id: int, num_blocks: int, caching: bool, key_capacity: int) -
         np.zeros(size, np.bool_),
         np.zeros(size, np.int64),
         free_ids,
-        *(np.full(size, -1, np.int64) for _ in range(5)),  # idle_run, run_next, run_prev, run_head, run_tail
-        np.zeros(size, np.int64),
-        np.arange(size, dtype=np.int64),
-        np.zeros(size, np.int64),
+        *(np.full(size, -1, np.int32) for _ in range(5)),  # idle_run, run_next, run_prev, run_head, run_tail
+        np.zeros(size, np.int32),
+        np.arange(size, dtype=np.int32),
+        np.zeros(size, np.int32),
         np.full(size, NEVER_ACCESSED),
         np.zeros(size, np.int64),
         np.full(key_capacity, -1, np.int64),
