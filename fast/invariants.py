@@ -137,7 +137,8 @@ def _idle_in_runs(device: str, pool: P.Pool) -> list[int]:
     """The evictor's blocks, run by run, checked: the heap orders the runs by
     their first blocks, each run is linked both ways in eviction order, and
     each block names its run."""
-    first, heap, found = int(pool.meta[P.FIRST_ID]), pool.heap, []
+    first, heap = int(pool.meta[P.FIRST_ID]), pool.heap
+    found: list[int] = []
     for index in range(int(pool.meta[P.NUM_RUNS])):
         run = int(heap[index])
         if pool.run_pos[run] != index:

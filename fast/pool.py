@@ -90,7 +90,11 @@ def new_pool(first_id: int, num_blocks: int, caching: bool, key_capacity: int) -
         np.zeros(size, np.bool_),
         np.zeros(size, np.int64),
         free_ids,
-        *(np.full(size, -1, np.int32) for _ in range(5)),  # idle_run, run_next, run_prev, run_head, run_tail
+        np.full(size, -1, np.int32),
+        np.full(size, -1, np.int32),
+        np.full(size, -1, np.int32),
+        np.full(size, -1, np.int32),
+        np.full(size, -1, np.int32),
         np.zeros(size, np.int32),
         np.arange(size, dtype=np.int32),
         np.zeros(size, np.int32),
