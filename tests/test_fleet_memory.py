@@ -30,7 +30,7 @@ MIB = 1 << 20
 
 def test_an_idle_replica_holds_its_pools_not_its_key_table_nor_the_trace():
     """Before any work, a replica of the default configuration holds about
-    4 MB, nearly all of it the GPU pool's per-block arrays (49,152 blocks),
+    4.8 MB, nearly all of it the GPU pool's per-block arrays (49,152 blocks),
     whatever the trace's length. It held 31 MB at 2,000 requests: a key
     table made for 131,072 keys (21 MB) and arrays for every request of
     the trace."""
