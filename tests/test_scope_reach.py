@@ -46,10 +46,11 @@ def _rehash_over_key_zero(keys):
     """``content._rehash`` that takes a slot holding key 0 for an empty one."""
     mask = keys.slots.shape[0] - 1
     for key in range(keys.count[0]):
-        slot = content._hash(keys.parent[key], keys.tokens[key], 0, keys.tokens.shape[1], keys.extra[key]) & mask
-        while keys.slots[slot] > 0:
+        h = content._hash(keys.parent[key], keys.tokens[key], 0, keys.tokens.shape[1], keys.extra[key])
+        slot = h & mask
+        while keys.slots[slot] >= 0 and keys.slots[slot] & content.KEY_MASK > 0:
             slot = (slot + 1) & mask
-        keys.slots[slot] = key
+        keys.slots[slot] = content._tag(h) << content.KEY_BITS | key
 
 
 def test_the_key_room_scope_rehashes_two_keys_of_one_slot(monkeypatch):
