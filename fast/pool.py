@@ -166,15 +166,14 @@ def _earlier(idle_time, idle_depth, a, b):
     return a < b
 
 
+@njit(cache=True, inline="always")
+def _heap_arrays(pool):
+    return pool.heap, pool.run_pos, pool.run_head, pool.idle_time, pool.idle_depth
+
+
 @njit(cache=True)
 def _sift_up(pool, index):
-    heap, run_pos, run_head, idle_time, idle_depth = (
-        pool.heap,
-        pool.run_pos,
-        pool.run_head,
-        pool.idle_time,
-        pool.idle_depth,
-    )
+    heap, run_pos, run_head, idle_time, idle_depth = _heap_arrays(pool)
     run = heap[index]
     first = run_head[run]
     while index > 0:
@@ -190,13 +189,7 @@ def _sift_up(pool, index):
 
 @njit(cache=True)
 def _sift_down(pool, index):
-    heap, run_pos, run_head, idle_time, idle_depth = (
-        pool.heap,
-        pool.run_pos,
-        pool.run_head,
-        pool.idle_time,
-        pool.idle_depth,
-    )
+    heap, run_pos, run_head, idle_time, idle_depth = _heap_arrays(pool)
     size = pool.meta[NUM_RUNS]
     run = heap[index]
     first = run_head[run]
