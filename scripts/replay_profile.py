@@ -88,6 +88,8 @@ def profile(arguments: list[str]) -> int:
         environment = {**os.environ, "NUMBA_CACHE_DIR": os.path.join(folder, "numba")}
         command = ["perf", "record", "-q", "-F", str(FREQUENCY), "-o", data, sys.executable, __file__, "--child"]
         ran = subprocess.run([*command, *arguments], env=environment)
+        if ran.returncode in (2, 130):  # its arguments refused (it said why), or Ctrl-C
+            return ran.returncode
         if ran.returncode != 0:
             print(f"error: the profiled command exited {ran.returncode}", file=sys.stderr)
             return 1
@@ -95,10 +97,12 @@ def profile(arguments: list[str]) -> int:
             ["perf", "report", "-i", data, "--no-children", "--sort", "sym", "--stdio", "-q", "-n"],
             capture_output=True,
             text=True,
-            check=True,
-        ).stdout
+        )
+    if report.returncode != 0:
+        print(f"error: perf report exited {report.returncode}: {report.stderr.strip()[-300:]}", file=sys.stderr)
+        return 1
     samples: Counter[str] = Counter()
-    for line in report.splitlines():
+    for line in report.stdout.splitlines():
         fields = line.split()  # share, samples, [.], symbol
         if len(fields) == 4 and fields[0].endswith("%") and fields[2] == "[.]" and is_compiled(fields[3]):
             samples[fields[3]] += int(fields[1])
@@ -127,4 +131,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: perf and the child hear it too; the temporary folder is gone
+        sys.exit(130)
