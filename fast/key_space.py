@@ -52,38 +52,54 @@ class KeySpace(SavedFields):
             root = self.root_ids[salt] = -1 - len(self.root_ids)
         return root
 
-    def make_room(self, num_more: int = 0) -> None:
-        """Room for ``num_more`` new keys (at least one more): collect, or grow."""
+    def make_room(self, num_more: int = 0, first: int | None = None) -> None:
+        """Room for ``num_more`` new keys (at least one more): collect, or
+        grow. Given ``first``, the ids below it are left to the caller
+        (``fast/content.py``): the table's keys move up to it, by a collection."""
         store = self.store
         live = self._live()
         stalled = store.keys.count[0] == self.num_keys_after_collect  # nothing interned since: grow
-        if stalled or live.sum() + num_more > len(store.keys.parent) // 2:
+        if first is None and (stalled or live.sum() + num_more > len(store.keys.parent) // 2):
             store.keys = grow_keys(store.keys, num_more)
-            capacity = len(store.keys.parent)
-            store.gpu, store.cpu = P.grow_key_index(store.gpu, capacity), P.grow_key_index(store.cpu, capacity)
+            size = self._index_size()
+            store.gpu, store.cpu = P.grow_key_index(store.gpu, size), P.grow_key_index(store.cpu, size)
             return
-        store.keys, remap = collect_keys(store.keys, live, num_more)
+        old_first = int(store.keys.first[0])
+        store.keys, remap = collect_keys(store.keys, live, num_more, first)
         self.num_keys_after_collect = int(store.keys.count[0])
-        remap_named(store.tables.keys, store.tables.num_blocks, remap)
-        remap_named(store.tracker.keys, store.tracker.num_keys, remap)
-        store.gpu, store.cpu = self._remapped(store.gpu, remap), self._remapped(store.cpu, remap)
+        remap_named(store.tables.keys, store.tables.num_blocks, remap, old_first)
+        remap_named(store.tracker.keys, store.tracker.num_keys, remap, old_first)
+        store.gpu = self._remapped(store.gpu, remap, old_first)
+        store.cpu = self._remapped(store.cpu, remap, old_first)
+
+    def _index_size(self) -> int:
+        """A pool's key index covers the caller's ids and the table's."""
+        keys = self.store.keys
+        return int(keys.first[0]) + len(keys.parent)
 
     def _live(self) -> np.ndarray:
-        """Keys named by a cached block, a table entry or a tracker row (a
-        row names keys up to its length only: ``mark_named``)."""
+        """Keys of the table named by a cached block, a table entry or a
+        tracker row (a row names keys up to its length only: ``mark_named``)."""
         store = self.store
+        first = int(store.keys.first[0])
         live = np.zeros(int(store.keys.count[0]), np.bool_)
         for pool in (store.gpu, store.cpu):
-            live[pool.block_key[pool.block_key >= 0]] = True
-        mark_named(store.tables.keys, store.tables.num_blocks, live)
-        mark_named(store.tracker.keys, store.tracker.num_keys, live)
+            live[pool.block_key[pool.block_key >= first] - first] = True
+        mark_named(store.tables.keys, store.tables.num_blocks, live, first)
+        mark_named(store.tracker.keys, store.tracker.num_keys, live, first)
         return live
 
-    def _remapped(self, pool: P.Pool, remap: np.ndarray) -> P.Pool:
-        remap_keys(pool.block_key, remap)
-        capacity = len(self.store.keys.parent)
-        key_block = pool.key_block if len(pool.key_block) == capacity else np.empty(capacity, np.int64)
-        key_block.fill(-1)
-        cached = np.flatnonzero(pool.block_key >= 0)
+    def _remapped(self, pool: P.Pool, remap: np.ndarray, old_first: int) -> P.Pool:
+        """The pool's keys remapped, and its key index made again over the
+        table's part (the caller's part kept, where its ids did not move)."""
+        remap_keys(pool.block_key, remap, old_first)
+        first, size = int(self.store.keys.first[0]), self._index_size()
+        key_block = pool.key_block
+        if len(key_block) != size or first != old_first:
+            key_block = np.full(size, -1, key_block.dtype)
+            key_block[:old_first] = pool.key_block[:old_first]
+        else:
+            key_block[first:] = -1
+        cached = np.flatnonzero(pool.block_key >= first)
         key_block[pool.block_key[cached]] = cached + pool.meta[P.FIRST_ID]
         return pool._replace(key_block=key_block)

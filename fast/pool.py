@@ -70,7 +70,8 @@ class Pool(NamedTuple):
     # replica's pools are most of what it holds idle, and a fleet holds many; a pool has far fewer than 2**31 blocks)
     idle_time: np.ndarray  # float64[n]: eviction time of an idle block
     idle_depth: np.ndarray  # int64[n]: tokens up to the end of an idle block
-    key_block: np.ndarray  # int64[key capacity]: content key -> absolute id cached here, -1
+    key_block: np.ndarray  # int32[key capacity]: content key -> absolute id cached here, -1 (int32: a key index
+    # may cover a trace's every prompt block, fast/content.py's ids left to the caller)
     meta: np.ndarray  # int64[NUM_META]
     hit_mean: np.ndarray  # float64[1]: mean hit rate of the completed buckets
 
@@ -100,14 +101,14 @@ def new_pool(first_id: int, num_blocks: int, caching: bool, key_capacity: int) -
         np.zeros(size, np.int32),
         np.full(size, NEVER_ACCESSED),
         np.zeros(size, np.int64),
-        np.full(key_capacity, -1, np.int64),
+        np.full(key_capacity, -1, np.int32),
         meta,
         np.zeros(1),
     )
 
 
 def grow_key_index(pool: Pool, key_capacity: int) -> Pool:
-    key_block = np.full(key_capacity, -1, np.int64)
+    key_block = np.full(key_capacity, -1, np.int32)
     key_block[: len(pool.key_block)] = pool.key_block
     return pool._replace(key_block=key_block)
 

@@ -25,6 +25,7 @@ from blockspace.simulator import SchedulerConfig, SimulationConfig, load_trace, 
 from blockspace.simulator.cli import main
 from blockspace.simulator.compiled import digest as D
 from blockspace.simulator.compiled import state as S
+from blockspace.simulator.compiled import trace_keys as TK
 from blockspace.simulator.compiled.engine import run_compiled
 from blockspace.simulator.compiled.tokens import write_tokens
 from blockspace.simulator.engines import replay, resolve
@@ -351,3 +352,37 @@ def test_keys_made_from_chunk_ids_are_the_token_paths_block_for_block(name, bloc
         made = store.tracker.keys[r, : store.tracker.num_keys[r]]
         assert len(made) == len(listed) == num_full
         assert block_contents(by_chunks, made) == block_contents(by_list, listed), (name, block_size, r)
+
+
+@pytest.mark.parametrize("block_size", [1, 16, 48, 64, 100, 512])
+@pytest.mark.parametrize("name", ["the sample", "random traces", "the chunk edges"])
+def test_the_traces_keys_are_fast_keys_block_for_block(name, block_size):
+    """``trace_keys.block_key`` gives two full prompt blocks one key exactly
+    when fast's key table, keying their tokens, gives them one; on a replica
+    that gets the requests in another order (a fleet's) as well."""
+    from blockspace import Sequence
+    from blockspace.fast.manager import FastBlockSpaceManager
+
+    trace = {"the sample": lambda: load_trace(None, 40 if block_size > 1 else 8),
+             "random traces": lambda: random_trace(block_size), "the chunk edges": edge_trace}[name]()  # fmt: skip
+    manager = FastBlockSpaceManager(block_size, 100_000, 0, enable_caching=True)
+    requests, chunks = S.new_requests(trace, 1, None)
+    nodes, num_nodes = TK.chunk_nodes(chunks, requests.chunk_lo, requests.prompt_len)
+    per_node = TK.keys_per_node(block_size)
+    order = list(range(len(trace)))
+    random.Random(block_size).shuffle(order)
+    node_key, numbered = np.full(num_nodes, -1, np.int32), 0
+    for r in order:  # as a replica numbers the requests routed to it (engine.Run.take)
+        positions = TK.prompt_positions(requests.chunk_lo[r : r + 1], requests.prompt_len[r : r + 1])
+        numbered = TK.number_nodes(node_key, nodes, positions, numbered, per_node)
+        manager.get_num_cached_tokens(Sequence(r, trace[r].prompt_token_ids()))
+    fast_of, trace_of = {}, {}
+    for r in order:
+        row = manager.tracker.tracked[r]
+        keys = manager.store.tracker.keys[row, : manager.store.tracker.num_keys[row]].tolist()
+        assert len(keys) == trace[r].input_length // block_size
+        for index, key in enumerate(keys):
+            mine = int(TK.block_key(node_key, nodes, int(requests.chunk_lo[r]), index, block_size))
+            assert 0 <= mine < numbered * per_node, (name, block_size, r, index)
+            assert fast_of.setdefault(mine, key) == key, (name, block_size, r, index)
+            assert trace_of.setdefault(key, mine) == mine, (name, block_size, r, index)

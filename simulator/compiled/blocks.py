@@ -54,6 +54,7 @@ from blockspace.fast import pool as P
 from blockspace.fast import rules
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
+from blockspace.simulator.compiled import trace_keys as TK
 from blockspace.simulator.compiled.state import (
     BLOCK_SIZE,
     CACHING,
@@ -64,7 +65,8 @@ from blockspace.simulator.compiled.state import (
     NUM_GPU,
     WATERMARK,
 )
-from blockspace.simulator.compiled.tokens import prompt_token, write_tokens
+from blockspace.simulator.compiled.tokens import write_tokens
+from blockspace.workloads import CHUNK_TOKENS
 
 NO_ROWS = np.zeros(0, np.int64)
 
@@ -140,10 +142,9 @@ def num_free_gpu(views):
 # -- the computed-blocks tracker ---------------------------------------------------
 @njit(cache=True, inline="always")
 def num_cached_tokens(fast, views, loop, requests, r):
-    """``get_num_cached_tokens``: key the new full blocks, then count the
-    cached tokens (the last count, while the tracker holds a prefill). With
-    nothing new to key (a decode, most steps) the count is made here on
-    the views, by the tracker kernel's own search (``K.count_cached``)."""
+    """``get_num_cached_tokens``: key the new full blocks (``key_blocks``),
+    then count the cached tokens (the last count, while the tracker holds a
+    prefill), on the views, by the tracker kernel's own search (``count_known``)."""
     block_size = loop.config[BLOCK_SIZE]
     frozen = requests.tracked[r] == 1 and requests.decoding[r] == 0
     row = requests.tracker_row[r]
@@ -154,15 +155,33 @@ def num_cached_tokens(fast, views, loop, requests, r):
     requests.tracked[r] = 1
     known = views.num_keys[row]
     num_full = requests.seq_len[r] // block_size
-    if num_full <= known:
-        return count_known(views, row, frozen, block_size)
-    start, end = known * block_size, max(known, num_full) * block_size
-    tokens = write_tokens(requests, loop.chunks, r, start, end, loop.tokens)
-    count = K.num_cached_tokens(fast.gpu, fast.keys, fast.tracker, row, tokens, num_full, 0, -1, frozen)
-    if count < 0:
-        fail(loop, count)
-        return 0
-    return count
+    if num_full > known:
+        if not key_blocks(fast, loop, requests, r, views.tracker_keys[row], known, num_full):
+            return 0
+        views.num_keys[row] = num_full
+    return count_known(views, row, frozen, block_size)
+
+
+@njit(cache=True, inline="always")
+def key_blocks(fast, loop, requests, r, out, first, last):
+    """The keys of request ``r``'s full blocks ``first .. last - 1`` into
+    ``out``: a full prompt block's is the trace's (``trace_keys.py``, no
+    tokens made), a later block's fast's key table gives, from its tokens
+    (``C.key_chain``, as fast's kernels key). False, and the loop stops, if
+    the table lacks room (the driver makes it before the step)."""
+    block_size = loop.config[BLOCK_SIZE]
+    split = min(last, requests.prompt_len[r] // block_size)
+    chunk_lo = requests.chunk_lo[r]
+    for index in range(first, split):
+        out[index] = TK.block_key(loop.node_key, loop.nodes, chunk_lo, index, block_size)
+    start = max(first, split)
+    if start < last:
+        if not C.has_room(fast.keys, last - start):
+            fail(loop, T.NO_KEY_ROOM)
+            return False
+        tokens = write_tokens(requests, loop.chunks, r, start * block_size, last * block_size, loop.tokens)
+        C.key_chain(fast.keys, -1, tokens, 0, out, start, last)
+    return True
 
 
 @njit(cache=True, inline="always")
@@ -211,13 +230,15 @@ def allocate(fast, loop, requests, r):
     block_size, seq_len = loop.config[BLOCK_SIZE], requests.seq_len[r]
     num_full = seq_len // block_size
     keyed = NO_ROWS
-    tokens = loop.tokens[:seq_len]
     tracker_row = requests.tracker_row[r]
     if loop.config[CACHING]:
         if tracker_row >= 0 and fast.tracker.num_keys[tracker_row] >= num_full:
             keyed = fast.tracker.keys[tracker_row, :num_full]
         else:
-            tokens = write_tokens(requests, loop.chunks, r, 0, seq_len, loop.tokens)
+            keyed = loop.keyed[:num_full]
+            if not key_blocks(fast, loop, requests, r, keyed, 0, num_full):
+                return
+    tokens = loop.tokens[:seq_len]  # only their number is read: the blocks come keyed
     row = take_row(loop.free_table_rows, loop.meta, FREE_TABLE_ROWS)
     result = T.allocate(fast.gpu, fast.keys, fast.tables, row, tokens, 0, -1, keyed, NO_ROWS, -1, NO_ROWS, 0, loop.info)
     if result != 0:
@@ -329,28 +350,22 @@ def hit_rate(fast, loop):
 
 # -- what a fleet's router asks ----------------------------------------------------------------
 @njit(cache=True)
-def probe_cached_tokens(gpu, keys, chunks, chunk_lo, prompt_len, out):
+def probe_cached_tokens(gpu, node_key, nodes, chunk_lo, prompt_len, block_size, out):
     """``get_num_cached_tokens`` of a prompt on a sequence the tracker does
     not hold, then ``remove_seq_from_computed_blocks_tracker``, as the
     Python engine's router asks them (``Simulation.cached_tokens``), without
-    their side effects: the prompt's full blocks are looked up, not keyed,
-    and vLLM's search runs over them as over a fresh row (a block never
-    keyed is not cached). No block is touched and no hit counted. A block's
-    tokens are made only once the block before it was found: most replicas
-    of a fleet miss at the first block. ``out`` is scratch: a key per full
-    block, then one block's tokens."""
-    parents, extras, stored, slots = keys.parent, keys.extra, keys.tokens, keys.slots
-    block_size = stored.shape[1]
+    their side effects: vLLM's search runs over the prompt's full blocks,
+    keyed by the trace (``trace_keys.py``), as over a fresh row. A block of
+    a node this replica never numbered was never keyed here, and is not
+    cached. No block is touched and no hit counted. ``out``: scratch, a key
+    per full block."""
     num_full = prompt_len // block_size
-    tokens = out[num_full : num_full + block_size]
-    num_known, parent = 0, -1
-    while num_known < num_full:
-        for j in range(block_size):
-            tokens[j] = prompt_token(chunks, chunk_lo, num_known * block_size + j)
-        parent = C.known_key(parents, extras, stored, slots, parent, tokens, 0, 0)
-        if parent < 0:
+    num_known = 0
+    while num_known < num_full and node_key.shape[0]:
+        chunk = (num_known * block_size + block_size - 1) // CHUNK_TOKENS
+        if node_key[nodes[chunk_lo + chunk]] < 0:
             break
-        out[num_known] = parent
+        out[num_known] = TK.block_key(node_key, nodes, chunk_lo, num_known, block_size)
         num_known += 1
     return block_size * K.count_cached(
         out, num_full, num_known, gpu.key_block, gpu.refcount, gpu.computed, gpu.idle_run, gpu.meta[P.FIRST_ID]

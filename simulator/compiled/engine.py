@@ -33,6 +33,7 @@ from blockspace.fast.dispatch import direct
 from blockspace.fast.manager import FastBlockSpaceManager
 from blockspace.simulator.compiled import loop as L
 from blockspace.simulator.compiled import state as S
+from blockspace.simulator.compiled import trace_keys as TK
 from blockspace.simulator.compiled.blocks import Fast, probe_cached_tokens
 from blockspace.simulator.compiled.digest import signed
 from blockspace.simulator.decisions import StepRecord
@@ -116,17 +117,21 @@ class Run:
 
     def __init__(
         self, trace: list[TraceRequest], manager_class: type, config: SimulationConfig,
-        chunks: np.ndarray | None = None,
+        shared: tuple[np.ndarray, np.ndarray, int] | None = None,
     ) -> None:  # fmt: skip
-        """A replay of ``trace``; or, given a fleet's ``chunks``, of nothing
-        yet: a replica, whose requests come by ``take`` (``replica.py``)."""
+        """A replay of ``trace``; or, given a fleet's chunk ids, their nodes
+        and the number of nodes (``shared``), of nothing yet: a replica,
+        whose requests come by ``take`` (``replica.py``)."""
         sched = config.scheduler
         self.config = config
         self.manager = new_manager(manager_class, config)
-        if chunks is None:
+        if shared is None:
             self.requests, chunks = S.new_requests(trace, config.num_samples, config.max_output_len)
+            nodes, self.num_nodes = trace_nodes(chunks, self.requests, sched.enable_prefix_caching)
         else:
             self.requests = S.blank_requests(0)
+            chunks, nodes, self.num_nodes = shared
+        self.num_numbered = 0
         settings = np.zeros(S.NUM_CONFIG, np.int64)
         settings[S.BLOCK_SIZE], settings[S.CACHING] = sched.block_size, sched.enable_prefix_caching
         settings[S.MAX_SEQS], settings[S.MAX_TOKENS] = sched.max_num_seqs, sched.max_num_batched_tokens
@@ -138,8 +143,9 @@ class Run:
         settings[S.CLOCK] = config.step_time.kind
         coefficients = np.array(config.step_time.coefficients(sched.block_size), np.float64)
         longest = int((self.requests.prompt_len + self.requests.out_len).max(initial=0))
-        self.loop = S.new_loop(settings, coefficients, chunks, self.requests, longest)
+        self.loop = S.new_loop(settings, coefficients, chunks, nodes, self.requests, longest)
         self.longest = 0
+        self._number_nodes(self.requests)
         self._room_for(self.requests)  # rows first, while they are two columns wide
         self._columns_for(longest)
 
@@ -157,7 +163,27 @@ class Run:
         self.requests.arrival[routed : routed + count] = arrival_s
         self.loop.arrivals[routed : routed + count] = np.arange(routed, routed + count)
         self.loop.meta[S.NUM_ROUTED] = routed + count
+        self._number_nodes(requests, first, count)
         self._columns_for(longest)
+
+    def _number_nodes(self, requests: S.Requests, first: int = 0, count: int | None = None) -> None:
+        """Keys for the prompts of requests ``first`` up to ``first + count``
+        (all, by default) on this replica: their nodes numbered, and fast's
+        key table moved up past them (``trace_keys.py``; doubled, so that a
+        fleet's replica moves it a few times)."""
+        end = len(requests.arrival) if count is None else first + count
+        if not self.config.scheduler.enable_prefix_caching or end == first:
+            return
+        if not len(self.loop.node_key):  # at the first request: an idle replica holds none
+            self.loop = self.loop._replace(node_key=np.full(self.num_nodes, -1, np.int32))
+        positions = TK.prompt_positions(requests.chunk_lo[first:end], requests.prompt_len[first:end])
+        per_node = TK.keys_per_node(self.config.scheduler.block_size)
+        self.num_numbered = TK.number_nodes(self.loop.node_key, self.loop.nodes, positions, self.num_numbered,
+                                            per_node)  # fmt: skip
+        key_space, first_key = self.manager.key_space, int(self.manager.store.keys.first[0])
+        if self.num_numbered * per_node > first_key:
+            wanted = self.num_numbered * per_node
+            key_space.make_room(0, wanted if not first_key else max(wanted, 2 * first_key))
 
     def _columns_for(self, longest: int) -> None:
         """Table and tracker rows as wide as a sequence of ``longest`` tokens."""
@@ -192,8 +218,10 @@ class Run:
             return
         config, meta = self.config, self.loop.meta
         block_size = config.scheduler.block_size
-        if config.scheduler.enable_prefix_caching:
-            blocks = int(((requests.prompt_len + requests.out_len) // block_size + 1).sum())
+        if config.scheduler.enable_prefix_caching:  # the blocks past each prompt's full ones (trace_keys.py)
+            blocks = int(
+                ((requests.prompt_len + requests.out_len) // block_size + 1 - requests.prompt_len // block_size).sum()
+            )
             wanted = blocks + config.scheduler.max_num_batched_tokens // block_size + 2 * len(requests.arrival) + 2
             meta[S.NEED_KEYS] = min(wanted, 2 * (config.num_gpu_blocks + config.num_cpu_blocks))
         waiting = int(np.count_nonzero(requests.arrival <= requests.arrival[0]))
@@ -250,16 +278,17 @@ class Run:
             raise RuntimeError(f"the compiled engine: a kernel answered {meta[S.ERROR]} at step {meta[S.STEP]}")
         return int(why)
 
-    def cached_tokens(self, chunks: np.ndarray, chunk_lo: int, prompt_len: int) -> int:
-        """Tokens of a prompt (its chunk ids from ``chunks[chunk_lo]`` on) that
+    def cached_tokens(self, chunk_lo: int, prompt_len: int) -> int:
+        """Tokens of a prompt (its chunk ids from the trace's ``chunks[chunk_lo]`` on) that
         the prefix cache holds, asked as ``Simulation.cached_tokens`` asks the
         manager (``blocks.probe_cached_tokens``): a router's question, about a
         request perhaps never routed here."""
         if not self.config.scheduler.enable_prefix_caching:
             return 0
-        store, block_size = self.manager.store, self.config.scheduler.block_size
-        scratch = np.empty(prompt_len // block_size + block_size, np.int64)
-        return int(probe(store.gpu_ref, store.keys_ref, chunks, chunk_lo, prompt_len, scratch))
+        loop, block_size = self.loop, self.config.scheduler.block_size
+        scratch = np.empty(prompt_len // block_size, np.int64)
+        return int(probe(self.manager.store.gpu_ref, loop.node_key, loop.nodes, chunk_lo, prompt_len, block_size,
+                         scratch))  # fmt: skip
 
     def _make_room(self) -> None:
         """What the loop asked for (``meta[NEED_*]``): keys (the manager's
@@ -398,6 +427,13 @@ class Run:
         return records
 
 
+def trace_nodes(chunks: np.ndarray, requests: S.Requests, caching: bool) -> tuple[np.ndarray, int]:
+    """The nodes of the trace's chunk ids and their number (``trace_keys.py``); none without caching."""
+    if not caching:
+        return np.zeros(0, np.int64), 0
+    return TK.chunk_nodes(chunks, requests.chunk_lo, requests.prompt_len)
+
+
 def warm_up(manager_class: type, config: SimulationConfig) -> float:
     """Seconds to compile the loop, or load it from Numba's cache: a replay
     of two small requests through the run's settings."""
@@ -406,7 +442,7 @@ def warm_up(manager_class: type, config: SimulationConfig) -> float:
     trace = [TraceRequest(i, 0.0, 2 * block_size + 1, 3, (i,)) for i in range(2)]
     run = Run(trace, manager_class, config)
     run.advance(math.inf)
-    run.cached_tokens(run.loop.chunks, 0, 2 * block_size + 1)  # a router's question (fleet.py)
+    run.cached_tokens(0, 2 * block_size + 1)  # a router's question (fleet.py)
     return time.perf_counter() - started
 
 

@@ -27,6 +27,7 @@ from blockspace.simulator import clock
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import policy
 from blockspace.simulator.compiled import queues as Q
+from blockspace.simulator.compiled import trace_keys as TK
 from blockspace.simulator.compiled.borrowed import borrowed
 from blockspace.simulator.compiled.state import (
     ABORTED_EVENT,
@@ -306,7 +307,7 @@ def room_for_step(fast, loop, requests):
     ask for theirs one request at a time, ``policy.room_to_admit``)? If
     not, say how much in meta (NEED_*) for the driver. The bounds are loose
     on purpose: the running and swapped requests key at most their unkeyed
-    full blocks, and fill at most a block per budget block and two each.
+    full blocks past their prompts' (``trace_keys.py``), and fill at most a block per budget block and two each.
     (fast's arrays are read once: a read through a handle costs more than
     the scan's arithmetic.)"""
     meta, config = loop.meta, loop.config
@@ -320,7 +321,8 @@ def room_for_step(fast, loop, requests):
         for i in range(Q.size(loop, q)):
             r = Q.at(loop, q, i)
             known = num_keys[tracker_row[r]] if tracker_row[r] >= 0 else 0
-            keys += max(0, seq_len[r] // block_size - known) + 2 + (seq_len[r] - num_filled[table_row[r]]) // block_size
+            keys += TK.num_table_keys(requests.prompt_len[r], known, seq_len[r] // block_size, block_size)
+            keys += 2 + (seq_len[r] - num_filled[table_row[r]]) // block_size
             tracker_rows += tracker_row[r] < 0
             looked_at += 1
     meta[RESERVED_KEYS] = keys  # the admissions leave these free (policy.room_to_admit)

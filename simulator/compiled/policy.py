@@ -28,6 +28,7 @@ from blockspace.simulator import budget
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import digest as D
 from blockspace.simulator.compiled import queues as Q
+from blockspace.simulator.compiled import trace_keys as TK
 from blockspace.simulator.compiled.state import (
     ABORTED,
     ABORTED_EVENT,
@@ -415,7 +416,7 @@ def admit(fast, views, loop, requests, first):
 @njit(cache=True, inline="always")
 def room_to_admit(fast, views, loop, requests, r):
     """Room for what looking at waiting request ``r`` can take: the keys
-    of its unkeyed full blocks (beyond those the step's start reserved for
+    of its unkeyed full blocks past its prompt's (``trace_keys.py``; beyond those the step's start reserved for
     the metadata pass) and a tracker row (with caching), a table row, and
     its log entries. If not, how much goes to meta (NEED_*)."""
     meta = loop.meta
@@ -423,7 +424,9 @@ def room_to_admit(fast, views, loop, requests, r):
     if loop.config[CACHING]:
         row = requests.tracker_row[r]
         known = fast.tracker.num_keys[row] if row >= 0 else 0
-        need = max(0, requests.seq_len[r] // loop.config[BLOCK_SIZE] - known) + meta[RESERVED_KEYS]
+        block_size = loop.config[BLOCK_SIZE]
+        need = TK.num_table_keys(requests.prompt_len[r], known, requests.seq_len[r] // block_size, block_size)
+        need += meta[RESERVED_KEYS]
         if not C.has_room(fast.keys, need):
             meta[NEED_KEYS] = need
             enough = False

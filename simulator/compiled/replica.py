@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from blockspace.simulator.compiled import state as S
-from blockspace.simulator.compiled.engine import Run
+from blockspace.simulator.compiled.engine import Run, trace_nodes
 from blockspace.simulator.routers import blocks_of
 from blockspace.simulator.runs import SimulationConfig, SimulationResult, manager_name_of
 from blockspace.workloads import TraceRequest
@@ -33,12 +33,15 @@ class FleetTrace:
 
     requests: S.Requests  # an entry per request (sample), in trace order (``S.new_requests``)
     chunks: np.ndarray  # every request's chunk ids, one after another
+    nodes: np.ndarray  # each chunk id's node in the tree of prompts (``trace_keys.py``)
+    num_nodes: int
     position_of: dict[int, int]  # a trace request's index -> its place in the trace
 
     @classmethod
     def of(cls, trace: list[TraceRequest], config: SimulationConfig) -> FleetTrace:
         requests, chunks = S.new_requests(trace, config.num_samples, config.max_output_len)
-        return cls(requests, chunks, {entry.index: position for position, entry in enumerate(trace)})
+        nodes, num_nodes = trace_nodes(chunks, requests, config.scheduler.enable_prefix_caching)
+        return cls(requests, chunks, nodes, num_nodes, {entry.index: position for position, entry in enumerate(trace)})
 
 
 class CompiledReplica:
@@ -50,7 +53,7 @@ class CompiledReplica:
     ) -> None:  # fmt: skip
         """``config``: the replica's own (one engine, ``fleet.py``)."""
         self.trace, self.on_progress = trace, on_progress
-        self.run = Run([], manager_class, config, chunks=trace.chunks)
+        self.run = Run([], manager_class, config, shared=(trace.chunks, trace.nodes, trace.num_nodes))
         self.manager_name = manager_name_of(manager_class)
         self.num_samples, self.block_size = config.num_samples, config.scheduler.block_size
         self.routed_blocks = 0
@@ -82,7 +85,7 @@ class CompiledReplica:
         every replica reads (``FleetTrace``), is not counted."""
         store, loop = self.run.manager.store, self.run.loop
         own = S.array_bytes(store.gpu, store.cpu, store.keys, store.tables, store.tracker, loop, self.run.requests)
-        return own - self.trace.chunks.nbytes  # the loop's chunks are the fleet's
+        return own - self.trace.chunks.nbytes - self.trace.nodes.nbytes  # the loop's chunks and nodes are the fleet's
 
     # -- what a router and a closed loop read --------------------------------------------
     @property
@@ -109,7 +112,7 @@ class CompiledReplica:
 
     def cached_tokens(self, entry: TraceRequest) -> int:
         first = self.trace.position_of[entry.index] * self.num_samples
-        return self.run.cached_tokens(self.trace.chunks, int(self.trace.requests.chunk_lo[first]), entry.input_length)
+        return self.run.cached_tokens(int(self.trace.requests.chunk_lo[first]), entry.input_length)
 
     def has_work(self) -> bool:
         loop = self.run.loop

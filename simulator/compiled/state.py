@@ -143,6 +143,8 @@ class Loop(NamedTuple):
     until: np.ndarray  # float64[1]: no step starts at or after this (inf: none; a fleet's replica stops there)
     arrivals: np.ndarray  # int64: the requests routed here, in the order they arrive (one replay: all, in order)
     chunks: np.ndarray  # int64: every trace request's chunk ids, one after another
+    nodes: np.ndarray  # int64: each chunk id's node in the trace's tree of prompts (trace_keys.py); empty, no caching
+    node_key: np.ndarray  # int32: a node's first key on this replica, -1 none yet (Run numbers them)
     queues: np.ndarray  # int64[3, capacity]: waiting, running, swapped as ring buffers
     queue_ends: np.ndarray  # int64[3, 2]: head and length of each
     lists: np.ndarray  # int64[NUM_LISTS, capacity]: the step's lists of requests
@@ -152,6 +154,7 @@ class Loop(NamedTuple):
     free_table_rows: np.ndarray  # int64: the free stack of fast's table rows
     free_tracker_rows: np.ndarray  # int64
     tokens: np.ndarray  # int64: scratch for the token ids a kernel keys
+    keyed: np.ndarray  # int64: scratch for a sequence's keys
     copies: np.ndarray  # int64: the step's copy-on-write pairs, flat
     swap_in: np.ndarray  # int64: the step's swap-in mapping, flat
     swap_out: np.ndarray  # int64
@@ -217,8 +220,9 @@ def blank_requests(count: int) -> Requests:
 
 
 def new_loop(
-    config: np.ndarray, step_model: np.ndarray, chunks: np.ndarray, requests: Requests, max_tokens: int
-) -> Loop:
+    config: np.ndarray, step_model: np.ndarray, chunks: np.ndarray, nodes: np.ndarray, requests: Requests,
+    max_tokens: int,
+) -> Loop:  # fmt: skip
     """Queues and step lists for every request; the scratch buffers sized
     for the longest sequence (and, swapping, the pools); the logs sized for
     ``requests`` (``first_log_sizes``: the driver grows them past that, and
@@ -238,6 +242,8 @@ def new_loop(
         until=np.full(1, np.inf),
         arrivals=np.arange(count, dtype=np.int64),
         chunks=chunks,
+        nodes=nodes,
+        node_key=np.zeros(0, np.int32),
         queues=np.zeros((3, count + 1), np.int64),
         queue_ends=np.zeros((3, 2), np.int64),
         lists=np.zeros((NUM_LISTS, count + 1), np.int64),
@@ -247,6 +253,7 @@ def new_loop(
         free_table_rows=np.zeros(0, np.int64),
         free_tracker_rows=np.zeros(0, np.int64),
         tokens=np.zeros(max_tokens + block_size, np.int64),
+        keyed=np.zeros(max_tokens // block_size + 1, np.int64),
         copies=np.zeros(copies, np.int64),
         swap_in=np.zeros(swaps, np.int64),
         swap_out=np.zeros(swaps, np.int64),
@@ -326,7 +333,8 @@ def with_room(loop: Loop, requests: Requests, count: int, max_tokens: int) -> tu
         )  # fmt: skip
     block_size = int(loop.config[BLOCK_SIZE])
     if max_tokens + block_size > len(loop.tokens):
-        loop = loop._replace(tokens=np.zeros(max(max_tokens + block_size, 2 * len(loop.tokens)), np.int64))
+        size = max(max_tokens + block_size, 2 * len(loop.tokens))
+        loop = loop._replace(tokens=np.zeros(size, np.int64), keyed=np.zeros(size // block_size + 1, np.int64))
     return loop, requests
 
 
