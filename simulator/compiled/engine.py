@@ -145,8 +145,8 @@ class Run:
         longest = int((self.requests.prompt_len + self.requests.out_len).max(initial=0))
         self.loop = S.new_loop(settings, coefficients, chunks, nodes, self.requests, longest)
         self.longest = 0
-        self._number_nodes(self.requests)
         self._room_for(self.requests)  # rows first, while they are two columns wide
+        self._number_nodes(self.requests)  # then the key index, made once at its size
         self._columns_for(longest)
 
     def take(self, requests: S.Requests, first: int, count: int, arrival_s: float) -> None:
@@ -201,11 +201,12 @@ class Run:
         """Room, at once, for what ``requests`` (known at the start) will ask:
         what the loop asks at its first stop (a table row, and tracker rows
         for the requests waiting at the first step and two more:
-        ``loop.room_for_step``), and keys for every block of every sequence
-        and what a step may ask beyond those made (a batch's blocks and two
-        a request), at most twice the pools' blocks (the collector keeps the
-        live keys to what the pools and rows name). The logs are sized with
-        the loop (``S.first_log_sizes``).
+        ``loop.room_for_step``), and keys for every block of fast's key table
+        (those past each prompt's full blocks: ``trace_keys.py``) and what a
+        step may ask beyond those made (a batch's blocks and two a request),
+        at most twice the pools' blocks in the share such blocks have of all
+        (the collector keeps the live keys to what the pools and rows name)
+        and a batch's. The logs are sized with the loop (``S.first_log_sizes``).
 
         Why: fresh, the manager has no row on the loop's free stacks and a
         small key table (``fast/store.py``), and each stop of the loop for
@@ -218,12 +219,14 @@ class Run:
             return
         config, meta = self.config, self.loop.meta
         block_size = config.scheduler.block_size
-        if config.scheduler.enable_prefix_caching:  # the blocks past each prompt's full ones (trace_keys.py)
-            blocks = int(
-                ((requests.prompt_len + requests.out_len) // block_size + 1 - requests.prompt_len // block_size).sum()
+        if config.scheduler.enable_prefix_caching:
+            every = (requests.prompt_len + requests.out_len) // block_size + 1
+            table_blocks = int((every - requests.prompt_len // block_size).sum())  # the trace keys the rest
+            wanted = (
+                table_blocks + config.scheduler.max_num_batched_tokens // block_size + 2 * len(requests.arrival) + 2
             )
-            wanted = blocks + config.scheduler.max_num_batched_tokens // block_size + 2 * len(requests.arrival) + 2
-            meta[S.NEED_KEYS] = min(wanted, 2 * (config.num_gpu_blocks + config.num_cpu_blocks))
+            cached = 2 * (config.num_gpu_blocks + config.num_cpu_blocks) * table_blocks / int(every.sum())
+            meta[S.NEED_KEYS] = min(wanted, math.ceil(cached) + config.scheduler.max_num_batched_tokens // block_size)
         waiting = int(np.count_nonzero(requests.arrival <= requests.arrival[0]))
         meta[S.NEED_TABLE_ROWS] = 1
         meta[S.NEED_TRACKER_ROWS] = min(config.scheduler.max_num_seqs, waiting) + 2
@@ -259,6 +262,9 @@ class Run:
         """The run's result, once ``advance(math.inf)`` has returned."""
         self._release_tracker_rows()
         metrics = self.metrics()
+        # the gaps are the metrics' now (a copy): the loop's log goes before the report reads them (4 million
+        # gaps of the conversation trace are 33 MB, and the report's percentiles copy them once more)
+        self.loop = self.loop._replace(gaps=np.zeros(0))
         metrics.wall_s, metrics.startup_s = wall_s, startup_s
         records = self.records() if self.config.scheduler.record_tables else []
         return SimulationResult(manager_name, self.config, metrics, records, self.manager)
