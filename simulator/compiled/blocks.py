@@ -28,8 +28,13 @@ as fast's manager passes it). What stays here, and why:
   keying would make, since a key names content and tokens only grow.
 - The row stacks (``take_row``, ``give_row``): fast's layer keeps its free
   rows in Python lists; here they are arrays the driver grows.
-- The router's probe (``probe_cached_tokens``): it keys a prompt from a
-  trace's chunk ids, which the manager must not know.
+- The keys of a prompt's full blocks (``key_blocks``): the trace's own,
+  made before the replay (``trace_keys.py``), where fast's layer keys
+  tokens in its key table; the blocks past the prompt go to that table, by
+  fast's own ``key_chain``, as fast's layer keys them. The key table leaves
+  the trace's ids to this engine (``fast/content.py``).
+- The router's probe (``probe_cached_tokens``): it keys a prompt by the
+  trace's keys, which the manager must not know.
 
 The twins tests hold all of it to fast's layer: every step's decisions and
 block-table digest, and the manager's final snapshot, against the Python
@@ -66,7 +71,6 @@ from blockspace.simulator.compiled.state import (
     WATERMARK,
 )
 from blockspace.simulator.compiled.tokens import write_tokens
-from blockspace.workloads import CHUNK_TOKENS
 
 NO_ROWS = np.zeros(0, np.int64)
 
@@ -162,13 +166,15 @@ def num_cached_tokens(fast, views, loop, requests, r):
     return count_known(views, row, frozen, block_size)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def key_blocks(fast, loop, requests, r, out, first, last):
     """The keys of request ``r``'s full blocks ``first .. last - 1`` into
     ``out``: a full prompt block's is the trace's (``trace_keys.py``, no
     tokens made), a later block's fast's key table gives, from its tokens
     (``C.key_chain``, as fast's kernels key). False, and the loop stops, if
-    the table lacks room (the driver makes it before the step)."""
+    the table lacks room (the driver makes it before the step). Called, not
+    inlined: three places key, and a copy in each cost the cold compile a
+    fifth more time (measured), where a call costs nothing beside the keying."""
     block_size = loop.config[BLOCK_SIZE]
     split = min(last, requests.prompt_len[r] // block_size)
     chunk_lo = requests.chunk_lo[r]
@@ -362,10 +368,9 @@ def probe_cached_tokens(gpu, node_key, nodes, chunk_lo, prompt_len, block_size, 
     num_full = prompt_len // block_size
     num_known = 0
     while num_known < num_full and node_key.shape[0]:
-        chunk = (num_known * block_size + block_size - 1) // CHUNK_TOKENS
-        if node_key[nodes[chunk_lo + chunk]] < 0:
-            break
         out[num_known] = TK.block_key(node_key, nodes, chunk_lo, num_known, block_size)
+        if out[num_known] < 0:
+            break
         num_known += 1
     return block_size * K.count_cached(
         out, num_full, num_known, gpu.key_block, gpu.refcount, gpu.computed, gpu.idle_run, gpu.meta[P.FIRST_ID]

@@ -42,9 +42,11 @@ def keys_per_node(block_size: int) -> int:
 def block_key(node_key, nodes, chunk_lo, index, block_size):
     """Full prompt block ``index`` of the request whose chunk ids start at
     ``chunk_lo``: the first key of the node of the chunk holding its last
-    token, plus its place among that chunk's blocks."""
+    token, plus its place among that chunk's blocks; -1 if this replica has
+    not numbered that node (no block of it was ever keyed here)."""
     chunk = (index * block_size + block_size - 1) // CHUNK_TOKENS
-    return node_key[nodes[chunk_lo + chunk]] + index - chunk * CHUNK_TOKENS // block_size
+    first = node_key[nodes[chunk_lo + chunk]]
+    return first + index - chunk * CHUNK_TOKENS // block_size if first >= 0 else -1
 
 
 def chunk_nodes(chunks: np.ndarray, chunk_lo: np.ndarray, prompt_len: np.ndarray) -> tuple[np.ndarray, int]:
