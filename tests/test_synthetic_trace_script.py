@@ -15,11 +15,13 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "synthetic_trace.py"
 
 def test_the_trace_written_is_the_synthetic_workload(tmp_path):
     out = tmp_path / "synthetic.jsonl"
-    argv = [sys.executable, str(SCRIPT), str(out), "--requests", "60", "--turns", "3", "--prefix-groups", "2"]
+    argv = [sys.executable, str(SCRIPT), str(out), "--requests", "60", "--input-len", "4096", "--output-len", "256",
+            "--input-len-std", "1024", "--output-len-std", "64", "--shared-prefix-ratio", "0.5", "--prefix-groups",
+            "2", "--turns", "3", "--turn-gap", "30", "--rate", "2", "--seed", "1"]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     made = synthetic(60, input_len=4096, output_len=256, input_len_std=1024.0, output_len_std=64.0,
-                     shared_prefix_ratio=0.5, prefix_groups=2, turns=3, turn_gap=30.0, rate=2.0, seed=0)  # fmt: skip
+                     shared_prefix_ratio=0.5, prefix_groups=2, turns=3, turn_gap=30.0, rate=2.0, seed=1)  # fmt: skip
     read = load_trace(out)
     assert [(e.input_length, e.output_length, e.hash_ids) for e in read] == [
         (e.input_length, e.output_length, e.hash_ids) for e in made

@@ -58,9 +58,8 @@ def chunk_nodes(chunks: np.ndarray, chunk_lo: np.ndarray, prompt_len: np.ndarray
     depth are the distinct pairs there (their numbers are arbitrary: a
     replica numbers its keys apart, ``number_nodes``)."""
     nodes = np.full(len(chunks), -1, np.int64)
-    counts = -(-prompt_len // CHUNK_TOKENS)
     positions = prompt_positions(chunk_lo, prompt_len)
-    depth = np.arange(len(positions)) - np.repeat(np.cumsum(counts) - counts, counts)
+    depth = positions - np.repeat(chunk_lo, -(-prompt_len // CHUNK_TOKENS))
     positions, first = np.unique(positions, return_index=True)
     depth = depth[first]
     by_depth = np.argsort(depth, kind="stable")
