@@ -17,14 +17,22 @@ from __future__ import annotations
 import json
 import sys
 
-from blockspace.errors import BlockSpaceError
 from blockspace.interrupts import INTERRUPTED
-from blockspace.simulator.cli import SYNTHETIC_DEFAULTS, SYNTHETIC_OPTIONS
-from blockspace.validation import check_output_file, command_parser, option_name, refuse, write_output
-from blockspace.workloads import SYNTHETIC_REQUESTS, synthetic
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:  # Ctrl-C while the simulator's modules load ends it too
+        return _main(argv)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
+    from blockspace.errors import BlockSpaceError
+    from blockspace.simulator.cli import SYNTHETIC_DEFAULTS, SYNTHETIC_OPTIONS
+    from blockspace.validation import check_output_file, command_parser, option_name, refuse, write_output
+    from blockspace.workloads import SYNTHETIC_REQUESTS, synthetic
+
     parser = command_parser("synthetic_trace.py", __doc__)
     parser.add_argument("out", metavar="OUT", help="the trace file to write (JSONL)")
     parser.add_argument("--requests", type=int, default=SYNTHETIC_REQUESTS)
@@ -37,19 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         check_output_file(args.out, "OUT")
         options = {name: getattr(args, name) for name, _, _ in SYNTHETIC_OPTIONS}
         requests = synthetic(args.requests, **options, rate=args.rate, seed=args.seed)
+        lines = [
+            json.dumps({"timestamp": round(entry.arrival_s * 1000), "input_length": entry.input_length,
+                        "output_length": entry.output_length, "hash_ids": list(entry.hash_ids)})
+            for entry in requests
+        ]  # fmt: skip
+        write_output(args.out, "\n".join(lines) + "\n")  # whole or not at all
     except BlockSpaceError as error:
         return refuse(error)
-    except KeyboardInterrupt:
-        return INTERRUPTED
-    lines = [
-        json.dumps({"timestamp": round(entry.arrival_s * 1000), "input_length": entry.input_length,
-                    "output_length": entry.output_length, "hash_ids": list(entry.hash_ids)})
-        for entry in requests
-    ]  # fmt: skip
-    try:
-        write_output(args.out, "\n".join(lines) + "\n")
-    except KeyboardInterrupt:
-        return INTERRUPTED
     print(f"{len(lines):,} requests written to {args.out}")
     return 0
 

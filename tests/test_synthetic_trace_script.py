@@ -4,8 +4,10 @@ to the millisecond, a trace's unit), and a bad argument writes nothing."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from blockspace.workloads import load_trace, synthetic
@@ -35,3 +37,20 @@ def test_a_bad_argument_says_error_and_writes_nothing(tmp_path):
                           check=False)  # fmt: skip
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
     assert not out.exists()
+
+
+def test_ctrl_c_exits_130_with_no_traceback_and_no_file(tmp_path):
+    """Ctrl-C while the modules load, and while the requests are made: exit
+    130 at once, nothing said but the shell's, no file (800,000 requests take
+    seconds, so each signal lands before the write)."""
+    out = tmp_path / "synthetic.jsonl"
+    argv = [sys.executable, str(SCRIPT), str(out), "--requests", "800000", "--input-len", "256", "--turns", "4"]
+    for delay in (0.15, 1.5):
+        child = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=30)
+        assert child.returncode == 130, (delay, stderr[-500:])
+        assert "Traceback" not in stderr
+        assert not out.exists()
