@@ -107,6 +107,18 @@ def new_pool(first_id: int, num_blocks: int, caching: bool, key_capacity: int) -
     )
 
 
+@njit(cache=True, inline="always")
+def arrays(pool):
+    """The pool's arrays as a ``Pool``, from a handle or a ``Pool``: what a
+    borrowing kernel takes (``fast/borrowing.py``), since it cannot read a
+    handle's fields."""
+    return Pool(
+        pool.refcount, pool.block_key, pool.computed, pool.last_access, pool.touched, pool.touched_ids,
+        pool.free_ids, pool.idle_run, pool.run_next, pool.run_prev, pool.run_head, pool.run_tail, pool.run_pos,
+        pool.free_runs, pool.heap, pool.idle_time, pool.idle_depth, pool.key_block, pool.meta, pool.hit_mean,
+    )  # fmt: skip
+
+
 def grow_key_index(pool: Pool, key_capacity: int) -> Pool:
     key_block = np.full(key_capacity, -1, np.int32)
     key_block[: len(pool.key_block)] = pool.key_block
@@ -114,24 +126,24 @@ def grow_key_index(pool: Pool, key_capacity: int) -> Pool:
 
 
 # -- counts ------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def num_free(pool):
     """Uncached free blocks plus idle cached ones (both can be handed out)."""
     return pool.meta[NUM_FREE_IDS] + pool.meta[NUM_IDLE]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def refs(pool, block_id):
     return pool.refcount[block_id - pool.meta[FIRST_ID]]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def owns(pool, block_id):
     return pool.meta[FIRST_ID] <= block_id < pool.meta[FIRST_ID] + pool.meta[NUM_BLOCKS]
 
 
 # -- the free deque --------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pop_free(pool):
     head = pool.meta[FREE_HEAD]
     block_id = pool.free_ids[head]
@@ -140,7 +152,7 @@ def _pop_free(pool):
     return block_id
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _push_free_front(pool, block_id):
     head = (pool.meta[FREE_HEAD] - 1) % pool.free_ids.shape[0]
     pool.free_ids[head] = block_id
@@ -158,7 +170,7 @@ def _before(pool, a, b):
     return _earlier(pool.idle_time, pool.idle_depth, a, b)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _earlier(idle_time, idle_depth, a, b):
     if idle_time[a] != idle_time[b]:
         return idle_time[a] < idle_time[b]
@@ -172,7 +184,7 @@ def _heap_arrays(pool):
     return pool.heap, pool.run_pos, pool.run_head, pool.idle_time, pool.idle_depth
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sift_up(pool, index):
     heap, run_pos, run_head, idle_time, idle_depth = _heap_arrays(pool)
     run = heap[index]
@@ -188,7 +200,7 @@ def _sift_up(pool, index):
     run_pos[run] = index
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sift_down(pool, index):
     heap, run_pos, run_head, idle_time, idle_depth = _heap_arrays(pool)
     size = pool.meta[NUM_RUNS]
@@ -209,7 +221,7 @@ def _sift_down(pool, index):
     run_pos[run] = index
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _new_run(pool, physical):
     """A run of one block, pushed on the heap."""
     meta = pool.meta
@@ -227,7 +239,7 @@ def _new_run(pool, physical):
     meta[LAST_RUN] = run
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _evictor_add(pool, physical, depth, time):
     """The block goes idle: at an end of the last run if it sorts there, else
     in a run of its own. The front is tried first: a table releases its
@@ -256,7 +268,7 @@ def _evictor_add(pool, physical, depth, time):
     _new_run(pool, physical)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _evictor_remove(pool, physical):
     """The block leaves its run (evicted, or hit); an emptied run leaves the heap."""
     meta = pool.meta
@@ -289,20 +301,20 @@ def _evictor_remove(pool, physical):
         _sift_down(pool, pool.run_pos[run])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _next_evicted(pool):
     """The idle block evicted next: the first of the top run."""
     return pool.run_head[pool.heap[0]]
 
 
 # -- the content cache -----------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _activate(pool, physical, computed):
     pool.computed[physical] = computed
     pool.last_access[physical] = NEVER_ACCESSED
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _register(pool, key, block_id):
     physical = block_id - pool.meta[FIRST_ID]
     pool.key_block[key] = block_id
@@ -313,7 +325,7 @@ def _register(pool, key, block_id):
         pool.meta[NUM_TOUCHED] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _forget(pool, physical):
     pool.key_block[pool.block_key[physical]] = -1
     pool.block_key[physical] = -1
@@ -360,7 +372,7 @@ def promote_gain(pool, key):
     return 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _query(pool, hit):
     """One cache lookup for the hit rate, in vLLM's bucketed arithmetic."""
     meta = pool.meta
@@ -390,7 +402,7 @@ def hit_rate(pool):
 
 
 # -- taking and releasing (the caller has checked that a block is there) --------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def take(pool):
     """A block for new, unkeyed content: uncached free first, then the LRU idle one."""
     if pool.meta[NUM_FREE_IDS] > 0:
@@ -406,7 +418,7 @@ def take(pool):
     return block_id
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _adopt(pool, block_id):
     """Share a cached block found by content; revive it if it was idle."""
     physical = block_id - pool.meta[FIRST_ID]
@@ -416,7 +428,7 @@ def _adopt(pool, block_id):
         _activate(pool, physical, True)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fill_full(pool, key):
     """A block for a full block of content (prompt allocation, swap)."""
     if not pool.meta[CACHING]:
@@ -436,7 +448,7 @@ def share(pool, block_id):
     pool.refcount[block_id - pool.meta[FIRST_ID]] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def release(pool, block_id, key, depth):
     """One table entry stops pointing at the block: a keyed block goes idle
     (caching), anything else to the front of the free deque."""
@@ -472,7 +484,7 @@ def promote(pool, block_id, key):
     return cached_id
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def stamp(pool, block_id, time):
     if pool.meta[CACHING]:
         pool.last_access[block_id - pool.meta[FIRST_ID]] = time

@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from blockspace.fast import pool as P
+from blockspace.fast.borrowing import borrowing
 from blockspace.fast.content import has_room, intern, key_chain
 from blockspace.fast.rules import blocks_to_add, blocks_touched, cdiv
 
@@ -101,8 +102,18 @@ def grow_tables(tables: Tables, num_rows: int = 0, num_cols: int = 0) -> Tables:
     return grown
 
 
+@njit(cache=True, inline="always")
+def arrays(tables):
+    """The store's arrays as a ``Tables``, from a handle or a ``Tables``: what
+    a borrowing kernel takes (``fast/borrowing.py``)."""
+    return Tables(
+        tables.blocks, tables.keys, tables.extras, tables.num_blocks, tables.num_filled, tables.device,
+        tables.num_null, tables.roots, tables.changed_from, tables.log, tables.num_logged,
+    )  # fmt: skip
+
+
 # -- rows ----------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _set_block(tables, row, index, block_id):
     if index < tables.num_blocks[row] and tables.blocks[row, index] == block_id:
         return  # no change (a block promoted in place)
@@ -117,7 +128,7 @@ def _set_block(tables, row, index, block_id):
         tables.num_logged[0] = num_logged + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _open_row(tables, row, device, root):
     tables.roots[row] = root
     tables.num_blocks[row] = 0
@@ -127,7 +138,7 @@ def _open_row(tables, row, device, root):
     tables.num_null[row] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _add_entry(tables, row, block_id, key, extra):
     index = tables.num_blocks[row]
     _set_block(tables, row, index, block_id)
@@ -142,8 +153,11 @@ def _is_full(tables, row, index, block_size):
 
 
 # -- prompt allocation (§8.1), fork (§8.4), release (§8.5) ---------------------
-@njit(cache=True)
+@borrowing
 def _fill(pool, tables, row, num_tokens, chunk_keys, extra, root, block_size):
+    """The prompt's blocks, a block at a time as the reference takes them,
+    in one borrowing kernel (``pool`` and ``tables`` are arrays): no call
+    and no reference count per block."""
     _open_row(tables, row, GPU, root)
     for index in range(chunk_keys.shape[0]):
         _add_entry(tables, row, P.fill_full(pool, chunk_keys[index]), chunk_keys[index], extra)
@@ -183,12 +197,13 @@ def allocate(
     info[0] = need
     if need > P.num_free(pool):
         return NO_BLOCKS
-    _fill(pool, tables, row, tokens.shape[0], chunk_keys, extra, root, block_size)
+    pool_arrays, table_arrays = P.arrays(pool), arrays(tables)
+    _fill(pool_arrays, table_arrays, row, tokens.shape[0], chunk_keys, extra, root, block_size)
     for child in fork_rows:
         fork(pool, tables, row, child)
     if cross_row >= 0:
         no_keys = np.full(encoder_tokens.shape[0] // block_size, -1, np.int64)
-        _fill(pool, tables, cross_row, encoder_tokens.shape[0], no_keys, encoder_extra, -1, block_size)
+        _fill(pool_arrays, table_arrays, cross_row, encoder_tokens.shape[0], no_keys, encoder_extra, -1, block_size)
     return 0
 
 
@@ -205,11 +220,19 @@ def fork(pool, tables, parent, child):
     tables.num_null[child] = tables.num_null[parent]
 
 
-@njit(cache=True)
+@borrowing
 def release_all(pool, tables, row, block_size):
-    """Release every entry, first to last (dropped entries are not ours)."""
+    """Release every entry, first to last (dropped entries are not ours).
+    Borrowing: ``pool`` and ``tables`` are arrays (``P.arrays``, ``arrays``)."""
     for index in range(tables.num_null[row], tables.num_blocks[row]):
         P.release(pool, tables.blocks[row, index], tables.keys[row, index], (index + 1) * block_size)
+
+
+@borrowing
+def _stamp_all(gpu, tables, row, access_time):
+    for index in range(tables.num_null[row], tables.num_blocks[row]):
+        if P.owns(gpu, tables.blocks[row, index]):
+            P.stamp(gpu, tables.blocks[row, index], access_time)
 
 
 @njit(cache=True)
@@ -219,11 +242,10 @@ def free(gpu, cpu, tables, row, block_size, accessed, access_time):
     then release them. Why the stamp is an argument: the time belongs to the
     sequence, not the table (fast's manager keeps it by sequence id, the
     compiled engine by request), and both call this one kernel."""
+    gpu_arrays, table_arrays = P.arrays(gpu), arrays(tables)
     if accessed:
-        for index in range(tables.num_null[row], tables.num_blocks[row]):
-            if P.owns(gpu, tables.blocks[row, index]):
-                P.stamp(gpu, tables.blocks[row, index], access_time)
-    release_all(gpu if tables.device[row] == GPU else cpu, tables, row, block_size)
+        _stamp_all(gpu_arrays, table_arrays, row, access_time)
+    release_all(gpu_arrays if tables.device[row] == GPU else P.arrays(cpu), table_arrays, row, block_size)
     tables.num_blocks[row] = 0
     tables.changed_from[row] = 0
 
@@ -405,7 +427,7 @@ def swap(source, destination, tables, rows, device, block_size, mapping):
     for row in rows:
         num_blocks = tables.num_blocks[row]
         old_ids = tables.blocks[row, :num_blocks].copy()
-        release_all(source, tables, row, block_size)
+        release_all(P.arrays(source), arrays(tables), row, block_size)
         for index in range(num_blocks):
             key = tables.keys[row, index]
             if _is_full(tables, row, index, block_size) and key >= 0:
