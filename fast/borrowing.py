@@ -5,7 +5,7 @@ Why: a compiled function counts a reference up and down (a call to
 it binds: each argument, and each field it reads off a handle. A pool handle
 holds twenty arrays, so a small kernel taking it paid forty calls, more than
 its own work; in a replay of the conversation trace those calls took about a
-quarter of the time (docs/measurements/2026-12-07-borrowing-kernels.md).
+quarter of the time (docs/measurements/2026-12-06-borrowing-kernels.md).
 
 A kernel that allocates nothing and returns no array needs none of them: its
 caller holds a reference to every array for the length of the call.

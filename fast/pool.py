@@ -20,6 +20,11 @@ block (about a third of a prefix-cached replay's time, measured in
 docs/measurements/2026-12-06-evictor-runs.md). A hit on an idle block unlinks
 it from its run in O(1).
 
+The per-block steps (``take``, ``fill_full``, ``release``, ``stamp`` and the
+evictor's) are inlined into their callers: a table's blocks are taken and
+released by one borrowing kernel of ``fast/table.py`` on ``arrays(pool)``,
+with no call and no reference count per block (``fast/borrowing.py``).
+
 A plain (non-caching) pool uses the same arrays and simply never caches a
 block, so both modes share every kernel.
 """
