@@ -20,10 +20,12 @@ block (about a third of a prefix-cached replay's time, measured in
 docs/measurements/2026-12-06-evictor-runs.md). A hit on an idle block unlinks
 it from its run in O(1).
 
-The per-block steps (``take``, ``fill_full``, ``release``, ``stamp`` and the
-evictor's) are inlined into their callers: a table's blocks are taken and
+The per-block steps (``take_step``, ``fill_step``, ``release_step``,
+``stamp_step`` and the evictor's) are inlined: a table's blocks are taken and
 released by one borrowing kernel of ``fast/table.py`` on ``arrays(pool)``,
 with no call and no reference count per block (``fast/borrowing.py``).
+Kernels that take or release a block now and then call the steps' one
+compiled copy each (``take``, ``fill_full``, ``release``).
 
 A plain (non-caching) pool uses the same arrays and simply never caches a
 block, so both modes share every kernel.
@@ -35,6 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+
+from blockspace.fast.borrowing import borrowing
 
 NEVER_ACCESSED = -1.0
 BUCKET = 1000  # hit-rate bucket (spec §6.7)
@@ -131,13 +135,13 @@ def grow_key_index(pool: Pool, key_capacity: int) -> Pool:
 
 
 # -- counts ------------------------------------------------------------------
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def num_free(pool):
     """Uncached free blocks plus idle cached ones (both can be handed out)."""
     return pool.meta[NUM_FREE_IDS] + pool.meta[NUM_IDLE]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def refs(pool, block_id):
     return pool.refcount[block_id - pool.meta[FIRST_ID]]
 
@@ -228,7 +232,8 @@ def _sift_down(pool, index):
 
 @njit(cache=True, inline="always")
 def _new_run(pool, physical):
-    """A run of one block, pushed on the heap."""
+    """A run of one block, put last in the heap; the caller sifts it up from
+    the index returned."""
     meta = pool.meta
     meta[NUM_FREE_RUNS] -= 1
     run = pool.free_runs[meta[NUM_FREE_RUNS]]
@@ -240,8 +245,9 @@ def _new_run(pool, physical):
     index = meta[NUM_RUNS]
     meta[NUM_RUNS] = index + 1
     pool.heap[index] = run
-    _sift_up(pool, index)
+    pool.run_pos[run] = index
     meta[LAST_RUN] = run
+    return index
 
 
 @njit(cache=True, inline="always")
@@ -253,24 +259,25 @@ def _evictor_add(pool, physical, depth, time):
     pool.idle_depth[physical] = depth
     pool.meta[NUM_IDLE] += 1
     run = pool.meta[LAST_RUN]
-    if run >= 0:
-        head, tail = pool.run_head[run], pool.run_tail[run]
-        if _earlier(pool.idle_time, pool.idle_depth, physical, head):  # first of the run: its key falls
-            pool.run_prev[head] = physical
-            pool.run_next[physical] = head
-            pool.run_prev[physical] = -1
-            pool.run_head[run] = physical
-            pool.idle_run[physical] = run
-            _sift_up(pool, pool.run_pos[run])
-            return
-        if _earlier(pool.idle_time, pool.idle_depth, tail, physical):  # last of the run: its heap key stays
-            pool.run_next[tail] = physical
-            pool.run_prev[physical] = tail
-            pool.run_next[physical] = -1
-            pool.run_tail[run] = physical
-            pool.idle_run[physical] = run
-            return
-    _new_run(pool, physical)
+    if run >= 0 and _earlier(pool.idle_time, pool.idle_depth, physical, pool.run_head[run]):
+        head = pool.run_head[run]  # first of the run: its key falls
+        pool.run_prev[head] = physical
+        pool.run_next[physical] = head
+        pool.run_prev[physical] = -1
+        pool.run_head[run] = physical
+        pool.idle_run[physical] = run
+        index = pool.run_pos[run]
+    elif run >= 0 and _earlier(pool.idle_time, pool.idle_depth, pool.run_tail[run], physical):
+        tail = pool.run_tail[run]  # last of the run: its heap key stays
+        pool.run_next[tail] = physical
+        pool.run_prev[physical] = tail
+        pool.run_next[physical] = -1
+        pool.run_tail[run] = physical
+        pool.idle_run[physical] = run
+        return
+    else:
+        index = _new_run(pool, physical)
+    _sift_up(pool, index)  # one call site: each inlined copy costs the cold compile
 
 
 @njit(cache=True, inline="always")
@@ -292,18 +299,21 @@ def _evictor_remove(pool, physical):
     if after < 0 and before < 0:  # the run is empty
         index, last = pool.run_pos[run], meta[NUM_RUNS] - 1
         meta[NUM_RUNS] = last
+        down = -1
         if index != last:
             moved = pool.heap[last]
             pool.heap[index] = moved
             pool.run_pos[moved] = index
             _sift_up(pool, index)
-            _sift_down(pool, pool.run_pos[moved])
+            down = pool.run_pos[moved]
         pool.free_runs[meta[NUM_FREE_RUNS]] = run
         meta[NUM_FREE_RUNS] += 1
         if meta[LAST_RUN] == run:
             meta[LAST_RUN] = -1
-    elif before < 0:  # its first block went: the run's key rose
-        _sift_down(pool, pool.run_pos[run])
+    else:
+        down = pool.run_pos[run] if before < 0 else -1  # its first block went: the run's key rose
+    if down >= 0:
+        _sift_down(pool, down)  # one call site
 
 
 @njit(cache=True, inline="always")
@@ -408,14 +418,14 @@ def hit_rate(pool):
 
 # -- taking and releasing (the caller has checked that a block is there) --------------
 @njit(cache=True, inline="always")
-def take(pool):
+def take_step(pool):
     """A block for new, unkeyed content: uncached free first, then the LRU idle one."""
     if pool.meta[NUM_FREE_IDS] > 0:
         block_id = _pop_free(pool)
         physical = block_id - pool.meta[FIRST_ID]
     else:
         physical = _next_evicted(pool)
-        _evictor_remove(pool, physical)
+        _revive(arrays(pool), physical)  # out of the evictor (called: see _revive)
         _forget(pool, physical)
         block_id = physical + pool.meta[FIRST_ID]
     pool.refcount[physical] = 1
@@ -429,22 +439,34 @@ def _adopt(pool, block_id):
     physical = block_id - pool.meta[FIRST_ID]
     pool.refcount[physical] += 1
     if pool.refcount[physical] == 1:
-        _evictor_remove(pool, physical)
+        _revive(arrays(pool), physical)
         _activate(pool, physical, True)
 
 
+@borrowing
+def _revive(pool, physical):
+    """An idle block leaves the evictor, hit (or forgotten by ``reset``):
+    called, not inlined, since a hit is rarer than an eviction and each
+    inlined copy of the evictor costs the cold compile seconds."""
+    _evictor_remove(pool, physical)
+
+
 @njit(cache=True, inline="always")
-def fill_full(pool, key):
-    """A block for a full block of content (prompt allocation, swap)."""
-    if not pool.meta[CACHING]:
-        return take(pool)
-    block_id = pool.key_block[key]
-    _query(pool, block_id >= 0)
-    if block_id >= 0:
-        _adopt(pool, block_id)
-        return block_id
-    block_id = take(pool)
-    _register(pool, key, block_id)
+def fill_step(pool, key):
+    """A block for a full block of content (prompt allocation, swap), or,
+    for ``key`` -1, for new unkeyed content (``take_step``, not counted as a
+    lookup). One call site of ``take_step`` and ``_adopt``: each inlined copy
+    costs the cold compile seconds."""
+    caching = pool.meta[CACHING] and key >= 0
+    if caching:
+        cached_id = pool.key_block[key]
+        _query(pool, cached_id >= 0)
+        if cached_id >= 0:
+            _adopt(pool, cached_id)
+            return cached_id
+    block_id = take_step(pool)
+    if caching:
+        _register(pool, key, block_id)
     return block_id
 
 
@@ -454,7 +476,7 @@ def share(pool, block_id):
 
 
 @njit(cache=True, inline="always")
-def release(pool, block_id, key, depth):
+def release_step(pool, block_id, key, depth):
     """One table entry stops pointing at the block: a keyed block goes idle
     (caching), anything else to the front of the free deque."""
     physical = block_id - pool.meta[FIRST_ID]
@@ -466,6 +488,24 @@ def release(pool, block_id, key, depth):
             _evictor_add(pool, physical, depth, pool.last_access[physical])
         if pool.meta[CACHING]:
             _activate(pool, physical, False)
+
+
+# One compiled copy each of the steps, for the kernels that take or release a
+# block now and then (append, swap): inlining the steps there too made the
+# cold compile half again as long (measured), for no gain.
+@njit(cache=True)
+def take(pool):
+    return take_step(pool)
+
+
+@njit(cache=True)
+def fill_full(pool, key):
+    return fill_step(pool, key)
+
+
+@njit(cache=True)
+def release(pool, block_id, key, depth):
+    release_step(pool, block_id, key, depth)
 
 
 @njit(cache=True)
@@ -490,7 +530,7 @@ def promote(pool, block_id, key):
 
 
 @njit(cache=True, inline="always")
-def stamp(pool, block_id, time):
+def stamp_step(pool, block_id, time):
     if pool.meta[CACHING]:
         pool.last_access[block_id - pool.meta[FIRST_ID]] = time
 

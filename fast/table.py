@@ -159,10 +159,10 @@ def _fill(pool, tables, row, num_tokens, chunk_keys, extra, root, block_size):
     in one borrowing kernel (``pool`` and ``tables`` are arrays): no call
     and no reference count per block."""
     _open_row(tables, row, GPU, root)
-    for index in range(chunk_keys.shape[0]):
-        _add_entry(tables, row, P.fill_full(pool, chunk_keys[index]), chunk_keys[index], extra)
-    if num_tokens % block_size:
-        _add_entry(tables, row, P.take(pool), -1, extra)
+    num_full = chunk_keys.shape[0]
+    for index in range(num_full + (num_tokens % block_size > 0)):  # the last: a partial block, unkeyed
+        key = chunk_keys[index] if index < num_full else -1
+        _add_entry(tables, row, P.fill_step(pool, key), key, extra)
     tables.num_filled[row] = num_tokens
 
 
@@ -225,14 +225,14 @@ def release_all(pool, tables, row, block_size):
     """Release every entry, first to last (dropped entries are not ours).
     Borrowing: ``pool`` and ``tables`` are arrays (``P.arrays``, ``arrays``)."""
     for index in range(tables.num_null[row], tables.num_blocks[row]):
-        P.release(pool, tables.blocks[row, index], tables.keys[row, index], (index + 1) * block_size)
+        P.release_step(pool, tables.blocks[row, index], tables.keys[row, index], (index + 1) * block_size)
 
 
 @borrowing
 def _stamp_all(gpu, tables, row, access_time):
     for index in range(tables.num_null[row], tables.num_blocks[row]):
         if P.owns(gpu, tables.blocks[row, index]):
-            P.stamp(gpu, tables.blocks[row, index], access_time)
+            P.stamp_step(gpu, tables.blocks[row, index], access_time)
 
 
 @njit(cache=True)
