@@ -177,9 +177,9 @@ def key_blocks(fast, loop, requests, r, out, first, last):
     fifth more time (measured), where a call costs nothing beside the keying."""
     block_size = loop.config[BLOCK_SIZE]
     split = min(last, requests.prompt_len[r] // block_size)
-    chunk_lo = requests.chunk_lo[r]
+    chunk_lo, node_key, nodes = requests.chunk_lo[r], loop.node_key, loop.nodes  # read once, not a block at a time
     for index in range(first, split):
-        out[index] = TK.block_key(loop.node_key, loop.nodes, chunk_lo, index, block_size)
+        out[index] = TK.block_key(node_key, nodes, chunk_lo, index, block_size)
     start = max(first, split)
     if start < last:
         if not C.has_room(fast.keys, last - start):
