@@ -31,11 +31,12 @@ from typing import Any
 from numba import njit
 
 KERNELS: list[Any] = []  # every borrowing kernel, for the test of the rules
+OPTIONS: dict[str, Any] = {"cache": True, "_nrt": False}  # _nrt: Numba's CPU target option, not in its stubs
 
 
 def borrowing(function: Callable[..., Any]) -> Any:
     """``njit(cache=True)`` without reference counts, for a kernel that keeps the rules above."""
-    kernel = njit(cache=True, _nrt=False)(function)
+    kernel = njit(**OPTIONS)(function)
     KERNELS.append(kernel)
     return kernel
 
