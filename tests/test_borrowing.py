@@ -38,12 +38,16 @@ def returning_arrays(kernels: list) -> list[str]:
 
 def test_no_borrowing_kernel_returns_an_array():
     """Each kernel called on a small pool and store: a prompt of a full
-    block and a partial one taken, stamped and released."""
+    block and a partial one taken, stamped and released, the full one
+    revived. Called here, since one loaded from Numba's cache inside its
+    caller has no signature of its own."""
     pool, tables = P.new_pool(0, 8, True, 16), T.new_tables(2, 4)
     T._fill(pool, tables, 0, 20, np.array([3]), 0, -1, 16)
     T._stamp_all(pool, tables, 0, 1.0)
     T.release_all(pool, tables, 0, 16)
     assert (pool.refcount == 0).all() and P.num_free(pool) == 8  # the full block idle, the other free
+    P._revive(pool, int(pool.key_block[3]))  # the idle block out of the evictor, as a hit takes it
+    assert P.num_free(pool) == 7
     assert [kernel.__name__ for kernel in KERNELS if not kernel.nopython_signatures] == []
     assert returning_arrays(KERNELS) == []
 
