@@ -445,9 +445,9 @@ def _adopt(pool, block_id):
 
 @borrowing
 def _revive(pool, physical):
-    """An idle block leaves the evictor, hit (or forgotten by ``reset``):
-    called, not inlined, since a hit is rarer than an eviction and each
-    inlined copy of the evictor costs the cold compile seconds."""
+    """An idle block leaves the evictor, evicted (``take_step``) or hit
+    (``_adopt``): one compiled copy, called, since each inlined copy of the
+    evictor's removal cost the cold compile seconds (``reset`` inlines it)."""
     _evictor_remove(pool, physical)
 
 
