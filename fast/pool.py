@@ -280,9 +280,11 @@ def _evictor_add(pool, physical, depth, time):
     _sift_up(pool, index)  # one call site: each inlined copy costs the cold compile
 
 
-@njit(cache=True, inline="always")
+@borrowing
 def _evictor_remove(pool, physical):
-    """The block leaves its run (evicted, or hit); an emptied run leaves the heap."""
+    """The block leaves its run (evicted, hit, or forgotten by ``reset``); an
+    emptied run leaves the heap. One compiled copy, called on ``arrays(pool)``:
+    each inlined copy cost the cold compile seconds."""
     meta = pool.meta
     run = pool.idle_run[physical]
     pool.idle_run[physical] = -1
@@ -425,7 +427,7 @@ def take_step(pool):
         physical = block_id - pool.meta[FIRST_ID]
     else:
         physical = _next_evicted(pool)
-        _revive(arrays(pool), physical)  # out of the evictor (called: see _revive)
+        _evictor_remove(arrays(pool), physical)
         _forget(pool, physical)
         block_id = physical + pool.meta[FIRST_ID]
     pool.refcount[physical] = 1
@@ -439,16 +441,8 @@ def _adopt(pool, block_id):
     physical = block_id - pool.meta[FIRST_ID]
     pool.refcount[physical] += 1
     if pool.refcount[physical] == 1:
-        _revive(arrays(pool), physical)
+        _evictor_remove(arrays(pool), physical)
         _activate(pool, physical, True)
-
-
-@borrowing
-def _revive(pool, physical):
-    """An idle block leaves the evictor, evicted (``take_step``) or hit
-    (``_adopt``): one compiled copy, called, since each inlined copy of the
-    evictor's removal cost the cold compile seconds (``reset`` inlines it)."""
-    _evictor_remove(pool, physical)
 
 
 @njit(cache=True, inline="always")
@@ -553,7 +547,7 @@ def reset(pool):
         return False
     while pool.meta[NUM_IDLE] > 0:
         physical = _next_evicted(pool)
-        _evictor_remove(pool, physical)
+        _evictor_remove(arrays(pool), physical)
         _forget(pool, physical)
         _push_free_front(pool, physical + pool.meta[FIRST_ID])
     for physical in range(pool.meta[NUM_BLOCKS]):

@@ -46,7 +46,7 @@ def test_no_borrowing_kernel_returns_an_array():
     T._stamp_all(pool, tables, 0, 1.0)
     T.release_all(pool, tables, 0, 16)
     assert (pool.refcount == 0).all() and P.num_free(pool) == 8  # the full block idle, the other free
-    P._revive(pool, int(pool.key_block[3]))  # the idle block out of the evictor, as a hit takes it
+    P._evictor_remove(pool, int(pool.key_block[3]))  # the idle block out of the evictor, as a hit takes it
     assert P.num_free(pool) == 7
     assert [kernel.__name__ for kernel in KERNELS if not kernel.nopython_signatures] == []
     assert returning_arrays(KERNELS) == []
