@@ -21,6 +21,13 @@ Two rules keep that safe, and both are checked:
 
 Inlined helpers (``inline="always"``) are compiled into their caller, so they
 keep ``njit``: they borrow wherever their caller does.
+
+Every other kernel is ``counting``: ``njit(cache=True)`` with the runtime on,
+stated. Why stated: a kernel that does not state it takes the setting of the
+first caller Numba compiles it for, and keeps that copy for every later
+caller. Compiled first inside a borrowing kernel, a kernel that returns one of
+its arrays would then count no reference for a caller that counts them, and
+one that reads a handle would not compile at all.
 """
 
 from __future__ import annotations
@@ -32,13 +39,22 @@ from numba import njit
 
 KERNELS: list[Any] = []  # every borrowing kernel, for the test of the rules
 OPTIONS: dict[str, Any] = {"cache": True, "_nrt": False}  # _nrt: Numba's CPU target option, not in its stubs
+COUNTING: dict[str, Any] = {"cache": True, "_nrt": True}
 
 
-def borrowing(function: Callable[..., Any]) -> Any:
-    """``njit(cache=True)`` without reference counts, for a kernel that keeps the rules above."""
-    kernel = njit(**OPTIONS)(function)
+def borrowing(function: Callable[..., Any] | None = None, *, nogil: bool = False) -> Any:
+    """``njit(cache=True)`` without reference counts, for a kernel that keeps the rules above
+    (``nogil``: as ``njit``'s, for a kernel that threads run side by side)."""
+    if function is None:
+        return lambda function: borrowing(function, nogil=nogil)
+    kernel = njit(nogil=nogil, **OPTIONS)(function)
     KERNELS.append(kernel)
     return kernel
 
 
-__all__ = ["KERNELS", "borrowing"]
+def counting(function: Callable[..., Any]) -> Any:
+    """``njit(cache=True)`` with reference counts, whoever calls it first (see above)."""
+    return njit(**COUNTING)(function)
+
+
+__all__ = ["KERNELS", "borrowing", "counting"]

@@ -32,6 +32,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from blockspace.fast.borrowing import counting
+
 MASK = (1 << 40) - 1  # keeps every intermediate hash below 2**61 (no overflow, jit or not)
 KEY_BITS = 32  # a slot: (tag << KEY_BITS) | key, or -1 when empty
 KEY_MASK = (1 << KEY_BITS) - 1
@@ -97,7 +99,7 @@ def _same(parents, extras, stored, index, parent, tokens, start, extra):
     return True
 
 
-@njit(cache=True)
+@counting
 def _rehash(keys):
     mask = keys.slots.shape[0] - 1
     block_size = keys.tokens.shape[1]
@@ -109,7 +111,7 @@ def _rehash(keys):
         keys.slots[slot] = _tag(h) << KEY_BITS | (keys.first[0] + index)
 
 
-@njit(cache=True)
+@counting
 def has_room(keys, num_new):
     return keys.count[0] + num_new <= keys.parent.shape[0]
 
@@ -157,7 +159,7 @@ def _intern(parents, extras, stored, slots, count, first, parent, tokens, start,
     return first + index
 
 
-@njit(cache=True)
+@counting
 def intern(keys, parent, tokens, start, extra):
     """The key of the block ``tokens[start:start + block_size]`` after the
     block keyed ``parent``; a new key if this content was never seen (the
@@ -167,7 +169,7 @@ def intern(keys, parent, tokens, start, extra):
     )
 
 
-@njit(cache=True)
+@counting
 def key_chain(keys, root, tokens, extra, out, first, last):
     """Key blocks ``first .. last - 1`` of a sequence into ``out``: block
     ``index``'s tokens are ``tokens[(index - first) * block_size:]``, its
@@ -181,7 +183,7 @@ def key_chain(keys, root, tokens, extra, out, first, last):
         out[index] = _intern(parents, extras, stored, slots, count, own, parent, tokens, start, extra)
 
 
-@njit(cache=True)
+@counting
 def _close_over_parents(parent, live, first):
     """A live key keeps its parent alive (a parent of the table's own: the
     caller's ids and the roots are not the table's to keep). A parent is
@@ -230,7 +232,7 @@ def collect_keys(keys: Keys, live: np.ndarray, num_more: int, first: int | None 
     return keys, remap
 
 
-@njit(cache=True)
+@counting
 def _compact(keys, live, remap, old_first, new_first):
     """Each live key to its new place, ``remap[index] - new_first <= index``:
     taken in increasing order, a key is written over only once it was moved
@@ -251,7 +253,7 @@ def remap_keys(stored: np.ndarray, remap: np.ndarray, first: int) -> None:
     stored[named] = remap[stored[named] - first]
 
 
-@njit(cache=True)
+@counting
 def mark_named(stored, lengths, live, first):
     """Mark live each key of the table the rows name: ``stored[row, :lengths[row]]``.
     Past its length a row's entries are stale (a freed table, a tracker row
@@ -263,7 +265,7 @@ def mark_named(stored, lengths, live, first):
                 live[stored[row, index] - first] = True
 
 
-@njit(cache=True)
+@counting
 def remap_named(stored, lengths, remap, first):
     """``remap_keys`` of the entries the rows name (``mark_named``); the
     stale ones past a row's length stay as they are, never read."""

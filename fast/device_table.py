@@ -42,10 +42,11 @@ from __future__ import annotations
 from typing import Any, cast
 
 import numpy as np
-from numba import int64, njit
+from numba import int64
 
 from blockspace.errors import InvalidArgumentError
 from blockspace.extras import require
+from blockspace.fast.borrowing import counting
 from blockspace.fast.row_args import int_array, optional_count
 from blockspace.fast.table_deltas import PAD_BLOCK_ID, TableDelta, empty_delta
 
@@ -84,7 +85,7 @@ def stage_size(delta: TableDelta, num_seqs: int) -> int:
     return HEADER + 3 * len(delta.rows) + 2 * len(delta.length_rows) + 3 * num_seqs + 1
 
 
-@njit(cache=True)
+@counting
 def _pack_step(stage, lengths, new_lengths, delta_rows, delta_cols, delta_values, length_rows, length_values,  # type: ignore[no-untyped-def]
                seq_rows, seq_starts, seq_ends, block_size, num_cols, pad_to):  # fmt: skip
     """Check one step's input against a table of ``len(new_lengths) x

@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from blockspace.fast.borrowing import borrowing
+from blockspace.fast.borrowing import borrowing, counting
 
 NEVER_ACCESSED = -1.0
 BUCKET = 1000  # hit-rate bucket (spec §6.7)
@@ -135,13 +135,13 @@ def grow_key_index(pool: Pool, key_capacity: int) -> Pool:
 
 
 # -- counts ------------------------------------------------------------------
-@njit(cache=True)
+@counting
 def num_free(pool):
     """Uncached free blocks plus idle cached ones (both can be handed out)."""
     return pool.meta[NUM_FREE_IDS] + pool.meta[NUM_IDLE]
 
 
-@njit(cache=True)
+@counting
 def refs(pool, block_id):
     return pool.refcount[block_id - pool.meta[FIRST_ID]]
 
@@ -173,7 +173,7 @@ def _push_free_front(pool, block_id):
 # The sifts take the heap's arrays once and loop on them: every read of a
 # field of a handle costs a reference count up and down (two atomic
 # operations), and a sift reads a dozen fields per level.
-@njit(cache=True)
+@counting
 def _before(pool, a, b):
     """Is idle block ``a`` evicted before ``b``? Oldest time, then deepest, then smallest id."""
     return _earlier(pool.idle_time, pool.idle_depth, a, b)
@@ -348,7 +348,7 @@ def _forget(pool, physical):
     pool.block_key[physical] = -1
 
 
-@njit(cache=True)
+@counting
 def is_in_use_cached(pool, key):
     if key < 0:
         return False
@@ -356,13 +356,13 @@ def is_in_use_cached(pool, key):
     return block_id >= 0 and refs(pool, block_id) > 0
 
 
-@njit(cache=True)
+@counting
 def is_cached_and_computed(pool, key):
     """Cached, and computed: an in-use block by its flag, an idle one always."""
     return cached_and_computed(pool.key_block, pool.refcount, pool.computed, pool.idle_run, pool.meta[FIRST_ID], key)
 
 
-@njit(cache=True)
+@counting
 def cached_and_computed(key_block, refcount, computed, idle_run, first_id, key):
     """``is_cached_and_computed`` on the pool's arrays (for a search that asks many times)."""
     block_id = key_block[key]
@@ -374,7 +374,7 @@ def cached_and_computed(key_block, refcount, computed, idle_run, first_id, key):
     return idle_run[physical] >= 0
 
 
-@njit(cache=True)
+@counting
 def fill_cost(pool, key):
     """Free blocks ``fill_full(key)`` consumes (0 on a hit of an in-use block)."""
     if pool.meta[CACHING] and is_in_use_cached(pool, key):
@@ -382,7 +382,7 @@ def fill_cost(pool, key):
     return 1
 
 
-@njit(cache=True)
+@counting
 def promote_gain(pool, key):
     if pool.meta[CACHING] and is_in_use_cached(pool, key):
         return 1
@@ -404,7 +404,7 @@ def _query(pool, hit):
         meta[HIT_BUCKETS] += 1
 
 
-@njit(cache=True)
+@counting
 def hit_rate(pool):
     if not pool.meta[CACHING]:
         return -1.0
@@ -464,7 +464,7 @@ def fill_step(pool, key):
     return block_id
 
 
-@njit(cache=True)
+@counting
 def share(pool, block_id):
     pool.refcount[block_id - pool.meta[FIRST_ID]] += 1
 
@@ -487,28 +487,28 @@ def release_step(pool, block_id, key, depth):
 # One compiled copy each of the steps, for the kernels that take or release a
 # block now and then (append, swap): inlining the steps there too made the
 # cold compile half again as long (measured), for no gain.
-@njit(cache=True)
+@counting
 def take(pool):
     return take_step(pool)
 
 
-@njit(cache=True)
+@counting
 def fill_full(pool, key):
     return fill_step(pool, key)
 
 
-@njit(cache=True)
+@counting
 def release(pool, block_id, key, depth):
     release_step(pool, block_id, key, depth)
 
 
-@njit(cache=True)
+@counting
 def copy_on_write(pool, block_id):
     pool.refcount[block_id - pool.meta[FIRST_ID]] -= 1
     return take(pool)
 
 
-@njit(cache=True)
+@counting
 def promote(pool, block_id, key):
     """A block just became full: register it, or give it back and share the
     cached copy of the same content."""
@@ -529,7 +529,7 @@ def stamp_step(pool, block_id, time):
         pool.last_access[block_id - pool.meta[FIRST_ID]] = time
 
 
-@njit(cache=True)
+@counting
 def mark_computed(pool):
     for i in range(pool.meta[NUM_TOUCHED]):
         physical = pool.touched_ids[i] - pool.meta[FIRST_ID]
@@ -538,7 +538,7 @@ def mark_computed(pool):
     pool.meta[NUM_TOUCHED] = 0
 
 
-@njit(cache=True)
+@counting
 def reset(pool):
     """Forget every idle cached block, if no block is in use (spec §6.8)."""
     if not pool.meta[CACHING]:

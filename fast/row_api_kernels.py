@@ -4,16 +4,16 @@ sliding window's drops per row (``fast/row_api.py`` is their Python side)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from blockspace.fast import table as T
+from blockspace.fast.borrowing import counting
 from blockspace.fast.rules import num_blocks_to_drop
 
 # What check_rows finds first (code, index of the row).
 ROWS_OK, NOT_LIVE, DUPLICATE, NEGATIVE, EMPTY, SWAPPED, SHRUNK = range(7)
 
 
-@njit(cache=True)
+@counting
 def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
     """The first bad row of a batch as ``(code, index, 0)``: a row that is no
     live sequence's table, a repeated row (appends only: ``seen`` holds
@@ -43,7 +43,7 @@ def check_rows(live, tables, rows, seq_lens, seen, stamp, appending):
     return ROWS_OK, -1, longest
 
 
-@njit(cache=True)
+@counting
 def ends_rise_to(group_ends, num_rows):
     """Do the group ends rise (never fall) from 0 and end at ``num_rows``?"""
     last = 0
@@ -54,7 +54,7 @@ def ends_rise_to(group_ends, num_rows):
     return last == num_rows
 
 
-@njit(cache=True)
+@counting
 def plan_tails(tables, rows, seq_lens, lengths, block_size, firsts, starts):
     """Which token ids of a batch of appends to read (``lengths[i]``: row
     ``i``'s token list's length): ``firsts[i]`` is the first to check, the
@@ -74,7 +74,7 @@ def plan_tails(tables, rows, seq_lens, lengths, block_size, firsts, starts):
     return -1
 
 
-@njit(cache=True)
+@counting
 def blocks_to_drop(num_computed_tokens, block_size, max_window_blocks):
     """The sliding-window rule ``num_blocks_to_drop`` for each row."""
     drops = np.empty_like(num_computed_tokens)

@@ -11,26 +11,26 @@ cannot return an Enum. ``crosshair diffbehavior`` compares the two modules
 
 from __future__ import annotations
 
-from numba import njit
+from blockspace.fast.borrowing import counting
 
 OK = 1
 LATER = 2
 NEVER = 3
 
 
-@njit(cache=True)
+@counting
 def cdiv(a, b):
     """Ceiling division of a non-negative ``a`` by a positive ``b``."""
     return -(-a // b)
 
 
-@njit(cache=True)
+@counting
 def watermark_blocks(watermark, num_gpu_blocks):
     """``watermark * G`` in IEEE double, truncated toward zero."""
     return int(watermark * num_gpu_blocks)
 
 
-@njit(cache=True)
+@counting
 def window_blocks(sliding_window, block_size):
     """``window // bs + 2`` blocks, or None without a sliding window."""
     if sliding_window is None:
@@ -38,20 +38,20 @@ def window_blocks(sliding_window, block_size):
     return sliding_window // block_size + 2
 
 
-@njit(cache=True)
+@counting
 def window_cap(num_blocks, max_window_blocks):
     if max_window_blocks is None:
         return num_blocks
     return min(num_blocks, max_window_blocks)
 
 
-@njit(cache=True)
+@counting
 def blocks_for_prompt(num_tokens, num_lookahead_slots, num_encoder_tokens, block_size, max_window_blocks):
     need = cdiv(num_tokens + num_lookahead_slots, block_size) + cdiv(num_encoder_tokens, block_size)
     return window_cap(need, max_window_blocks)
 
 
-@njit(cache=True)
+@counting
 def alloc_status(num_total, num_free, num_needed, num_watermark):
     """Admission: NEVER, OK or LATER as the ``AllocStatus`` int value."""
     if num_total - num_needed < num_watermark:
@@ -61,7 +61,7 @@ def alloc_status(num_total, num_free, num_needed, num_watermark):
     return LATER
 
 
-@njit(cache=True)
+@counting
 def swap_status(num_total, num_free, num_needed, num_watermark):
     """Swap check: NEVER only when the device is smaller than the need."""
     if num_total < num_needed:
@@ -71,13 +71,13 @@ def swap_status(num_total, num_free, num_needed, num_watermark):
     return LATER
 
 
-@njit(cache=True)
+@counting
 def blocks_touched(num_filled, num_new_tokens, num_lookahead_slots, block_size):
     # cdiv written out: the Python layer calls this rule's plain-Python form (fast/kernels.py)
     return -(-(num_filled % block_size + num_new_tokens + num_lookahead_slots) // block_size)
 
 
-@njit(cache=True)
+@counting
 def blocks_to_add(num_blocks, num_filled, num_needed_slots, block_size):
     num_empty = num_blocks * block_size - num_filled
     if num_empty >= num_needed_slots:
@@ -85,6 +85,6 @@ def blocks_to_add(num_blocks, num_filled, num_needed_slots, block_size):
     return cdiv(num_needed_slots - num_empty, block_size)
 
 
-@njit(cache=True)
+@counting
 def num_blocks_to_drop(num_computed_tokens, block_size, max_window_blocks):
     return max(0, num_computed_tokens // block_size - max_window_blocks)

@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from blockspace.fast import pool as P
-from blockspace.fast.borrowing import borrowing
+from blockspace.fast.borrowing import borrowing, counting
 from blockspace.fast.content import has_room, intern, key_chain
 from blockspace.fast.rules import blocks_to_add, blocks_touched, cdiv
 
@@ -147,7 +147,7 @@ def _add_entry(tables, row, block_id, key, extra):
     tables.num_blocks[row] = index + 1
 
 
-@njit(cache=True)
+@counting
 def _is_full(tables, row, index, block_size):
     return tables.num_filled[row] >= (index + 1) * block_size
 
@@ -166,7 +166,7 @@ def _fill(pool, tables, row, num_tokens, chunk_keys, extra, root, block_size):
     tables.num_filled[row] = num_tokens
 
 
-@njit(cache=True)
+@counting
 def allocate(
     pool, keys, tables, row, tokens, extra, root, keyed, fork_rows, cross_row, encoder_tokens, encoder_extra, info
 ):
@@ -207,7 +207,7 @@ def allocate(
     return 0
 
 
-@njit(cache=True)
+@counting
 def fork(pool, tables, parent, child):
     """The child shares every block of the parent."""
     _open_row(tables, child, tables.device[parent], tables.roots[parent])
@@ -235,7 +235,7 @@ def _stamp_all(gpu, tables, row, access_time):
             P.stamp_step(gpu, tables.blocks[row, index], access_time)
 
 
-@njit(cache=True)
+@counting
 def free(gpu, cpu, tables, row, block_size, accessed, access_time):
     """Stamp the GPU blocks with the sequence's last access time, if it had
     one (``accessed``: ``access_all_blocks_in_seq`` since its allocation),
@@ -251,14 +251,14 @@ def free(gpu, cpu, tables, row, block_size, accessed, access_time):
 
 
 # -- append (§8.3) --------------------------------------------------------------
-@njit(cache=True)
+@counting
 def _num_writes(num_filled, num_new, block_size):
     if num_new == 0:
         return 0
     return (num_filled + num_new - 1) // block_size - num_filled // block_size + 1
 
 
-@njit(cache=True)
+@counting
 def writes_in_place(
     refcount, first_id, blocks, num_blocks, num_filled, row, num_new, num_lookahead, block_size, caching
 ):
@@ -282,7 +282,7 @@ def writes_in_place(
     return True
 
 
-@njit(cache=True)
+@counting
 def append(
     pool, keys, tables, row, tokens, num_new, num_lookahead, num_drops, extra, window, null_block, cow, cow_start
 ):
@@ -370,7 +370,7 @@ def append(
     return count
 
 
-@njit(cache=True)
+@counting
 def touched(num_filled, row, num_tokens, num_lookahead, block_size):
     """Blocks an append of a sequence of ``num_tokens`` tokens writes or
     reserves (the estimate of ``can_append_slots`` and the swap checks);
@@ -380,7 +380,7 @@ def touched(num_filled, row, num_tokens, num_lookahead, block_size):
 
 
 # -- swapping (§9.6, §9.7) ----------------------------------------------------------
-@njit(cache=True)
+@counting
 def swap_need(destination, tables, rows, num_tokens, num_lookahead, block_size):
     """Blocks a swap of the tables to ``destination`` is estimated to need."""
     need = 0
@@ -395,7 +395,7 @@ def swap_need(destination, tables, rows, num_tokens, num_lookahead, block_size):
     return need
 
 
-@njit(cache=True)
+@counting
 def swap_cost(destination, tables, rows, block_size):
     """Free destination blocks a swap of the tables consumes: every entry but
     the full keyed ones whose content is already in use there (or earlier in
@@ -414,7 +414,7 @@ def swap_cost(destination, tables, rows, block_size):
     return cost
 
 
-@njit(cache=True)
+@counting
 def swap(source, destination, tables, rows, device, block_size, mapping):
     """Move the tables to ``destination`` (device code ``device``); the
     ``(source, destination)`` physical-id pairs go to ``mapping``. Shared
@@ -443,7 +443,7 @@ def swap(source, destination, tables, rows, device, block_size, mapping):
 
 
 # -- the batched step -----------------------------------------------------------------
-@njit(cache=True)
+@counting
 def can_append_batch(pool, tables, rows, num_tokens, group_ends, num_lookahead, block_size, result):
     """``result[g]``: do the sequences ``group_ends[g-1]:group_ends[g]`` fit?"""
     free = P.num_free(pool)
@@ -463,7 +463,7 @@ def can_append_batch(pool, tables, rows, num_tokens, group_ends, num_lookahead, 
         start = group_ends[g]
 
 
-@njit(cache=True)
+@counting
 def batch_needs(tables, rows, seq_lens, num_lookahead, block_size, window, null_block, needs):
     """What a batch of appends (sequences now of ``seq_lens`` tokens) needs:
     ``needs[0]`` table columns, ``needs[1]`` content keys; returns a quick
@@ -484,7 +484,7 @@ def batch_needs(tables, rows, seq_lens, num_lookahead, block_size, window, null_
     return 2 * ((num_new + num_rows * num_lookahead) // block_size) + 3 * num_rows + null
 
 
-@njit(cache=True)
+@counting
 def shared_bound(pool, tables, rows, seq_lens, num_lookahead, block_size, window, null_block):
     """The bound of ``batch_needs`` counting only writes into blocks shared
     now: those are the copies on write (appends before them in the batch can
@@ -503,7 +503,7 @@ def shared_bound(pool, tables, rows, seq_lens, num_lookahead, block_size, window
     return bound
 
 
-@njit(cache=True)
+@counting
 def append_batch(
     pool,
     keys,
@@ -558,7 +558,7 @@ def append_batch(
     return num_cow
 
 
-@njit(cache=True)
+@counting
 def max_blocks(tables, rows):
     """The longest of the tables ``rows`` (0 for none)."""
     num_blocks = tables.num_blocks
@@ -568,7 +568,7 @@ def max_blocks(tables, rows):
     return longest
 
 
-@njit(cache=True)
+@counting
 def gather_tables(tables, rows, pad, out):
     """Row ``i`` of ``out``: the block ids of table ``rows[i]``, then ``pad``.
     (Plain loops over local names: a slice copy per row, or a handle field
@@ -583,7 +583,7 @@ def gather_tables(tables, rows, pad, out):
             out[i, j] = pad
 
 
-@njit(cache=True)
+@counting
 def gather_slots(tables, rows, num_step_tokens, block_size):
     """Slot ``block_id * bs + offset`` of the last ``num_step_tokens[i]``
     written tokens of each table, table by table; returns ``(slots, -1)``,

@@ -34,10 +34,10 @@ from collections import namedtuple
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from blockspace.errors import InvalidArgumentError
 from blockspace.extras import require
+from blockspace.fast.borrowing import counting
 from blockspace.fast.row_args import count
 
 require("gpu", "blockspace.fast's device block tables (CUDA kernels on torch tensors)")
@@ -93,14 +93,14 @@ def new_delta_buffers(num_rows: int = 64, num_cols: int = 16) -> DeltaBuffers:
     )
 
 
-@njit(cache=True)
+@counting
 def _grown(size, needed):
     while size < needed:
         size *= 2
     return size
 
 
-@njit(cache=True)
+@counting
 def _fit(buf, row, col):
     """``buf``, or a copy with room for cell ``(row, col)``."""
     num_rows, num_cols = buf.table.shape
@@ -121,7 +121,7 @@ def _fit(buf, row, col):
     return DeltaBuffers(table, dirty, lengths, length_dirty, buf.cells, length_rows, buf.counts)
 
 
-@njit(cache=True)
+@counting
 def _write(buf, row, col, value):
     buf.table[row, col] = value
     if buf.dirty[row, col]:
@@ -138,7 +138,7 @@ def _write(buf, row, col, value):
     return buf
 
 
-@njit(cache=True)
+@counting
 def _write_length(buf, row, num_blocks):
     buf.lengths[row] = num_blocks
     if not buf.length_dirty[row]:
@@ -147,7 +147,7 @@ def _write_length(buf, row, num_blocks):
         buf.counts[1] += 1
 
 
-@njit(cache=True)
+@counting
 def deltas_record(buf, row, col, value):
     """Set cell ``(row, col)`` to block ``value``; a cell past the row's
     length extends it (cells skipped over hold padding). Returns the buffers,
@@ -161,7 +161,7 @@ def deltas_record(buf, row, col, value):
     return buf
 
 
-@njit(cache=True)
+@counting
 def deltas_append(buf, row, value):
     """Append block ``value`` to ``row``. Returns the buffers."""
     if row < 0:
@@ -170,7 +170,7 @@ def deltas_append(buf, row, value):
     return deltas_record(buf, np.int64(row), col, np.int64(value))
 
 
-@njit(cache=True)
+@counting
 def deltas_set_length(buf, row, num_blocks):
     """Make ``row`` hold ``num_blocks`` blocks: cells dropped from its end
     become padding, cells added hold padding until recorded. Returns the buffers."""
@@ -183,13 +183,13 @@ def deltas_set_length(buf, row, num_blocks):
     return buf
 
 
-@njit(cache=True)
+@counting
 def deltas_clear_row(buf, row):
     """Empty ``row`` (a freed sequence). Returns the buffers."""
     return deltas_set_length(buf, row, np.int64(0))
 
 
-@njit(cache=True)
+@counting
 def deltas_drain(buf):
     """The dirty cells with their final values and the changed lengths, as
     ``(rows, cols, values, length_rows, length_values)``; clears the marks."""
@@ -211,7 +211,7 @@ def deltas_drain(buf):
     return rows, cols, values, length_rows, length_values
 
 
-@njit(cache=True)
+@counting
 def flush_table_log(tables, buf):
     """Move the block writes the fast manager's kernels logged in ``tables``
     (``fast/table.py``: ``log``, ``num_logged``) into the recorder, each
@@ -229,7 +229,7 @@ def flush_table_log(tables, buf):
     return buf, True
 
 
-@njit(cache=True)
+@counting
 def deltas_copy_row(buf, row, blocks):
     """Make ``row`` hold exactly ``blocks`` (a resynchronised table). Returns the buffers."""
     buf = deltas_set_length(buf, row, np.int64(blocks.shape[0]))

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from blockspace.fast import pool as P
+from blockspace.fast.borrowing import counting
 from blockspace.fast.content import has_room, key_chain
 from blockspace.fast.table import NO_KEY_ROOM, NO_ROOM
 
@@ -45,13 +45,13 @@ def grow_tracker(tracker: Tracker, num_rows: int = 0, num_cols: int = 0) -> Trac
     return grown
 
 
-@njit(cache=True)
+@counting
 def open_row(tracker, row):
     tracker.num_keys[row] = 0
     tracker.num_cached[row] = 0
 
 
-@njit(cache=True)
+@counting
 def num_cached_tokens(gpu, keys, tracker, row, tokens, num_full, extra, root, frozen):
     """Key the sequence's full blocks up to ``num_full`` (``tokens`` are its
     ids from the first unkeyed block on; ``root`` the first block's parent), then count its cached tokens, or
@@ -64,7 +64,7 @@ def num_cached_tokens(gpu, keys, tracker, row, tokens, num_full, extra, root, fr
     return _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, frozen)
 
 
-@njit(cache=True)
+@counting
 def plan_rows(tracker, rows, lengths, block_size, first_tokens, token_starts, num_full, growing):
     """Before a batch's keying (``rows[i]``: the sequence's tracker row, or
     -1 for a fresh one; ``lengths[i]``: its tokens): its full blocks
@@ -90,7 +90,7 @@ def plan_rows(tracker, rows, lengths, block_size, first_tokens, token_starts, nu
     return -1, num_growing, widest, num_fresh
 
 
-@njit(cache=True)
+@counting
 def num_computed_rows(gpu, keys, tracker, tables, table_rows, rows, tokens, token_starts, num_full, frozen, counts):
     """``num_cached_tokens`` for each tracker row of a batch (row ``i``'s
     tokens to key are ``tokens[token_starts[i]:token_starts[i + 1]]``, its
@@ -109,7 +109,7 @@ def num_computed_rows(gpu, keys, tracker, tables, table_rows, rows, tokens, toke
         counts[i] = min(cached // block_size, num_blocks)
 
 
-@njit(cache=True)
+@counting
 def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, frozen):
     block_size = keys.tokens.shape[1]
     known = tracker.num_keys[row]
@@ -125,7 +125,7 @@ def _key_and_count(gpu, keys, tracker, row, tokens, num_full, extra, root, froze
     return low * block_size
 
 
-@njit(cache=True)
+@counting
 def count_cached(row_keys, num_keys, num_known, key_block, refcount, computed, idle_run, first_id):
     """How many of the row's first ``num_keys`` blocks are cached and
     computed on the GPU, by vLLM's binary search (it may count past a hole,

@@ -59,6 +59,7 @@ from blockspace.fast import pool as P
 from blockspace.fast import rules
 from blockspace.fast import table as T
 from blockspace.fast import tracker as K
+from blockspace.fast.borrowing import counting
 from blockspace.simulator.compiled import trace_keys as TK
 from blockspace.simulator.compiled.state import (
     BLOCK_SIZE,
@@ -107,7 +108,7 @@ class Views(NamedTuple):
     num_cached: np.ndarray
 
 
-@njit(cache=True)
+@counting
 def views_of(fast):
     gpu, tables, tracker = fast.gpu, fast.tables, fast.tracker
     return Views(
@@ -166,7 +167,7 @@ def num_cached_tokens(fast, views, loop, requests, r):
     return count_known(views, row, frozen, block_size)
 
 
-@njit(cache=True)
+@counting
 def key_blocks(fast, loop, requests, r, out, first, last):
     """The keys of request ``r``'s full blocks ``first .. last - 1`` into
     ``out``: a full prompt block's is the trace's (``trace_keys.py``, no
@@ -229,7 +230,7 @@ def can_allocate(views, loop, requests, r):
 
 
 @njit(cache=True, inline="always")
-def allocate(fast, loop, requests, r):
+def allocate(fast, views, loop, requests, r):
     """A table for the request's tokens. With caching, the tracker keyed
     those very tokens a moment ago (the admission loop counts them first):
     the kernel takes its keys and never reads the token ids, only their number."""
@@ -238,8 +239,8 @@ def allocate(fast, loop, requests, r):
     keyed = NO_ROWS
     tracker_row = requests.tracker_row[r]
     if loop.config[CACHING]:
-        if tracker_row >= 0 and fast.tracker.num_keys[tracker_row] >= num_full:
-            keyed = fast.tracker.keys[tracker_row, :num_full]
+        if tracker_row >= 0 and views.num_keys[tracker_row] >= num_full:
+            keyed = views.tracker_keys[tracker_row, :num_full]
         else:
             keyed = loop.keyed[:num_full]
             if not key_blocks(fast, loop, requests, r, keyed, 0, num_full):
@@ -317,11 +318,11 @@ def swap_status(fast, loop, requests, r, to_gpu):
 
 
 @njit(cache=True, inline="always")
-def swap(fast, loop, requests, r, to_gpu, mapping, start):
+def swap(fast, views, loop, requests, r, to_gpu, mapping, start):
     """``swap_in`` or ``swap_out``: the (source, destination) pairs go to
     ``mapping[start:]``; their number, or -1 if the blocks did not fit."""
     row = requests.table_row[r]
-    if fast.tables.num_blocks[row] == 0:
+    if views.num_blocks[row] == 0:
         return 0
     loop.one_row[0] = row
     if to_gpu:
@@ -343,9 +344,9 @@ def touch(fast, views, loop, requests, r, now):
 
 
 @njit(cache=True, inline="always")
-def mark_computed(fast, loop):
+def mark_computed(fast, views, loop):
     """``mark_blocks_as_computed``: every block registered since the last call."""
-    if loop.config[CACHING] and fast.gpu.meta[P.NUM_TOUCHED]:
+    if loop.config[CACHING] and views.gpu_meta[P.NUM_TOUCHED]:
         P.mark_computed(fast.gpu)
 
 
@@ -355,7 +356,7 @@ def hit_rate(fast, loop):
 
 
 # -- what a fleet's router asks ----------------------------------------------------------------
-@njit(cache=True)
+@counting
 def probe_cached_tokens(gpu, node_key, nodes, chunk_lo, prompt_len, block_size, out):
     """``get_num_cached_tokens`` of a prompt on a sequence the tracker does
     not hold, then ``remove_seq_from_computed_blocks_tracker``, as the

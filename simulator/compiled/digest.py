@@ -15,7 +15,8 @@ checks it against ``hash()`` on random nested tuples.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from blockspace.fast.borrowing import counting
 
 PRIME_1 = np.uint64(11400714785074694791)
 PRIME_2 = np.uint64(14029467366897019727)
@@ -25,12 +26,12 @@ ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)
 MINUS_ONE_HASH = np.uint64(1546275796)  # what CPython gives instead of -1
 
 
-@njit(cache=True)
+@counting
 def start():
     return PRIME_5
 
 
-@njit(cache=True)
+@counting
 def add(acc, lane):
     """One item of hash ``lane`` (as unsigned) into the accumulator."""
     acc = np.uint64(acc) + np.uint64(lane) * PRIME_2
@@ -38,13 +39,13 @@ def add(acc, lane):
     return acc * PRIME_1
 
 
-@njit(cache=True)
+@counting
 def finish(acc, length):
     acc = np.uint64(acc) + (np.uint64(length) ^ LENGTH_MIX)
     return MINUS_ONE_HASH if acc == ALL_ONES else acc
 
 
-@njit(cache=True)
+@counting
 def pairs(values, count):
     """hash(tuple of the first ``count`` pairs of a flat array)."""
     acc = start()
@@ -54,7 +55,7 @@ def pairs(values, count):
     return finish(acc, count)
 
 
-@njit(cache=True)
+@counting
 def ints(values, count):
     """hash(tuple of the first ``count`` ints of an array)."""
     acc = start()

@@ -23,12 +23,12 @@ import numpy as np
 from numba import njit
 
 from blockspace.fast import content as C
+from blockspace.fast.borrowing import borrowing, counting
 from blockspace.simulator import clock
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import policy
 from blockspace.simulator.compiled import queues as Q
 from blockspace.simulator.compiled import trace_keys as TK
-from blockspace.simulator.compiled.borrowed import borrowed
 from blockspace.simulator.compiled.state import (
     ABORTED_EVENT,
     ADMITTING,
@@ -37,11 +37,13 @@ from blockspace.simulator.compiled.state import (
     DECODES,
     DONE,
     DONE_BLOCKS,
+    DONE_ORDER,
     ERROR,
     ERROR_STOP,
     FINISHED,
     FINISHED_EVENT,
     FINISHED_LIST,
+    FINISHING,
     FIRST_EVENT,
     FREE_TRACKER_ROWS,
     IGNORED_EVENT,
@@ -101,7 +103,14 @@ TIME_S, STEP_S, KV_USED, RUNNING, WAITING, SWAPPED_ROW, HIT_RATE, TOKENS, ADMITT
 @njit(cache=True, nogil=True)  # nogil: the replicas of a fleet replayed apart run in threads (fleet.py)
 def run(fast, loop, requests):
     """Replay until the end or a stop (see the module doc); returns why it stopped."""
-    loop, requests, views = borrowed(loop), borrowed(requests), borrowed(B.views_of(fast))  # borrowed.py says why
+    return replay(fast, B.views_of(fast), loop, requests)
+
+
+@borrowing(nogil=True)
+def replay(fast, views, loop, requests):
+    """``run``'s work, borrowing the state its caller holds (``fast/borrowing.py``):
+    the step's parts are inlined into it, and each would count the references
+    of the state's arrays, a hundred of them, at each of its calls."""
     meta, clock, arrivals, arrival = loop.meta, loop.clock, loop.arrivals, requests.arrival
     meta[STEPS_SINCE_CALL] = 0
     while True:
@@ -125,7 +134,7 @@ def run(fast, loop, requests):
                 continue
             if clock[0] >= loop.until[0]:
                 return PAUSED
-            if not room_for_step(fast, loop, requests):
+            if not room_for_step(fast, views, loop, requests):
                 return ROOM
             if meta[STEPS_SINCE_CALL] >= loop.config[PROGRESS_EVERY]:
                 return PROGRESS
@@ -201,7 +210,7 @@ def done(loop, requests, r, at):
     meta[DONE_BLOCKS] += -(-requests.prompt_len[r] // loop.config[BLOCK_SIZE])
 
 
-step_seconds = njit(cache=True)(clock.step_seconds)  # the one rule of both engines, compiled
+step_seconds = counting(clock.step_seconds)  # the one rule of both engines, compiled
 chunk_attention = njit(cache=True, inline="always")(clock.chunk_attention)
 
 
@@ -240,7 +249,7 @@ def run_model(fast, views, loop, requests):
         prefill_pairs += chunk_attention(start, new)
     num_decodes = lens[DECODES]
     num_context = 0
-    finished = np.empty(num_decodes, np.int64)
+    finished, done_order = lists[FINISHING], lists[DONE_ORDER]  # scratch rows: the replay allocates nothing
     num_finished_decodes = 0
     for i in range(num_decodes):  # decodes that finish go after the prefills that do: kept apart
         r = lists[DECODES, i]
@@ -257,7 +266,6 @@ def run_model(fast, views, loop, requests):
     now = clock[0]
     for i in range(num_decodes):
         gap(gaps, meta, last_token, lists[DECODES, i], now)
-    done_order = np.empty(lens[PREFILLS] + num_finished_decodes, np.int64)
     num_done = 0
     for i in range(lens[PREFILLS]):
         r = lists[PREFILLS, i]
@@ -302,7 +310,7 @@ def run_model(fast, views, loop, requests):
 
 # -- room for the next step ---------------------------------------------------------------
 @njit(cache=True, inline="always")
-def room_for_step(fast, loop, requests):
+def room_for_step(fast, views, loop, requests):
     """Is there room for what the step can do before its admissions (which
     ask for theirs one request at a time, ``policy.room_to_admit``)? If
     not, say how much in meta (NEED_*) for the driver. The bounds are loose
@@ -312,7 +320,7 @@ def room_for_step(fast, loop, requests):
     the scan's arithmetic.)"""
     meta, config = loop.meta, loop.config
     block_size = config[BLOCK_SIZE]
-    num_keys, num_filled = fast.tracker.num_keys, fast.tables.num_filled
+    num_keys, num_filled = views.num_keys, views.num_filled
     tracker_row, table_row, seq_len = requests.tracker_row, requests.table_row, requests.seq_len
     keys = config[MAX_TOKENS] // block_size + 2
     tracker_rows = 0

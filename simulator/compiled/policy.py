@@ -165,11 +165,11 @@ def new_tokens(fast, views, loop, requests, r, chunking):
 # and go on where they stopped (``loop.run``): ``begin`` (running, then
 # swapped requests), ``admit`` (waiting ones; False when it stopped before a
 # request it has no room for), ``end`` (the queues, the batch, the metadata pass).
-# They and the step's other parts are inlined into the loop (``inline="always"``):
-# a call that is not inlined counts each array of the tuples it takes up on
-# entry and down on exit, about a thousand calls into Numba's runtime a step
-# even with the state borrowed (``borrowed.py``). A step of one decode took
-# 3.2 us so, and takes 0.6 us inlined; compiling the loop takes longer.
+# They and the step's other parts are inlined into the loop (``inline="always"``),
+# which is a borrowing kernel (``fast/borrowing.py``): a call that is not inlined
+# passes the state's tuples, about a hundred arrays, at each call. A step of one
+# decode took 3.2 us as calls that counted those arrays' references, and takes
+# 0.6 us inlined; compiling the loop takes longer.
 @njit(cache=True, inline="always")
 def begin(fast, views, loop, requests):
     """The step's running and swapped requests (``Scheduler.schedule`` up to
@@ -357,7 +357,7 @@ def schedule_swapped(fast, views, loop, requests):
         if uncached == 0 or not can_schedule(loop, uncached, 1):
             B.untrack(requests, r)
             break
-        count = B.swap(fast, loop, requests, r, True, loop.swap_in, 2 * loop.meta[NUM_SWAP_IN])
+        count = B.swap(fast, views, loop, requests, r, True, loop.swap_in, 2 * loop.meta[NUM_SWAP_IN])
         if count < 0:  # the estimate said yes, the exact count says no: wait
             log(loop, LATER, r)
             break
@@ -404,7 +404,7 @@ def admit(fast, views, loop, requests, first):
             B.untrack(requests, r)
             break
         Q.pop_front(loop, q)
-        B.allocate(fast, loop, requests, r)
+        B.allocate(fast, views, loop, requests, r)
         requests.status[r] = RUNNING
         log(loop, ADMITTED, r)
         Q.append(loop, NEW_PREFILLS, r)
@@ -423,7 +423,7 @@ def room_to_admit(fast, views, loop, requests, r):
     enough = True
     if loop.config[CACHING]:
         row = requests.tracker_row[r]
-        known = fast.tracker.num_keys[row] if row >= 0 else 0
+        known = views.num_keys[row] if row >= 0 else 0
         block_size = loop.config[BLOCK_SIZE]
         need = TK.num_table_keys(requests.prompt_len[r], known, requests.seq_len[r] // block_size, block_size)
         need += meta[RESERVED_KEYS]
@@ -474,7 +474,7 @@ def preempt(fast, views, loop, requests, r):
 def swap_out(fast, views, loop, requests, r):
     if B.swap_status(fast, loop, requests, r, False) != rules.OK:
         return False
-    count = B.swap(fast, loop, requests, r, False, loop.swap_out, 2 * loop.meta[NUM_SWAP_OUT])
+    count = B.swap(fast, views, loop, requests, r, False, loop.swap_out, 2 * loop.meta[NUM_SWAP_OUT])
     if count < 0:  # the estimate can be too optimistic (spec §14.6)
         return False
     loop.meta[NUM_SWAP_OUT] += count
@@ -529,7 +529,7 @@ def touch(fast, views, loop, requests, now):
             else:
                 B.touch(fast, views, loop, requests, r, now)
     if Q.length(loop, PREFILLS) or Q.length(loop, DECODES):
-        B.mark_computed(fast, loop)
+        B.mark_computed(fast, views, loop)
     if record:
         acc = D.add(D.start(), D.finish(tables_acc, num_tables))
         acc = D.add(acc, D.pairs(loop.copies, loop.meta[NUM_COPIES]))

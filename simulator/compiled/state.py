@@ -101,7 +101,8 @@ EVENT_FIELDS = ("admitted", "later", "ignored", "preempted", "swapped_out", "swa
 # the step's lists (Step.lists rows)
 RUNNING_PREFILLS, RUNNING_DECODES, PREEMPTED_LIST, SWAPPED_OUT_LIST, SWAPPED_PREFILLS, SWAPPED_DECODES = range(6)
 NEW_PREFILLS, FINISHED_LIST, PREFILLS, DECODES = range(6, 10)
-NUM_LISTS = 10
+FINISHING, DONE_ORDER = 10, 11  # the model's side of the step: decodes that finished, then all that did, in order
+NUM_LISTS = 12
 
 
 class Requests(NamedTuple):
