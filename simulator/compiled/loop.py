@@ -231,7 +231,7 @@ def sample(seq_len, num_output, out_len, r):
     return num_output[r] >= out_len[r]
 
 
-@njit(cache=True, inline="always")
+@borrowing
 def run_model(fast, views, loop, requests):
     """Advance the clock by the batch's cost, then compute and sample
     (decodes first, then prefills, as ``_run_model``); free what finished.

@@ -24,6 +24,7 @@ from blockspace.fast import content as C
 from blockspace.fast import pool as P
 from blockspace.fast import rules
 from blockspace.fast import table as T
+from blockspace.fast.borrowing import borrowing
 from blockspace.simulator import budget
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import digest as D
@@ -170,7 +171,7 @@ def new_tokens(fast, views, loop, requests, r, chunking):
 # passes the state's tuples, about a hundred arrays, at each call. A step of one
 # decode took 3.2 us as calls that counted those arrays' references, and takes
 # 0.6 us inlined; compiling the loop takes longer.
-@njit(cache=True, inline="always")
+@borrowing
 def begin(fast, views, loop, requests):
     """The step's running and swapped requests (``Scheduler.schedule`` up to
     its admissions)."""
@@ -184,7 +185,7 @@ def begin(fast, views, loop, requests):
         schedule_swapped(fast, views, loop, requests)
 
 
-@njit(cache=True, inline="always")
+@borrowing
 def end(fast, views, loop, requests, now):
     """The queues after the step, the batch (PREFILLS with ``loop.chunk``
     and ``loop.uncached``, then DECODES) and its metadata pass."""
@@ -374,7 +375,7 @@ def schedule_swapped(fast, views, loop, requests):
         charge(loop, requests, r, uncached, cached)
 
 
-@njit(cache=True, inline="always")
+@borrowing
 def admit(fast, views, loop, requests, first):
     """The waiting requests, FCFS (``Scheduler._schedule_prefills``). ``first``:
     this is the step's first call (a call that goes on after a stop does not
