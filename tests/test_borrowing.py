@@ -23,6 +23,7 @@ from blockspace.interfaces import load_manager_class
 from blockspace.simulator import SimulationConfig, load_trace
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import loop as L
+from blockspace.simulator.compiled import policy
 from blockspace.simulator.compiled.engine import Run
 from helpers import jit_or
 
@@ -63,8 +64,10 @@ def test_no_borrowing_kernel_returns_an_array():
     assert P.num_free(pool) == 7
     run = Run(load_trace(None, 5), load_manager_class("fast"), SimulationConfig(256, 64))
     run.advance(math.inf, None)
-    fast = run.fast()
-    assert L.replay(fast, B.views_of(fast), run.loop, run.requests) == L.DONE  # the replay, called at its end
+    state = (run.fast(), B.views_of(run.fast()), run.loop, run.requests)
+    assert L.replay(*state) == L.DONE  # the replay and the step's parts, called once more at its end
+    policy.begin(*state), policy.schedule_swapped(*state), policy.admit(*state, True), policy.preempt(*state, 0)
+    policy.end(*state, 1.0), L.run_model(*state)
     assert [kernel.__name__ for kernel in KERNELS if not kernel.nopython_signatures] == []
     assert returning_arrays(KERNELS) == []
 

@@ -166,11 +166,14 @@ def new_tokens(fast, views, loop, requests, r, chunking):
 # and go on where they stopped (``loop.run``): ``begin`` (running, then
 # swapped requests), ``admit`` (waiting ones; False when it stopped before a
 # request it has no room for), ``end`` (the queues, the batch, the metadata pass).
-# They and the step's other parts are inlined into the loop (``inline="always"``),
-# which is a borrowing kernel (``fast/borrowing.py``): a call that is not inlined
-# passes the state's tuples, about a hundred arrays, at each call. A step of one
-# decode took 3.2 us as calls that counted those arrays' references, and takes
-# 0.6 us inlined; compiling the loop takes longer.
+# Each is a borrowing kernel (``fast/borrowing.py``) that the loop calls, as are
+# the rarer paths (``schedule_swapped``, ``preempt``): a call that counts no
+# reference passes the state's tuples, about a hundred arrays, for less than
+# the noise of a replay, and each part compiled apart took the cold compile
+# from 73 s to 51 s (inlined into one loop, they made one function too large
+# for Numba and LLVM to compile quickly). The step's small parts are inlined
+# into them (``inline="always"``): a step of one decode took 3.2 us as calls
+# that counted the state's references, 0.6 us inlined.
 @borrowing
 def begin(fast, views, loop, requests):
     """The step's running and swapped requests (``Scheduler.schedule`` up to
@@ -337,7 +340,7 @@ def take_decodes(fast, views, loop, requests):
     return 1
 
 
-@njit(cache=True, inline="always")
+@borrowing
 def schedule_swapped(fast, views, loop, requests):
     q = Q.SWAPPED_QUEUE
     while Q.size(loop, q):
@@ -457,7 +460,7 @@ def append_slots(fast, views, loop, requests, r):
     loop.meta[NUM_COPIES] += count
 
 
-@njit(cache=True, inline="always")
+@borrowing
 def preempt(fast, views, loop, requests, r):
     """Take ``r`` off the GPU: SWAPPED_OUT, PREEMPTED (by recompute) or
     ABORTED_EVENT (the Python policy's "swap", "recompute", "abort")."""
