@@ -97,12 +97,15 @@ PACKAGES = {
 }
 
 
+KERNEL_DECORATORS = ("njit", "counting", "borrowing")  # the last two: fast/borrowing.py's
+
+
 def kernel_lines(source: str) -> set[int]:
-    """The (0-based) line numbers of the bodies of ``@njit`` functions."""
+    """The (0-based) line numbers of the bodies of kernels (``@njit``, ``@counting`` or ``@borrowing``)."""
     lines: set[int] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and any(
-            "njit" in ast.unparse(decorator) for decorator in node.decorator_list
+            ast.unparse(decorator).split("(")[0] in KERNEL_DECORATORS for decorator in node.decorator_list
         ):
             assert node.end_lineno is not None  # ast.parse gives every statement its end
             lines.update(range(node.body[0].lineno - 1, node.end_lineno))
