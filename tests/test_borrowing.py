@@ -24,6 +24,7 @@ from blockspace.simulator import SimulationConfig, load_trace
 from blockspace.simulator.compiled import blocks as B
 from blockspace.simulator.compiled import loop as L
 from blockspace.simulator.compiled import policy
+from blockspace.simulator.compiled import state as S
 from blockspace.simulator.compiled.engine import Run
 from helpers import jit_or
 
@@ -66,6 +67,8 @@ def test_no_borrowing_kernel_returns_an_array():
     run.advance(math.inf, None)
     state = (run.fast(), B.views_of(run.fast()), run.loop, run.requests)
     assert L.replay(*state) == L.DONE  # the replay and the step's parts, called once more at its end
+    assert run.loop.meta[S.NUM_EVENTS] < run.loop.events.shape[1]  # room for the preemption's event
+    assert run.loop.meta[S.NUM_TIMELINE] < run.loop.timeline.shape[1]  # and the model's side's row
     policy.begin(*state), policy.schedule_swapped(*state), policy.admit(*state, True), policy.preempt(*state, 0)
     policy.end(*state, 1.0), L.run_model(*state)
     assert [kernel.__name__ for kernel in KERNELS if not kernel.nopython_signatures] == []

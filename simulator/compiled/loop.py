@@ -109,8 +109,9 @@ def run(fast, loop, requests):
 @borrowing(nogil=True)
 def replay(fast, views, loop, requests):
     """``run``'s work, borrowing the state its caller holds (``fast/borrowing.py``):
-    the step's parts are inlined into it, and each would count the references
-    of the state's arrays, a hundred of them, at each of its calls."""
+    it and the step's parts it calls (``policy.begin``, ``admit``, ``end``,
+    ``run_model``) take the state's tuples, about a hundred arrays, whose
+    references would be counted at each call and in each inlined helper."""
     meta, clock, arrivals, arrival = loop.meta, loop.clock, loop.arrivals, requests.arrival
     meta[STEPS_SINCE_CALL] = 0
     while True:
@@ -316,8 +317,8 @@ def room_for_step(fast, views, loop, requests):
     not, say how much in meta (NEED_*) for the driver. The bounds are loose
     on purpose: the running and swapped requests key at most their unkeyed
     full blocks past their prompts' (``trace_keys.py``), and fill at most a block per budget block and two each.
-    (fast's arrays are read once: a read through a handle costs more than
-    the scan's arithmetic.)"""
+    (fast's arrays are the views ``run`` read off the handles: a borrowing
+    kernel reads no handle.)"""
     meta, config = loop.meta, loop.config
     block_size = config[BLOCK_SIZE]
     num_keys, num_filled = views.num_keys, views.num_filled
