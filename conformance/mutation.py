@@ -3,8 +3,8 @@ fast manager's kernels and of the Python layer around them.
 
 Each mutant is one small change made by mutmut's mutation operators (``<``
 -> ``<=``, ``+ 1`` -> ``+ 2``, ``and`` -> ``or``, a dropped argument, ...),
-in the reference core (``--target reference``), inside the ``@njit``
-kernels of the fast manager (``--target fast``; they run as plain Python
+in the reference core (``--target reference``), inside the kernels
+of the fast manager (``--target fast``; they run as plain Python
 under ``NUMBA_DISABLE_JIT=1``, so a mutant costs no compile), or in the
 fast manager's Python layer, every line outside its kernels (``--target
 fast-python``: table and tracker rows, key space, appends, swaps, the row
@@ -66,7 +66,7 @@ CORE = (
     "reference/table.py",
     "reference/tracker.py",
 )
-FAST_KERNELS = (  # the modules of the fast manager's @njit kernels; only lines inside a kernel are mutated
+FAST_KERNELS = (  # the modules of the fast manager's kernels; only lines inside a kernel are mutated
     "fast/content.py",
     "fast/pool.py",
     "fast/row_api_kernels.py",

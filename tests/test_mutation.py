@@ -3,6 +3,7 @@ lines of the ``@njit`` kernels (``fast``); in the Python layer, only the
 lines outside them (``fast-python``)."""
 
 import json
+import re
 
 import pytest
 
@@ -106,3 +107,15 @@ def test_on_a_fresh_sample_of_mutants_the_exhaustive_profile_kills_what_quick_ki
         if quick[0] == "killed":
             exhaustive = run_mutant(tmp_path, name, source, timeout=1800, profile="exhaustive")
             assert exhaustive[0] == "killed", (seed, name, mutation_id.line, quick, exhaustive)
+
+
+def test_the_guides_count_each_targets_mutants_as_the_tool_does():
+    pytest.importorskip("mutmut", reason="needs mutmut 2.x for its mutation operators (the dev extra)")
+    for guide in ("conformance.md", "conformance-internals.md"):
+        text = (ROOT / "docs" / guide).read_text()
+        for target in ("reference", "fast", "fast-python"):
+            start = text.index(f"`--target {target}`")
+            entry = text[start : text.find("`--target ", start + 1)].split("\n\n")[0]  # its row, or its item
+            said = re.search(r"([0-9,]+) mutants", entry)
+            assert said, (guide, target)
+            assert int(said[1].replace(",", "")) == len(enumerate_mutants(target)), (guide, target)
