@@ -65,7 +65,8 @@ def test_no_borrowing_kernel_returns_an_array():
     assert P.num_free(pool) == 7
     run = Run(load_trace(None, 5), load_manager_class("fast"), SimulationConfig(256, 64))
     run.advance(math.inf, None)
-    state = (run.fast(), B.views_of(run.fast()), run.loop, run.requests)
+    fast = run.fast()
+    state = (fast, B.views_of(fast), run.loop, run.requests)
     assert L.replay(*state) == L.DONE  # the replay and the step's parts, called once more at its end
     assert run.loop.meta[S.NUM_EVENTS] < run.loop.events.shape[1]  # room for the preemption's event
     assert run.loop.meta[S.NUM_TIMELINE] < run.loop.timeline.shape[1]  # and the model's side's row
