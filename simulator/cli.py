@@ -17,7 +17,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -30,6 +30,7 @@ from blockspace.outputs import replacing, write_text
 from blockspace.simulator.clock import Clock
 from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
 from blockspace.simulator.engines import replay, resolve
+from blockspace.simulator.failures import Outage, outages_of, parse_fail
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.gpus import GPUS
 from blockspace.simulator.memory import FleetMemoryError, check_fits, fleet_cap
@@ -79,6 +80,7 @@ from blockspace.workloads import (
     gamma_arrivals,
     load_trace_option,
     scale_arrivals,
+    scale_users,
     synthetic,
     trace_file,
     trace_source,
@@ -87,6 +89,8 @@ from blockspace.workloads import (
 if TYPE_CHECKING:
     from blockspace.simulator import capacity, fleet_size
 
+# --spare's outage: five minutes, about a replica's restart (a model's weights loaded again, its graphs captured)
+DEFAULT_SPARE_WINDOW_S = 300.0
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
 DEFAULT_SWAP_SPACE_GIB = 4.0  # vLLM's default swap space
 
@@ -126,6 +130,11 @@ def _trace_options(source: ArgumentGroup) -> None:
         help=f"replay only the first N requests (default: all of a trace; {SYNTHETIC_REQUESTS} with --workload"
              " synthetic)",
     )  # fmt: skip
+    source.add_argument(
+        "--scale-users", type=float, metavar="K",
+        help="K times the trace's users: each session copied with fresh chunk ids for what it alone holds, its"
+             " shape kept, starting where a session of the trace starts (workloads.scale_users; default: 1)",
+    )  # fmt: skip
     arrivals = source.add_mutually_exclusive_group()
     arrivals.add_argument(
         "--time-scale", type=float, default=1.0, help="multiply the trace's arrival times (2 = half the request rate)"
@@ -142,7 +151,8 @@ def _trace_options(source: ArgumentGroup) -> None:
     )  # fmt: skip
     source.add_argument(
         "--seed", type=int, default=0,
-        help="seeds --request-rate's arrivals and the requests of --workload synthetic (default: 0)",
+        help="seeds --request-rate's arrivals, the requests of --workload synthetic and --scale-users' copies"
+             " (default: 0)",
     )  # fmt: skip
     source.add_argument(
         "--max-concurrency", type=int,
@@ -202,6 +212,10 @@ def _fleet_options(fleet: ArgumentGroup) -> None:
     fleet.add_argument("--router-weight", type=float, default=1.0,
                        help="kv_aware: the weight of the prompt blocks a replica lacks against its outstanding"
                             " blocks (default: 1, as Dynamo's KV router)")  # fmt: skip
+    fleet.add_argument("--fail", action="append", default=[], metavar="REPLICA@TIME[+DURATION]",
+                       help="replica REPLICA (from 0) goes down at TIME seconds for DURATION (default: for good), its"
+                            " unfinished requests sent again to the live replicas; rolling@START/INTERVAL/DOWNTIME"
+                            " takes each replica down in turn (repeatable; default: none)")  # fmt: skip
 
 
 def _kv_cache_options(memory: ArgumentGroup) -> None:
@@ -309,6 +323,15 @@ def _capacity_options(finding: ArgumentGroup) -> None:
              " on, and give the answers' range (default: 1)",
     )  # fmt: skip
     finding.add_argument(
+        "--spare", type=int, metavar="K",
+        help="with --find min-replicas: the fewest replicas that meet the SLO with K of them down for the busiest"
+             " --spare-window of the trace, both during it and outside it (default: none down)",
+    )  # fmt: skip
+    finding.add_argument(
+        "--spare-window", type=float, default=DEFAULT_SPARE_WINDOW_S, metavar="SECONDS",
+        help=f"with --spare: how long the K replicas are down (default: {DEFAULT_SPARE_WINDOW_S:g})",
+    )  # fmt: skip
+    finding.add_argument(
         "--target", type=float, default=90.0, help="with --find: the share of requests that must meet --slo, in %%"
     )
 
@@ -350,6 +373,9 @@ RANGES = {
     "bandwidth_efficiency": Range(above=0, most=1),
     "host_overhead_ms": Range(least=0),
     "time_scale": Range(above=0),
+    "scale_users": Range(above=0),
+    "spare": Range(least=1),
+    "spare_window": Range(above=0),
     "request_rate": Range(above=0),
     "burstiness": Range(above=0),
     "seed": Range(least=0),
@@ -396,19 +422,29 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "workers": (("sweep", "find"), "it sets how many of their runs go at once"),
     "executor": (("sweep", "find"), "it sets where their runs go"),
     "burstiness": (("request_rate",), "it shapes the gaps between the arrivals --request-rate draws"),
-    "seed": (("request_rate", SYNTHETIC), "it seeds the arrivals --request-rate draws and the synthetic requests"),
+    "seed": (
+        ("request_rate", SYNTHETIC, "scale_users"),
+        "it seeds the arrivals --request-rate draws, the synthetic requests and --scale-users' copies",
+    ),
+    "spare": (("find",), "it is what --find min-replicas keeps down"),
+    "spare_window": (("find",), "it is how long --find min-replicas keeps --spare down"),
     "router": (("replicas",), "it picks among replicas"),
     "router_weight": (("replicas",), "it weighs kv_aware's choice among replicas"),
     **{name: (("gpu", "model"), "it shapes the roofline clock of --gpu and --model") for name in ROOFLINE_KNOBS},
     **{name: ((SYNTHETIC,), "it shapes the requests the synthetic workload makes") for name in SYNTHETIC_RANGES},
 }
-OPTION_MODES = ("request_rate", "replicas", "gpu", "model")  # options that other options go with, given or swept
+# options that other options go with, given or swept
+OPTION_MODES = ("request_rate", "replicas", "gpu", "model", "scale_users")
 APART: dict[str, tuple[tuple[str, ...], str]] = {
     "requests_out": (("sweep", "find"), "it writes the requests of one run, and these make many"),
     "compare": (("sweep", "find"), "it runs one manager: use --manager"),
     "manager": (("compare",), "--compare names both managers"),
     "trace": ((SYNTHETIC,), "the synthetic workload makes its requests, it reads none"),
     "time_scale": ((SYNTHETIC,), "it scales a trace's own times; synthetic conversations start at --request-rate"),
+    "scale_users": (
+        (SYNTHETIC, "request_rate"),
+        "it copies a trace's sessions at their own times; --request-rate and the synthetic workload draw the times",
+    ),
     **{
         name: (("model",), "--model sets the KV shape")
         for name in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes")
@@ -449,12 +485,37 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
         raise InvalidArgumentError(
             "--seeds goes with drawn arrivals, --request-rate or --workload synthetic: a trace's own arrivals are one"
         )
+    check_failures(args, written, swept)
     if "turn_gap" in written and args.turns == 1 and "turns" not in swept:
         raise InvalidArgumentError("--turn-gap goes with --turns above 1: a conversation of one turn has no gap")
     if "prefix_groups" in written and args.shared_prefix_ratio == 0 and "shared_prefix_ratio" not in swept:
         raise InvalidArgumentError(
             "--prefix-groups goes with --shared-prefix-ratio above 0: with no shared chunks a group shares nothing"
         )
+
+
+def check_failures(args: argparse.Namespace, written: Collection[str], swept: Collection[str]) -> None:
+    """``--fail`` parsed into ``failures.Failure`` values, and it and ``--spare`` where they mean something."""
+    args.fail = tuple(parse_fail(text) for text in args.fail)
+    if "spare" in written and args.find != "min-replicas":
+        raise InvalidArgumentError(f"--spare goes with --find min-replicas: --find {args.find} counts no replicas")
+    if "spare_window" in written and "spare" not in written:
+        raise InvalidArgumentError("--spare-window goes with --spare: it is how long the spare replicas are down")
+    if not args.fail:
+        return
+    if "spare" in written:
+        raise InvalidArgumentError("--fail cannot go with --spare: the search takes --spare replicas down itself")
+    if args.find in ("min-replicas", "min-cost") and any(isinstance(f, Outage) for f in args.fail):
+        raise InvalidArgumentError(f"--fail REPLICA@TIME cannot go with --find {args.find}: the search changes the"
+                                   " replica count (use rolling@START/INTERVAL/DOWNTIME, or --spare)")  # fmt: skip
+    if "max_concurrency" in written:
+        raise InvalidArgumentError("--fail cannot go with --max-concurrency: a closed loop would count the requests"
+                                   " a failed replica lost as in flight")  # fmt: skip
+    if args.n > 1 or "n" in swept:
+        raise InvalidArgumentError("--fail goes with --n 1: a retry sends a trace request again whole, and would"
+                                   " send again samples already done")  # fmt: skip
+    if "replicas" not in swept and args.find is None:
+        outages_of(args.fail, args.replicas)  # a replica the fleet has; none down twice at once, nor all for good
 
 
 def check_arguments(args: argparse.Namespace, given: frozenset[str] = frozenset()) -> None:
@@ -525,6 +586,7 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
         router=args.router,
         router_weight=args.router_weight,
         gpu_cost_per_hour=None if args.gpu_cost is None else args.gpu_cost.price(roof and roof.gpu.name),
+        failures=args.fail,
     )
 
 
@@ -565,6 +627,8 @@ def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
         except InvalidArgumentError as error:
             raise InvalidArgumentError(f"--workload synthetic: {error}") from None
     requests = load_trace_option(args.trace, args.max_requests)
+    if args.scale_users is not None:
+        requests = scale_users(requests, args.scale_users, args.seed)
     if args.request_rate is not None:
         return gamma_arrivals(requests, args.request_rate, args.burstiness, args.seed)
     return scale_arrivals(requests, args.time_scale)
@@ -613,7 +677,8 @@ def check_step(cls: type, step: str, where: str) -> None:
 
 
 # What load_requests reads: the runs of a sweep that agree on these replay the same requests.
-REQUEST_OPTIONS = ("workload", "max_requests", "time_scale", "request_rate", "burstiness", "seed", *SYNTHETIC_RANGES)
+REQUEST_OPTIONS = ("workload", "max_requests", "scale_users", "time_scale", "request_rate", "burstiness", "seed",
+                   *SYNTHETIC_RANGES)  # fmt: skip
 
 
 def preparer(

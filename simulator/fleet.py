@@ -41,13 +41,13 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
-from functools import partial
 from typing import Protocol
 
 import numpy as np
 
 from blockspace.simulator.executor import threads_for
-from blockspace.simulator.metrics import Metrics, Timeline, filled
+from blockspace.simulator.failures import Failures, outages_of
+from blockspace.simulator.metrics import Metrics, ReplayedRequest, ReplayedSequence, Timeline, filled
 from blockspace.simulator.routers import ROUTERS, Replica
 from blockspace.simulator.runs import SimulationConfig, SimulationResult, SimulationStalledError, collector_paused
 from blockspace.simulator.simulation import Simulation, warm_up
@@ -80,6 +80,8 @@ class Member(Replica, Protocol):
 
     def done_after(self, at: float) -> list[float]: ...
 
+    def unfinished(self) -> list[int]: ...  # trace indexes routed here and not done, in order
+
     def result(self, wall_s: float, startup_s: float) -> SimulationResult: ...
 
 
@@ -92,7 +94,7 @@ def replay_fleet(
     """Replay ``trace`` through the fleet ``config`` describes; ``on_progress``
     hears the requests done on one clock (apart, the replicas replay
     unheard)."""
-    single = replace(config, replicas=1, max_concurrency=None)
+    single = replace(config, replicas=1, max_concurrency=None, failures=())
     if config.engine != "python" and not config.reads_replicas:  # a static router: each share is known first
         from blockspace.simulator.compiled.engine import replay_apart
 
@@ -115,11 +117,11 @@ def _on_one_clock(
     single: SimulationConfig,
     on_progress: Callable[[int], None] | None,
 ) -> SimulationResult:
-    replicas: list[Member] = []
+    members: list[Member] = []  # every engine the fleet has run, a failed replica's too
 
     def progress(_: int) -> None:
         if on_progress is not None:
-            on_progress(sum(replica.num_done for replica in replicas))
+            on_progress(sum(member.num_done for member in members))
 
     if config.engine == "compiled":
         from blockspace.simulator.compiled import engine
@@ -127,35 +129,178 @@ def _on_one_clock(
 
         startup_s = engine.warm_up(manager_class, single)
         shared = FleetTrace.of(trace, single)
-        replicas += [CompiledReplica(shared, manager_class, single, progress) for _ in range(config.replicas)]
+
+        def new_member() -> Member:
+            members.append(CompiledReplica(shared, manager_class, single, progress))
+            return members[-1]
     else:
-        simulations = [Simulation([], manager_class, single, on_progress=progress) for _ in range(config.replicas)]
-        startup_s = warm_up(manager_class, simulations[0].manager_kwargs())
-        replicas += simulations
+        startup_s = 0.0
+
+        def new_member() -> Member:
+            members.append(Simulation([], manager_class, single, on_progress=progress))
+            return members[-1]
+
+    fleet = OneClock(trace, config, new_member)
+    if config.engine != "compiled":
+        startup_s = warm_up(manager_class, fleet.replicas[0].manager_kwargs())  # type: ignore[union-attr]
     started = time.perf_counter()
-    route, block_size, weight = ROUTERS[config.router], config.scheduler.block_size, config.router_weight
-    assignment, at = [], 0.0
-    on_two = config.engine == "compiled" and threads_for(config.replicas) > 1  # the Python engine keeps the GIL
-    with TwoCores(replicas) if on_two else nullcontext() as cores:
-        advance = partial(advance_each, replicas) if cores is None else cores.advance
-        for position, entry in enumerate(trace):
+    at = 0.0
+    on_two = config.engine == "compiled" and threads_for(config.replicas) > 1 and not config.failures
+    with TwoCores(fleet.live()) if on_two else nullcontext() as cores:  # the Python engine keeps the GIL
+        advance = fleet.advance if cores is None else cores.advance
+        for entry in trace:
             if config.max_concurrency is not None:  # a client's semaphore: sent in order, each when a slot is free
-                at = slot_free(replicas, max(at, entry.arrival_s), config.max_concurrency)
+                at = slot_free(fleet.live(), max(at, entry.arrival_s), config.max_concurrency)
                 entry = replace(entry, arrival_s=at)
             at = entry.arrival_s
+            fleet.fail_until(at)
             advance(at)
-            chosen = route(position, entry, replicas, block_size, weight)
-            replicas[chosen].add(entry)
-            assignment.append(chosen)
+            fleet.send(entry)
+        fleet.fail_until(math.inf)
         advance(math.inf)
     wall_s = time.perf_counter() - started
-    results = [replica.result(0.0, startup_s) for replica in replicas]
-    if config.replicas == 1:  # one engine, its arrivals held back by --max-concurrency
-        results[0].metrics.wall_s = wall_s
-        return replace(results[0], config=config)
-    fleet = merged(results, assignment, config, wall_s)
-    fleet.metrics.startup_s = startup_s
-    return fleet
+    if config.replicas == 1 and not config.failures:  # one engine, its arrivals held back by --max-concurrency
+        result = fleet.replicas[0].result(0.0, startup_s)  # type: ignore[union-attr]
+        result.metrics.wall_s = wall_s
+        return replace(result, config=config)
+    return fleet.result(config, wall_s, startup_s)
+
+
+class OneClock:
+    """The replicas of a fleet on one clock: which are live, the router's
+    sends to them, and the failures among them (``failures.py``): a failed
+    replica's unfinished requests sent again, a fresh engine where it comes
+    back, each engine it had kept for the result (``lives``)."""
+
+    def __init__(self, trace: list[TraceRequest], config: SimulationConfig, new_member: Callable[[], Member]) -> None:
+        self.config, self.new_member = config, new_member
+        self.replicas: list[Member | None] = [new_member() for _ in range(config.replicas)]  # None: down
+        self.lives: list[list[Member]] = [[member] for member in self.replicas if member is not None]
+        self.lost: dict[int, list[int]] = {}  # id() of a failed engine -> the trace requests it lost
+        self.by_index = {entry.index: entry for entry in trace}
+        self.route = ROUTERS[config.router]
+        self.turn = 0  # round robin: the first replica to try for the next request
+        self.assignment: dict[int, int] = {}  # trace index -> the replica it was last sent to
+        self.held: list[TraceRequest] = []  # arrived while every replica was down
+        outages = outages_of(config.failures, config.replicas)
+        self.failures = Failures(outages) if outages else None
+        # (time, 0 back / 1 down, replica): at one time, a replica comes back before another goes down
+        self.events = sorted([(o.start_s, 1, o.replica) for o in outages]
+                             + [(o.end_s, 0, o.replica) for o in outages if o.end_s < math.inf])  # fmt: skip
+
+    def live(self) -> list[Member]:
+        return [member for member in self.replicas if member is not None]
+
+    def advance(self, until: float) -> None:
+        advance_each(self.live(), until)
+
+    def send(self, entry: TraceRequest) -> None:
+        """The router picks a live replica for ``entry`` (held while none is).
+        Round robin starts from ``turn``: the replica after the last it chose,
+        so without failures it is the request's place in the trace modulo N."""
+        live = [k for k, member in enumerate(self.replicas) if member is not None]
+        if not live:
+            self.held.append(entry)
+            return
+        first = next((place for place, k in enumerate(live) if k >= self.turn), 0)
+        members = [self.replicas[k] for k in live]
+        config = self.config
+        place = self.route(first, entry, members, config.scheduler.block_size, config.router_weight)  # type: ignore[arg-type]
+        chosen = live[place]
+        self.replicas[chosen].add(entry)  # type: ignore[union-attr]
+        self.turn, self.assignment[entry.index] = chosen + 1, chosen
+
+    def fail_until(self, at: float) -> None:
+        """Every failure and return at or before ``at``, each after the live
+        replicas ran the steps that start before it."""
+        while self.events and self.events[0][0] <= at:
+            when, down, k = self.events.pop(0)
+            self.advance(when)
+            if down:
+                self._down(k, when)
+            else:
+                self._back(k, when)
+
+    def _down(self, k: int, when: float) -> None:
+        """Replica ``k`` fails: what it had not done is sent again, arriving now."""
+        member, failures = self.replicas[k], self.failures
+        assert member is not None and failures is not None  # an event of an outage, of a live replica
+        self.replicas[k] = None
+        lost = member.unfinished()
+        self.lost[id(member)] = lost
+        failures.affected.update(lost)
+        failures.retries += len(lost)
+        first_arrival = failures.original_arrival_s
+        for index in sorted(lost, key=lambda i: (first_arrival.get(i, self.by_index[i].arrival_s), i)):
+            self._send_late(index, when)
+
+    def _back(self, k: int, when: float) -> None:
+        """Replica ``k`` is back, a fresh engine; what the router held goes out now."""
+        self.replicas[k] = self.new_member()
+        self.lives[k].append(self.replicas[k])  # type: ignore[arg-type]
+        held, self.held = self.held, []
+        for entry in held:
+            self._send_late(entry.index, when)
+
+    def _send_late(self, index: int, when: float) -> None:
+        """Trace request ``index`` sent at ``when``, after its arrival: a
+        replica sees it arrive then (it cannot run it before), the result
+        counts from its arrival (``Failures.original_arrival_s``)."""
+        entry = self.by_index[index]
+        self.failures.original_arrival_s.setdefault(index, entry.arrival_s)  # type: ignore[union-attr]
+        self.send(replace(entry, arrival_s=max(when, entry.arrival_s)))
+
+    def result(self, config: SimulationConfig, wall_s: float, startup_s: float) -> SimulationResult:
+        """The fleet's result (``merged``): a replica's engines merged into
+        one result, a failed engine's lost requests left out of it (their
+        first token kept: a retried request's first token ever); a retried
+        request's record counted from its arrival."""
+        firsts: dict[str, float] = {}
+        results = []
+        for lives in self.lives:
+            mine = [member.result(0.0, startup_s) for member in lives]
+            for member, result in zip(lives, mine):
+                firsts |= forgotten(result.metrics, self.lost.get(id(member), []))
+            results.append(mine[0] if len(mine) == 1 else replace(merged(mine, [], config, 0.0), replicas=[]))
+        assignment = [self.assignment.get(entry.index, -1) for entry in self.by_index.values()]
+        fleet = merged(results, assignment, config, wall_s)
+        fleet.metrics.startup_s = startup_s
+        if self.failures is not None:
+            arrivals, metrics = self.failures.original_arrival_s, fleet.metrics
+            for place, request in enumerate(metrics.requests):
+                if request.index in arrivals:
+                    seq = ReplayedSequence(request.seq.status, request.seq.get_output_len())
+                    metrics.requests[place] = ReplayedRequest(
+                        request.request_id,
+                        request.index,
+                        request.sample,
+                        arrivals[request.index],
+                        request.num_prompt_tokens,
+                        seq,
+                    )
+            for request_id, first in firsts.items():
+                metrics.first_token_s[request_id] = min(first, metrics.first_token_s.get(request_id, math.inf))
+        return replace(fleet, failures=self.failures)
+
+
+PER_REQUEST = ("first_token_s", "finish_s", "admitted_s", "cached_tokens", "preemptions", "swap_outs", "last_token_s")
+
+
+def forgotten(metrics: Metrics, indexes: list[int]) -> dict[str, float]:
+    """The trace requests ``indexes`` taken out of ``metrics`` (a failed
+    engine's, sent again: another engine's result holds them); their first
+    tokens, where they had one."""
+    if not indexes:
+        return {}
+    gone = set(indexes)
+    ids = {request.request_id for request in metrics.requests if request.index in gone}
+    metrics.requests = [request for request in metrics.requests if request.index not in gone]
+    firsts = {request_id: metrics.first_token_s[request_id] for request_id in ids & metrics.first_token_s.keys()}
+    for name in PER_REQUEST:
+        values = getattr(metrics, name)
+        for request_id in ids:
+            values.pop(request_id, None)
+    return firsts
 
 
 def advance_each(replicas: list[Member], until: float) -> None:
@@ -253,8 +398,7 @@ def merged(
     metrics = Metrics()
     parts = [result.metrics for result in results]
     metrics.requests = sorted((r for part in parts for r in part.requests), key=lambda r: (r.index, r.sample))
-    for name in ("first_token_s", "finish_s", "admitted_s", "cached_tokens", "preemptions", "swap_outs",
-                 "last_token_s"):  # fmt: skip
+    for name in PER_REQUEST:
         for part in parts:
             getattr(metrics, name).update(getattr(part, name))
     for part in parts:

@@ -83,7 +83,7 @@ class Estimate:
 def idle_bytes(manager_class: type, config: SimulationConfig) -> int:
     """The bytes one replica of ``config`` holds before it gets work: one is
     built as a fleet builds it, with Python's allocator traced."""
-    single = replace(config, replicas=1, max_concurrency=None)
+    single = replace(config, replicas=1, max_concurrency=None, failures=())
     build = _replica_builder(manager_class, single)
     build()  # the modules' first allocations are not the replica's
     tracing = tracemalloc.is_tracing()
@@ -198,7 +198,8 @@ def fleet_cap(
     limit = memory_limit()
     count = largest_fleet(trace, manager_class, config, most, limit, share)
     if count == 0:
-        check_fits(trace, manager_class, replace(config, replicas=1), Limit(limit.bytes // share, limit.name))
+        single = replace(config, replicas=1, failures=())
+        check_fits(trace, manager_class, single, Limit(limit.bytes // share, limit.name))
     if count >= most:
         return count, None
     needed = estimate(trace, manager_class, replace(config, replicas=count + 1))

@@ -46,7 +46,7 @@ class EndedSequence(Protocol):
 
 class ArrivedRequest(Protocol):
     """What the records read of a request (a sample): a ``SimRequest`` of
-    the Python engine, or the compiled engine's ``ReplayedRequest``."""
+    the Python engine, or a ``ReplayedRequest`` (below)."""
 
     @property
     def request_id(self) -> str: ...
@@ -65,6 +65,31 @@ class ArrivedRequest(Protocol):
 
     @property
     def seq(self) -> EndedSequence: ...
+
+
+@dataclass(slots=True)
+class ReplayedSequence:
+    """What ``Metrics`` reads of a sequence once the run is over."""
+
+    status: SequenceStatus
+    num_output_tokens: int
+
+    def get_output_len(self) -> int:
+        return self.num_output_tokens
+
+
+@dataclass(slots=True)
+class ReplayedRequest:
+    """What ``Metrics`` reads of a request that is over: the compiled engine's
+    (a ``SimRequest`` of the Python engine), and a fleet's retried request
+    (``fleet.py``: its arrival its first)."""
+
+    request_id: str
+    index: int
+    sample: int
+    arrival_s: float
+    num_prompt_tokens: int
+    seq: ReplayedSequence
 
 
 def _floats() -> array[float]:
@@ -362,6 +387,8 @@ __all__ = [
     "Counts",
     "EndedSequence",
     "Metrics",
+    "ReplayedRequest",
+    "ReplayedSequence",
     "TraceOutcome",
     "Timeline",
     "tpot",

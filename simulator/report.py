@@ -17,7 +17,7 @@ import numpy as np
 from blockspace.outputs import write_text
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.runs import SimulationResult
-from blockspace.simulator.summary import Cost, Spread, Summary
+from blockspace.simulator.summary import Cost, Outages, Spread, Summary
 
 MAX_TIMELINE_POINTS = 2000  # per-step series are thinned to this many points in the JSON
 
@@ -122,6 +122,8 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
                 f"unfinished ones miss it), goodput {slo.goodput_requests_per_s:.2f} req/s",
             )
         )
+    if summary.failures is not None:
+        rows += failure_rows(summary.failures, requests.arrived)
     hits = (
         f"{cache.gpu_block_hit_rate:.1%} of full-block lookups, {cache.prefill_tokens_from_cache:.1%} of prefill tokens"
     )
@@ -172,6 +174,20 @@ def format_summary(summary: Summary) -> str:
     lines = [f"manager: {summary.manager}, {summary.engine} engine"]
     lines += [f"  {label:<{width}}  {value}" for label, value in rows]
     return "\n".join(lines + fleet_lines(summary))
+
+
+def failure_rows(failures: Outages, arrived: int) -> list[tuple[str, str]]:
+    """What ``--fail`` did: the outages, the requests lost and sent again, the SLO during and outside them."""
+    rows = [
+        ("failures", ", ".join(failures.outages)),
+        ("lost and retried", f"{failures.affected:,} requests lost by a failed replica, {failures.retries:,} sends"
+                             f" again; {failures.arrived_during:,} of {arrived:,} arrived while one was down"),
+    ]  # fmt: skip
+    during, outside = failures.slo_during, failures.slo_outside
+    if during is not None and outside is not None:
+        rows.append(("SLO during / outside", f"{during.attainment:.1%} of {during.of:,} / {outside.attainment:.1%} of"
+                                             f" {outside.of:,} requests"))  # fmt: skip
+    return rows
 
 
 def fleet_lines(summary: Summary) -> list[str]:

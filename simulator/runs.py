@@ -18,6 +18,7 @@ from typing import Any
 from blockspace.errors import BlockSpaceError, InvalidConfigError
 from blockspace.simulator.clock import Clock
 from blockspace.simulator.decisions import StepRecord
+from blockspace.simulator.failures import Failure, Failures, outages_of
 from blockspace.simulator.gpu import StepTimeModel
 from blockspace.simulator.metrics import Metrics
 from blockspace.simulator.routers import ROUTERS, STATIC
@@ -80,6 +81,7 @@ class SimulationConfig:
     router_weight: float = 1.0  # kv_aware: the weight of the blocks to prefill against the load
     max_concurrency: int | None = None  # a closed loop: at most this many requests in flight (fleet.py)
     gpu_cost_per_hour: float | None = None  # dollars a GPU-hour (--gpu-cost): the summary's price; decides nothing
+    failures: tuple[Failure, ...] = ()  # replicas that go down (--fail; failures.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
@@ -98,6 +100,14 @@ class SimulationConfig:
             raise InvalidConfigError(f"max_concurrency must be a positive int, got {self.max_concurrency!r}")
         if self.gpu_cost_per_hour is not None and not self.gpu_cost_per_hour >= 0:
             raise InvalidConfigError(f"gpu_cost_per_hour must be >= 0, got {self.gpu_cost_per_hour!r}")
+        if self.failures:
+            outages_of(self.failures, self.replicas)  # a replica the fleet has, never down twice at once
+            if self.num_samples > 1:
+                raise InvalidConfigError("failures retry a trace request whole: n above 1 would send again samples"
+                                         " already done")  # fmt: skip
+            if self.max_concurrency is not None:
+                raise InvalidConfigError("failures go with arrivals of their own: a closed loop's in-flight count"
+                                         " would hold the requests a failed replica lost")  # fmt: skip
 
     @property
     def gpus(self) -> int:
@@ -108,8 +118,11 @@ class SimulationConfig:
     def reads_replicas(self) -> bool:
         """Does the run read its engines as they run: a router that reads
         them, or a closed loop waiting for a request to be done? Then its
-        engines run on one clock (fleet.py)."""
-        return (self.replicas > 1 and self.router not in STATIC) or self.max_concurrency is not None
+        engines run on one clock (fleet.py). Failures too: the router sends
+        a failed replica's requests again, to the live ones."""
+        return (
+            (self.replicas > 1 and self.router not in STATIC) or self.max_concurrency is not None or bool(self.failures)
+        )
 
 
 @dataclass
@@ -124,6 +137,7 @@ class SimulationResult:
     manager: Any
     replicas: list[SimulationResult] = field(default_factory=list)  # a fleet's, each replica's own (fleet.py)
     assignment: list[int] = field(default_factory=list)  # a fleet's: the replica of each trace request, in order
+    failures: Failures | None = None  # with --fail: the outages, and the requests they sent again
 
 
 def manager_name_of(manager_class: type) -> str:

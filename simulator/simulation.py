@@ -179,6 +179,13 @@ class Simulation:
         """Requests routed here and not done: pending, queued or running."""
         return bool(self.pending) or self.scheduler.has_unfinished()
 
+    def unfinished(self) -> list[int]:
+        """The trace indexes of the requests routed here and not done, in
+        order (a failed replica's, which the fleet sends again)."""
+        scheduler = self.scheduler
+        queued = [group.index for queue in (scheduler.running, scheduler.waiting, scheduler.swapped) for group in queue]
+        return sorted({*queued, *(entry.index for entry in self.pending)})
+
     def _blocks(self, num_tokens: int) -> int:
         return blocks_of(num_tokens, self.config.scheduler.block_size)
 

@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from blockspace.simulator.failures import Failures
+from blockspace.simulator.metrics import TraceOutcome
 from blockspace.simulator.runs import SimulationResult
 from blockspace.simulator.slo import SLO, Attainment, attainment
 
@@ -156,6 +158,20 @@ class Fleet:
 
 
 @dataclass(frozen=True)
+class Outages:
+    """What ``--fail`` did (``failures.py``): the outages as ``--fail`` writes
+    them, the trace requests a failed replica lost and the sends again, and
+    the SLO apart for the requests that arrived while a replica was down."""
+
+    outages: list[str]
+    affected: int
+    retries: int
+    arrived_during: int
+    slo_during: Attainment | None  # with --slo
+    slo_outside: Attainment | None
+
+
+@dataclass(frozen=True)
 class Summary:
     """Every figure of one run (see the module doc)."""
 
@@ -182,6 +198,7 @@ class Summary:
     tables_recorded: bool  # --compare: the times include the recording
     fleet: Fleet | None
     cost: Cost | None  # with --gpu-cost
+    failures: Outages | None  # with --fail
 
     def to_json(self) -> dict[str, Any]:
         """The summary as the JSON files hold it: each record a nested object."""
@@ -322,7 +339,18 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> Summary:
         cost=None
         if config.gpu_cost_per_hour is None
         else cost_of(config.gpu_cost_per_hour, config.gpus, end - start, num_output_tokens),  # fmt: skip
+        failures=None if result.failures is None else outages(result.failures, outcomes, slo, span),
     )
+
+
+def outages(failures: Failures, outcomes: list[TraceOutcome], slo: SLO | None, span: float) -> Outages:
+    """``Outages`` of a run's ``failures``: its requests split by whether they arrived while a replica was down."""
+    during = [outcome for outcome in outcomes if failures.arrived_during(outcome.arrival_s)]
+    outside = [outcome for outcome in outcomes if not failures.arrived_during(outcome.arrival_s)]
+    return Outages(
+        [str(outage) for outage in failures.outages], len(failures.affected), failures.retries, len(during),
+        None if slo is None else attainment(slo, during, span), None if slo is None else attainment(slo, outside, span),
+    )  # fmt: skip
 
 
 def cost_of(dollars_per_gpu_hour: float, gpus: int, seconds: float, output_tokens: int) -> Cost:
@@ -366,6 +394,7 @@ __all__ = [
     "Load",
     "ManagerTime",
     "MethodTime",
+    "Outages",
     "PrefixCache",
     "Preemption",
     "RequestCounts",

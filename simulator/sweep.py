@@ -82,6 +82,9 @@ NOT_SWEPT = {
     "find": "it turns each configuration into a search: give --find once beside --sweep",
     "target": "it belongs to --find, given once for every configuration",
     "seeds": "it belongs to --find, given once for every configuration",
+    "spare": "it belongs to --find, given once for every configuration",
+    "spare_window": "it belongs to --find, given once for every configuration",
+    "fail": "it lists outages: give --fail once for each, every run has them",
 }
 
 # The headline figures: (column, how to read it off a run's summary). The request counts

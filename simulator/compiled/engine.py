@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,7 @@ from blockspace.simulator.compiled import trace_keys as TK
 from blockspace.simulator.compiled.blocks import Fast, probe_cached_tokens
 from blockspace.simulator.compiled.digest import signed
 from blockspace.simulator.decisions import StepRecord
-from blockspace.simulator.metrics import Counts, Metrics, Timeline, filled
+from blockspace.simulator.metrics import Counts, Metrics, ReplayedRequest, ReplayedSequence, Timeline, filled
 from blockspace.simulator.request import request_id_of
 from blockspace.simulator.runs import (
     SimulationConfig,
@@ -58,29 +57,6 @@ STATUS_OF = {
     S.IGNORED: SequenceStatus.FINISHED_IGNORED,
     S.ABORTED: SequenceStatus.FINISHED_ABORTED,
 }
-
-
-@dataclass(slots=True)
-class ReplayedSequence:
-    """What ``Metrics`` reads of a sequence once the run is over."""
-
-    status: SequenceStatus
-    num_output_tokens: int
-
-    def get_output_len(self) -> int:
-        return self.num_output_tokens
-
-
-@dataclass(slots=True)
-class ReplayedRequest:
-    """What ``Metrics`` reads of a request (a ``SimRequest`` of the Python engine)."""
-
-    request_id: str
-    index: int
-    sample: int
-    arrival_s: float
-    num_prompt_tokens: int
-    seq: ReplayedSequence
 
 
 class CompiledSimulation:

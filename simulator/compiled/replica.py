@@ -118,6 +118,12 @@ class CompiledReplica:
         loop = self.run.loop
         return bool(loop.meta[S.NUM_PENDING] < loop.meta[S.NUM_ROUTED] or loop.queue_ends[:, 1].any())
 
+    def unfinished(self) -> list[int]:
+        """The trace indexes of the requests routed here and not done, in order (``Simulation.unfinished``)."""
+        requests, routed = self.run.requests, self.routed
+        live = requests.status[:routed] < S.FINISHED  # waiting, running or swapped
+        return sorted(set(requests.trace_index[:routed][live].tolist()))
+
     def num_done_by(self, at: float) -> int:
         """Requests done at or before ``at`` (as far as the replica has run)."""
         return int(np.searchsorted(self._done_at(), at, side="right"))
