@@ -30,7 +30,7 @@ from blockspace.outputs import replacing, write_text
 from blockspace.simulator.clock import Clock
 from blockspace.simulator.engines import CHOICES as ENGINE_CHOICES
 from blockspace.simulator.engines import replay, resolve
-from blockspace.simulator.failures import Outage, outages_of, parse_fail
+from blockspace.simulator.failures import Outage, busiest_window, outages_of, parse_fail
 from blockspace.simulator.gpu import KVCacheModel, StepTimeModel
 from blockspace.simulator.gpus import GPUS
 from blockspace.simulator.memory import FleetMemoryError, check_fits, fleet_cap
@@ -739,7 +739,8 @@ def search_once(
 
     workers = args.workers or os.cpu_count() or 1
     if args.find != "max-rate":  # min-replicas, and min-cost's searches
-        template = fleet_size.Try(1, trace, config, args.manager, args.slo)
+        window = busiest_window(trace, args.spare_window) if args.spare else (0.0, 0.0)
+        template = fleet_size.Try(1, trace, config, args.manager, args.slo, args.spare or 0, window)
         counts = fleet_size.evaluator(template, workers, args.executor, say)
         return fleet_size.find_min_replicas(counts, args.target / 100, workers, most,
                                             None if near is None else int(near))  # fmt: skip
@@ -861,6 +862,9 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         named = "".join(f", {name}={value}" for name, value in point.values.items())
         under = "" if "router" in point.values else f" under {config.router}"  # a swept router is named once, below
         goal = f"the fewest replicas{under}" if fleet else "the highest rate"
+        if args.spare:
+            start, end = busiest_window(trace, args.spare_window)
+            goal += f", {args.spare} of them down from {start:g} s to {end:g} s (the busiest {args.spare_window:g} s),"
         print(f"finding {goal} at which {args.target:g}% of {len(trace):,} requests from {source} meet "
               f"{args.slo}{named}: {workers} run(s) a round, {args.executor}")  # fmt: skip
         say = None if args.quiet else partial(print, flush=True)

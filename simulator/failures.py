@@ -37,9 +37,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from blockspace.errors import InvalidArgumentError
+from blockspace.workloads import TraceRequest
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)"
 _ONE = re.compile(rf"^\s*([0-9]+)\s*@\s*{_NUMBER}\s*(?:\+\s*{_NUMBER}\s*)?$", re.IGNORECASE)
@@ -128,6 +132,30 @@ def down_at(outages: list[Outage], at: float) -> bool:
     return any(outage.start_s <= at < outage.end_s for outage in outages)
 
 
+def busiest_window(trace: Sequence[TraceRequest], seconds: float) -> tuple[float, float]:
+    """The stretch of ``seconds`` from an arrival on whose arrivals bring the
+    most tokens (prompt and output), the earliest of equals: where
+    ``--find min-replicas --spare K`` takes K replicas down.
+
+    Why this stretch: the fleet has the least headroom where the most work
+    arrives, so K replicas lost there cost the most; and trying every
+    stretch would multiply each count's runs by the stretches. Why tokens,
+    not requests: a replica's load is the tokens it prefills and decodes."""
+    arrivals = np.array([entry.arrival_s for entry in trace], dtype=float)
+    work = np.array([entry.input_length + entry.output_length for entry in trace], dtype=float)
+    order = np.argsort(arrivals, kind="stable")
+    arrivals, work = arrivals[order], work[order]
+    before = np.concatenate(([0.0], np.cumsum(work)))  # the tokens of the arrivals before each place
+    ends = np.searchsorted(arrivals, arrivals + seconds, side="left")
+    first = int(np.argmax(before[ends] - before[: len(arrivals)]))
+    return float(arrivals[first]), float(arrivals[first]) + seconds
+
+
+def spares_down(spare: int, replicas: int, window: tuple[float, float]) -> tuple[Outage, ...]:
+    """``spare`` replicas of ``replicas`` (the first ones; every one, if it has fewer) down over ``window``."""
+    return tuple(Outage(k, *window) for k in range(min(spare, replicas)))
+
+
 @dataclass
 class Failures:
     """What the failures did to a run (``fleet.py`` fills it)."""
@@ -142,4 +170,5 @@ class Failures:
         return down_at(self.outages, arrival_s)
 
 
-__all__ = ["Failure", "Failures", "Outage", "Rolling", "down_at", "outages_of", "parse_fail"]
+__all__ = ["Failure", "Failures", "Outage", "Rolling", "busiest_window", "down_at", "outages_of", "parse_fail",
+           "spares_down"]  # fmt: skip

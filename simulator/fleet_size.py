@@ -5,6 +5,11 @@ traffic need so that at least the target share of its requests meet the
 SLO? Each try replays the whole trace (at its own arrivals, or at
 ``--request-rate``'s) through a fleet of ``k`` replicas (``fleet.py``).
 
+With ``--spare K``, each count runs with K of its replicas down over the
+stretch of the trace that brings the most work (``failures.busiest_window``),
+and a count passes when the share holds both for the requests that arrive
+while they are down and for the rest: the lower share is its attainment.
+
 Attainment is assumed to rise with ``k`` (more replicas, shorter queues).
 Every count tried is reported, so a curve that does not rise can be seen.
 The search runs in rounds of as many counts as there are workers, on the
@@ -34,6 +39,7 @@ from typing import Any
 
 from blockspace.interrupts import Interrupted, incomplete_line
 from blockspace.simulator.capacity import Answer, has_no_effect, no_effect_line
+from blockspace.simulator.failures import spares_down
 from blockspace.simulator.slo import SLO
 from blockspace.workloads import TraceRequest
 
@@ -49,6 +55,8 @@ class Try:
     config: Any  # SimulationConfig
     manager: str
     slo: SLO
+    spare: int = 0  # --spare: replicas down over ``window``
+    window: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -96,12 +104,18 @@ def run_try(attempt: Try) -> ReplicaPoint:
     from blockspace.simulator.engines import replay
     from blockspace.simulator.summary import summarize
 
-    config = replace(attempt.config, replicas=attempt.replicas)
+    failures = spares_down(attempt.spare, attempt.replicas, attempt.window) if attempt.spare else ()
+    config = replace(attempt.config, replicas=attempt.replicas, failures=failures)
     summary = summarize(replay(attempt.trace, load_manager_class(attempt.manager), config), attempt.slo)
     assert summary.slo is not None  # a search has an SLO
+    attainment = summary.slo.attainment
+    if summary.failures is not None:  # --spare: the SLO must hold while they are down, and outside that
+        during, outside = summary.failures.slo_during, summary.failures.slo_outside
+        assert during is not None and outside is not None
+        attainment = min(during.attainment, outside.attainment)
     return ReplicaPoint(
         replicas=attempt.replicas,
-        attainment=summary.slo.attainment,
+        attainment=attainment,
         goodput_requests_per_s=summary.slo.goodput_requests_per_s,
         finished=summary.requests.finished,
         hit_rate=summary.prefix_cache.gpu_block_hit_rate,
