@@ -628,7 +628,10 @@ def load_requests(args: argparse.Namespace) -> list[TraceRequest]:
             raise InvalidArgumentError(f"--workload synthetic: {error}") from None
     requests = load_trace_option(args.trace, args.max_requests)
     if args.scale_users is not None:
-        requests = scale_users(requests, args.scale_users, args.seed)
+        try:
+            requests = scale_users(requests, args.scale_users, args.seed)
+        except InvalidArgumentError as error:  # more fresh chunk ids than a prompt may hold
+            raise InvalidArgumentError(f"--scale-users: {error}") from None
     if args.request_rate is not None:
         return gamma_arrivals(requests, args.request_rate, args.burstiness, args.seed)
     return scale_arrivals(requests, args.time_scale)

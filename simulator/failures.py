@@ -52,16 +52,20 @@ _ROLLING = re.compile(rf"^\s*rolling\s*@\s*{_NUMBER}\s*/\s*{_NUMBER}\s*/\s*{_NUM
 
 @dataclass(frozen=True)
 class Outage:
-    """Replica ``replica`` is down from ``start_s`` until ``end_s`` (inf: for good)."""
+    """Replica ``replica`` is down from ``start_s`` until ``end_s`` (None: for
+    good; not infinity, which JSON cannot write)."""
 
     replica: int
     start_s: float
-    end_s: float = math.inf
+    end_s: float | None = None
+
+    @property
+    def until_s(self) -> float:
+        return math.inf if self.end_s is None else self.end_s
 
     def __str__(self) -> str:
-        return f"{self.replica}@{self.start_s:g}" + (
-            "" if self.end_s == math.inf else f"+{self.end_s - self.start_s:g}"
-        )
+        duration = "" if self.end_s is None else f"+{self.end_s - self.start_s:g}"
+        return f"{self.replica}@{self.start_s:g}{duration}"
 
 
 @dataclass(frozen=True)
@@ -84,10 +88,10 @@ def parse_fail(text: str) -> Failure:
     one, rolling = _ONE.match(text), _ROLLING.match(text)
     if one is not None:
         replica, start = int(one[1]), float(one[2])
-        duration = math.inf if one[3] is None else float(one[3])
-        if not math.isfinite(start) or not duration > 0:
+        duration = None if one[3] is None else float(one[3])
+        if not math.isfinite(start) or duration is not None and not (math.isfinite(duration) and duration > 0):
             raise InvalidArgumentError(f"--fail {text!r}: the time must be finite and the duration above 0")
-        return Outage(replica, start, start + duration)
+        return Outage(replica, start, None if duration is None else start + duration)
     if rolling is not None:
         start, interval, downtime = float(rolling[1]), float(rolling[2]), float(rolling[3])
         if not all(math.isfinite(value) for value in (start, interval, downtime)) or not downtime > 0:
@@ -116,12 +120,12 @@ def outages_of(failures: tuple[Failure, ...], replicas: int) -> list[Outage]:
         else:
             outages.append(failure)
     outages.sort(key=lambda outage: (outage.start_s, outage.replica))
-    if {outage.replica for outage in outages if outage.end_s == math.inf} == set(range(replicas)):
+    if {outage.replica for outage in outages if outage.end_s is None} == set(range(replicas)):
         raise InvalidArgumentError("--fail: every replica would be down for good, and nothing would serve what is left")
     for k in range(replicas):
         mine = [outage for outage in outages if outage.replica == k]
         for before, after in zip(mine, mine[1:]):
-            if after.start_s < before.end_s:
+            if after.start_s < before.until_s:
                 raise InvalidArgumentError(f"--fail: replica {k} would go down at {after.start_s:g} s while down"
                                            f" ({before} and {after})")  # fmt: skip
     return outages
@@ -129,7 +133,7 @@ def outages_of(failures: tuple[Failure, ...], replicas: int) -> list[Outage]:
 
 def down_at(outages: list[Outage], at: float) -> bool:
     """Is some replica down at ``at``?"""
-    return any(outage.start_s <= at < outage.end_s for outage in outages)
+    return any(outage.start_s <= at < outage.until_s for outage in outages)
 
 
 def busiest_window(trace: Sequence[TraceRequest], seconds: float) -> tuple[float, float]:

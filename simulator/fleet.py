@@ -186,7 +186,7 @@ class OneClock:
         self.failures = Failures(outages) if outages else None
         # (time, 0 back / 1 down, replica): at one time, a replica comes back before another goes down
         self.events = sorted([(o.start_s, 1, o.replica) for o in outages]
-                             + [(o.end_s, 0, o.replica) for o in outages if o.end_s < math.inf])  # fmt: skip
+                             + [(o.end_s, 0, o.replica) for o in outages if o.end_s is not None])  # fmt: skip
 
     def live(self) -> list[Member]:
         return [member for member in self.replicas if member is not None]

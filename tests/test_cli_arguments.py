@@ -134,6 +134,34 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--find", "max-rate", "--slo", "ttft=1s", "--max-concurrency", "8"],
             ["--find", "max-rate", "--slo", "ttft=1s", "--sweep", "max_concurrency=4,8"],
         ],
+        "fail": [  # issue #55
+            ["--fail", "x"],
+            ["--fail", "1@"],
+            ["--fail", "rolling@1/2"],
+            ["--fail", "0@5+0"],
+            ["--fail", "2@5", "--replicas", "2"],
+            ["--fail", "0@1+5", "--fail", "0@2", "--replicas", "2"],
+            ["--fail", "0@1"],  # the only replica down for good
+            ["--fail", "0@1+5", "--n", "2"],
+            ["--fail", "0@1+5", "--max-concurrency", "2"],
+            ["--fail", "0@1+5", "--find", "min-replicas", "--slo", "ttft=1s"],
+            ["--fail", "rolling@0/1/1", "--find", "min-replicas", "--slo", "ttft=1s", "--spare", "1"],
+        ],
+        "scale_users": [
+            ["--scale-users", "0"],
+            ["--scale-users", "2", "--request-rate", "3"],
+            ["--scale-users", "2", "--workload", "synthetic"],
+            ["--scale-users", "1e9"],  # more fresh chunk ids than there are
+        ],
+        "spare": [
+            ["--spare", "0", "--find", "min-replicas", "--slo", "ttft=1s"],
+            ["--spare", "1"],
+            ["--spare", "1", "--find", "max-rate", "--slo", "ttft=1s"],
+        ],
+        "spare_window": [
+            ["--spare-window", "0", "--spare", "1", "--find", "min-replicas", "--slo", "ttft=1s"],
+            ["--spare-window", "60", "--find", "min-replicas", "--slo", "ttft=1s"],
+        ],
         "num_gpu_blocks": [["--num-gpu-blocks", "8", "--kv-memory-gib", "1"]],
         "kv_memory_gib": [["--kv-memory-gib", "1e-9"]],
         "out": [

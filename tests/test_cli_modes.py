@@ -200,6 +200,11 @@ PROBES: dict[str, Probe] = {
     "trace": Probe((OTHER_TRACE,), flag("--trace"), view=lambda v, value: {r.requests for r in v.runs} == {5}),
     "max_requests": Probe(("3", "5"), flag("--max-requests"), run=lambda r, value: r.requests == int(value)),
     "time_scale": Probe(("3", "2"), flag("--time-scale"), run=lambda r, value: r.span_s >= 6.99 * float(value)),
+    "scale_users": Probe(("2", "3"), flag("--scale-users"), run=lambda r, value: r.requests == 8 * int(value)),
+    "fail": Probe(("0@2+3",), flag("--fail"),
+                  run=lambda r, value: r.config["failures"] == [{"replica": 0, "start_s": 2.0, "end_s": 5.0}]),
+    "spare": Probe(("1",), flag("--spare")),  # --find min-replicas only: tests/test_failures.py
+    "spare_window": Probe(("60",), flag("--spare-window")),
     "request_rate": arrivals("--request-rate", lambda value: (float(value), 1.0, 0)),
     "burstiness": arrivals("--burstiness", lambda value: (20.0, float(value), 0)),
     "seed": arrivals("--seed", lambda value: (20.0, 1.0, int(value))),
@@ -298,6 +303,7 @@ REFUSED = {
     *((("executor", mode) for mode in ("sweep", "find")) if not RAY else ()),  # --executor ray, without Ray
     *((name, "swept") for name in NOT_SWEPT),
     ("max_concurrency", "find"),  # a closed loop: the rate --find max-rate scales has no effect (issue #51)
+    *((name, mode) for name in ("spare", "spare_window") for mode in MODES),  # --find min-replicas only
 }
 
 # Each mode's command line, by the option each part belongs to; a probe replaces its option's part.
