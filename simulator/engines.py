@@ -51,8 +51,8 @@ def resolve(choice: str, manager_class: type, step: str, where: str = "--engine"
 
 def replay(trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any) -> SimulationResult:
     """Replay ``trace`` through a fresh ``manager_class`` on ``config.engine``
-    (a fleet of them, with ``config.replicas`` > 1, or a closed loop: ``fleet.py``)."""
-    if config.replicas > 1 or config.max_concurrency is not None:
+    (a fleet of them, with ``config.replicas`` > 1, a closed loop, or failures: ``fleet.py``)."""
+    if config.replicas > 1 or config.max_concurrency is not None or config.failures:
         from blockspace.simulator.fleet import replay_fleet
 
         return replay_fleet(trace, manager_class, config, **hooks)

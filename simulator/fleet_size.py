@@ -8,7 +8,8 @@ SLO? Each try replays the whole trace (at its own arrivals, or at
 With ``--spare K``, each count runs with K of its replicas down over the
 stretch of the trace that brings the most work (``failures.busiest_window``),
 and a count passes when the share holds both for the requests that arrive
-while they are down and for the rest: the lower share is its attainment.
+while they are down and for the rest (where any arrive): the lower share is
+its attainment.
 
 Attainment is assumed to rise with ``k`` (more replicas, shorter queues).
 Every count tried is reported, so a curve that does not rise can be seen.
@@ -110,9 +111,8 @@ def run_try(attempt: Try) -> ReplicaPoint:
     assert summary.slo is not None  # a search has an SLO
     attainment = summary.slo.attainment
     if summary.failures is not None:  # --spare: the SLO must hold while they are down, and outside that
-        during, outside = summary.failures.slo_during, summary.failures.slo_outside
-        assert during is not None and outside is not None
-        attainment = min(during.attainment, outside.attainment)
+        sides = (summary.failures.slo_during, summary.failures.slo_outside)
+        attainment = min(side.attainment for side in sides if side is not None and side.of)
     return ReplicaPoint(
         replicas=attempt.replicas,
         attainment=attainment,

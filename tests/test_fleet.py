@@ -17,6 +17,7 @@ from blockspace.errors import InvalidConfigError
 from blockspace.interfaces import load_manager_class
 from blockspace.simulator.cli import main as simulate
 from blockspace.simulator.engines import replay
+from blockspace.simulator.failures import Outage, Rolling
 from blockspace.simulator.fleet_size import next_counts
 from blockspace.simulator.scheduler import SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult, SimulationStalledError
@@ -95,6 +96,9 @@ FLEETS = {  # name: (requests of the bundled sample, or 0: small ones; Simulatio
     "swapping replicas, n = 2": (0, {"replicas": 2, "router": "least_loaded", "num_samples": 2, "num_gpu_blocks": 40,
                                      "scheduler": SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=512,
                                                                   preemption_mode="swap")}),
+    "a replica down and back, kv aware": (40, {"replicas": 3, "router": "kv_aware",
+                                               "failures": (Outage(2, 3.3, 6.5),)}),
+    "a rolling restart, round robin": (40, {"replicas": 3, "failures": (Rolling(0.02, 3.0, 2.0),)}),
     "no prefix caching": (30, {"replicas": 2, "router": "kv_aware",
                                "scheduler": SchedulerConfig(max_num_seqs=16, enable_prefix_caching=False)}),
 }  # fmt: skip
@@ -134,6 +138,8 @@ def test_a_fleet_gives_the_same_decisions_and_figures_on_both_engines(name):
         }
     if "kv aware" in name:
         assert len(set(python.assignment)) > 1 and python.metrics.final_hit_rate > 0  # the router had a cache to read
+    if "down" in name or "rolling" in name:  # some requests were lost and sent again
+        assert python.failures.affected and python.failures.affected == compiled.failures.affected
     if "swapping" in name:
         assert python.metrics.counts.swap_outs > 0
     if "closed loop" in name:  # some requests were held back
