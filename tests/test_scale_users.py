@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 
 import pytest
 
 from blockspace.errors import InvalidArgumentError
-from blockspace.workloads import NUM_CHUNK_IDS, TraceRequest, load_trace, scale_users, sessions_of
+from blockspace.interfaces import load_manager_class
+from blockspace.simulator.cli import main as simulate
+from blockspace.simulator.engines import replay
+from blockspace.simulator.runs import SchedulerConfig, SimulationConfig, SimulationResult
+from blockspace.workloads import NUM_CHUNK_IDS, TraceRequest, load_trace, scale_users, sessions_of, synthetic
+
+FAST = load_manager_class("fast")
 
 
 def trace(*rows: tuple[float, tuple[int, ...]]) -> list[TraceRequest]:
@@ -222,3 +229,39 @@ def test_the_bundled_sample_grows_by_whole_sessions():
     assert len(tripled) == 3 * len(sample)
     # private ids are renamed and shared ones kept: the rule finds each copy's sessions as it found the trace's
     assert len(set(sessions_of(tripled))) == 3 * sessions
+
+
+# -- the replay of a grown trace (issue #55's known answers) -----------------------------------
+def session_hit_rates(requests: list[TraceRequest], result: SimulationResult) -> list[float]:
+    """Each session's prompt tokens found in the prefix cache, as a share of its prompt tokens."""
+    cached, prompt = defaultdict(int), defaultdict(int)
+    for request, session in zip(requests, sessions_of(requests), strict=True):
+        cached[session] += result.metrics.cached_tokens.get(str(request.index), 0)
+        prompt[session] += request.input_length
+    return [cached[session] / prompt[session] for session in sorted(prompt)]
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_twice_the_users_doubles_the_requests_and_keeps_each_sessions_hit_rate(engine):
+    """Conversations of 3 turns that share nothing, on a pool that never
+    evicts: each session finds its own earlier turns in the cache, so the
+    copies' sessions hit as often as the originals', within noise (a turn's
+    admission may come before or after its previous turn is done)."""
+    plain = synthetic(30, input_len=1100, output_len=16, turns=3, turn_gap=1.0, rate=4.0, seed=5)
+    grown = scale_users(plain, 2, seed=1)
+    assert len(grown) == 2 * len(plain) and len(set(sessions_of(grown))) == 2 * len(set(sessions_of(plain)))
+    config = SimulationConfig(20_000, 0, scheduler=SchedulerConfig(max_num_seqs=64), engine=engine)
+    alone = session_hit_rates(plain, replay(plain, FAST, config))
+    together = session_hit_rates(grown, replay(grown, FAST, config))
+    assert sum(alone) / len(alone) > 0.3  # later turns find the earlier ones
+    assert sum(together) / len(together) == pytest.approx(sum(alone) / len(alone), abs=0.02)
+
+
+def test_one_times_the_users_is_the_plain_run(tmp_path):
+    """``--scale-users 1`` replays the trace as it is: the same figures."""
+    argv = ["--max-requests", "30", "--manager", "reference", "--no-plot", "--quiet"]
+    assert simulate([*argv, "--out", str(tmp_path / "a")]) == 0
+    assert simulate([*argv, "--scale-users", "1", "--out", str(tmp_path / "b")]) == 0
+    (a,), (b,) = (json.loads((tmp_path / k / "simulation.json").read_text())["runs"] for k in "ab")
+    dropped = ("wall_s", "manager_startup_s", "manager_time")
+    assert {k: v for k, v in a.items() if k not in dropped} == {k: v for k, v in b.items() if k not in dropped}
