@@ -212,6 +212,10 @@ def _fleet_options(fleet: ArgumentGroup) -> None:
     fleet.add_argument("--router-weight", type=float, default=1.0,
                        help="kv_aware: the weight of the prompt blocks a replica lacks against its outstanding"
                             " blocks (default: 1, as Dynamo's KV router)")  # fmt: skip
+    fleet.add_argument("--router-lag", type=float, metavar="MS",
+                       help="kv_aware: the router sees each replica's prefix cache as it was MS milliseconds"
+                            " before the arrival, as a router fed by cache events that lag does (default: as it"
+                            " is)")  # fmt: skip
     fleet.add_argument("--fail", action="append", default=[], metavar="REPLICA@TIME[+DURATION]",
                        help="replica REPLICA (from 0) goes down at TIME seconds for DURATION (default: for good), its"
                             " unfinished requests sent again to the live replicas; rolling@START/INTERVAL/DOWNTIME"
@@ -382,6 +386,7 @@ RANGES = {
     "replicas": Range(least=1),
     "max_concurrency": Range(least=1),
     "router_weight": Range(least=0),
+    "router_lag": Range(least=0),
     "block_size": Range(least=1),
     "num_gpu_blocks": Range(least=1),
     "kv_memory_gib": Range(above=0),
@@ -430,6 +435,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "spare_window": (("find",), "it is how long --find min-replicas keeps --spare down"),
     "router": (("replicas",), "it picks among replicas"),
     "router_weight": (("replicas",), "it weighs kv_aware's choice among replicas"),
+    "router_lag": (("replicas",), "it delays what kv_aware sees of the replicas"),
     **{name: (("gpu", "model"), "it shapes the roofline clock of --gpu and --model") for name in ROOFLINE_KNOBS},
     **{name: ((SYNTHETIC,), "it shapes the requests the synthetic workload makes") for name in SYNTHETIC_RANGES},
 }
@@ -469,8 +475,13 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
     check_mode_options(written, modes + searched + [name for name in OPTION_MODES if name in written], NEEDS, APART)
     if "router_weight" in written and args.router != "kv_aware" and "router" not in swept:
         raise InvalidArgumentError(f"--router-weight goes with --router kv_aware: --router {args.router} has no weight")
+    if "router_lag" in written and args.router != "kv_aware" and "router" not in swept:
+        raise InvalidArgumentError(f"--router-lag goes with --router kv_aware: --router {args.router} reads no cache")
+    if "router_lag" in written and "max_concurrency" in written:
+        raise InvalidArgumentError("--router-lag cannot go with --max-concurrency: a closed loop's sending times are"
+                                   " not known before the requests before them are done")  # fmt: skip
     one_replica = args.replicas == 1 and "replicas" not in swept and not searched
-    for name in ("router_weight", "router"):
+    for name in ("router_weight", "router_lag", "router"):
         if name in written and one_replica:
             raise InvalidArgumentError(
                 f"{option_name(name)} goes with --replicas above 1: one replica leaves no choice"
@@ -585,6 +596,7 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
         max_concurrency=args.max_concurrency,
         router=args.router,
         router_weight=args.router_weight,
+        router_lag_s=None if args.router_lag is None else args.router_lag / 1000,
         gpu_cost_per_hour=None if args.gpu_cost is None else args.gpu_cost.price(roof and roof.gpu.name),
         failures=args.fail,
     )

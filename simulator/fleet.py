@@ -144,18 +144,25 @@ def _on_one_clock(
     if config.engine != "compiled":
         startup_s = warm_up(manager_class, fleet.replicas[0].manager_kwargs())  # type: ignore[union-attr]
     started = time.perf_counter()
-    at = 0.0
+    at, lag, looked = 0.0, config.router_lag_s, 0
+    views: dict[int, list[int]] = {}  # --router-lag: a request's place -> each replica's cache as of lag before it
     on_two = config.engine == "compiled" and threads_for(config.replicas) > 1 and not config.failures
     with TwoCores(fleet.live()) if on_two else nullcontext() as cores:  # the Python engine keeps the GIL
         advance = fleet.advance if cores is None else cores.advance
-        for entry in trace:
+        for position, entry in enumerate(trace):
             if config.max_concurrency is not None:  # a client's semaphore: sent in order, each when a slot is free
                 at = slot_free(fleet.live(), max(at, entry.arrival_s), config.max_concurrency)
                 entry = replace(entry, arrival_s=at)
             at = entry.arrival_s
+            while lag is not None and looked < len(trace) and trace[looked].arrival_s - lag <= at:
+                seen = trace[looked].arrival_s - lag  # the replicas as they stood then, all the router knows
+                fleet.fail_until(seen)
+                advance(seen)
+                views[looked] = fleet.caches(trace[looked])
+                looked += 1
             fleet.fail_until(at)
             advance(at)
-            fleet.send(entry)
+            fleet.send(entry, views.pop(position, None))
         fleet.fail_until(math.inf)
         advance(math.inf)
     wall_s = time.perf_counter() - started
@@ -164,6 +171,23 @@ def _on_one_clock(
         result.metrics.wall_s = wall_s
         return replace(result, config=config)
     return fleet.result(config, wall_s, startup_s)
+
+
+class Seen:
+    """A replica as a router that sees its cache late holds it: the load as
+    it is (the router counts what it sent), the cache as it was."""
+
+    def __init__(self, member: Member, cached: int) -> None:
+        self.member, self.cached = member, cached
+
+    def outstanding(self) -> int:
+        return self.member.outstanding()
+
+    def outstanding_blocks(self) -> int:
+        return self.member.outstanding_blocks()
+
+    def cached_tokens(self, entry: TraceRequest) -> int:
+        return self.cached
 
 
 class OneClock:
@@ -194,20 +218,26 @@ class OneClock:
     def advance(self, until: float) -> None:
         advance_each(self.live(), until)
 
-    def send(self, entry: TraceRequest) -> None:
-        """The router picks a live replica for ``entry`` (held while none is).
-        Round robin starts from ``turn``: the replica after the last it chose,
-        so without failures it is the request's place in the trace modulo N."""
-        live = [k for k, member in enumerate(self.replicas) if member is not None]
+    def caches(self, entry: TraceRequest) -> list[int]:
+        """Each replica's answer to a router's question about ``entry``'s
+        prompt, now: the tokens its prefix cache holds (0 while it is down)."""
+        return [0 if member is None else member.cached_tokens(entry) for member in self.replicas]
+
+    def send(self, entry: TraceRequest, caches: list[int] | None = None) -> None:
+        """The router picks a live replica for ``entry`` (held while none is),
+        seeing their caches as ``caches`` says (``--router-lag``: as they
+        were), else as they are. Round robin starts from ``turn``: the replica
+        after the last it chose, so without failures it is the request's place
+        in the trace modulo N."""
+        live = {k: member for k, member in enumerate(self.replicas) if member is not None}
         if not live:
             self.held.append(entry)
             return
         first = next((place for place, k in enumerate(live) if k >= self.turn), 0)
-        members = [self.replicas[k] for k in live]
+        seen = [member if caches is None else Seen(member, caches[k]) for k, member in live.items()]
         config = self.config
-        place = self.route(first, entry, members, config.scheduler.block_size, config.router_weight)  # type: ignore[arg-type]
-        chosen = live[place]
-        self.replicas[chosen].add(entry)  # type: ignore[union-attr]
+        chosen = list(live)[self.route(first, entry, seen, config.scheduler.block_size, config.router_weight)]
+        live[chosen].add(entry)
         self.turn, self.assignment[entry.index] = chosen + 1, chosen
 
     def fail_until(self, at: float) -> None:

@@ -79,6 +79,7 @@ class SimulationConfig:
     replicas: int = 1  # engines of this configuration behind one router, on one clock (fleet.py)
     router: str = "round_robin"  # how the router picks a replica (routers.py)
     router_weight: float = 1.0  # kv_aware: the weight of the blocks to prefill against the load
+    router_lag_s: float | None = None  # kv_aware: it sees the caches as they were this long ago (None: as they are)
     max_concurrency: int | None = None  # a closed loop: at most this many requests in flight (fleet.py)
     gpu_cost_per_hour: float | None = None  # dollars a GPU-hour (--gpu-cost): the summary's price; decides nothing
     failures: tuple[Failure, ...] = ()  # replicas that go down (--fail; failures.py)
@@ -96,6 +97,12 @@ class SimulationConfig:
             raise InvalidConfigError(f"router must be one of {tuple(ROUTERS)}, got {self.router!r}")
         if not self.router_weight >= 0:
             raise InvalidConfigError(f"router_weight must be >= 0, got {self.router_weight!r}")
+        if self.router_lag_s is not None and (self.router != "kv_aware" or not self.router_lag_s >= 0):
+            raise InvalidConfigError(
+                f"router_lag_s is kv_aware's and >= 0, got {self.router_lag_s!r} for {self.router}"
+            )
+        if self.router_lag_s is not None and self.max_concurrency is not None:
+            raise InvalidConfigError("router_lag_s: a closed loop's sending times are not known ahead of their arrival")
         if self.max_concurrency is not None and (not isinstance(self.max_concurrency, int) or self.max_concurrency < 1):
             raise InvalidConfigError(f"max_concurrency must be a positive int, got {self.max_concurrency!r}")
         if self.gpu_cost_per_hour is not None and not self.gpu_cost_per_hour >= 0:

@@ -130,6 +130,12 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--sweep", "router=round_robin,kv_aware"],
         ],
         "router_weight": [["--replicas", "1", "--router", "kv_aware", "--router-weight", "2"]],
+        "router_lag": [
+            ["--router-lag", "-1", "--replicas", "2", "--router", "kv_aware"],
+            ["--router-lag", "50", "--replicas", "2"],  # round robin reads no cache
+            ["--router-lag", "50", "--replicas", "1", "--router", "kv_aware"],
+            ["--router-lag", "50", "--replicas", "2", "--router", "kv_aware", "--max-concurrency", "4"],
+        ],
         "max_concurrency": [  # a closed loop makes the rate a max-rate search scales irrelevant (issue #51)
             ["--find", "max-rate", "--slo", "ttft=1s", "--max-concurrency", "8"],
             ["--find", "max-rate", "--slo", "ttft=1s", "--sweep", "max_concurrency=4,8"],

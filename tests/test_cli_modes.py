@@ -212,6 +212,7 @@ PROBES: dict[str, Probe] = {
     "max_concurrency": option("max_concurrency", int, "4", "2"),
     "router": option("router", str, "least_loaded", "kv_aware"),
     "router_weight": option("router_weight", float, "2", "0.5"),
+    "router_lag": Probe(("50", "200"), flag("--router-lag"), run=config_at("router_lag_s", lambda v: float(v) / 1000)),
     "manager": Probe(("fast",), flag("--manager"), view=lambda v, value: all(
         r.manager.endswith("FastBlockSpaceManager") or r.manager == "fast" for r in v.runs)),
     "compare": Probe(("reference@calls,reference",), flag("--compare"),
@@ -281,6 +282,7 @@ WITH: dict[str, dict[str, list[str]]] = {
     "seeds": {"request_rate": ["--request-rate", "20"]},
     "router": {"replicas": ["--replicas", "2"]},
     "router_weight": {"replicas": ["--replicas", "2"], "router": ["--router", "kv_aware"]},
+    "router_lag": {"replicas": ["--replicas", "2"], "router": ["--router", "kv_aware"]},
     "workload": {"max_requests": SYNTHETIC_RUN["max_requests"]},
     **{
         name: SYNTHETIC_RUN
