@@ -29,9 +29,13 @@ step computes and reads, counted the same way by both engines
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 LINEAR, ROOFLINE = 0, 1  # a clock's kind
+# Added to a clock's kind: a replica whose prompts come computed, their KV over a link from a prefill
+# replica (disaggregated.py): scheduling a prompt costs it nothing, as in vLLM's v0 disaggregated prefill
+RECEIVED = 2
 
 # The roofline's coefficients, in seconds (roofline.py derives them): their places
 (
@@ -67,6 +71,28 @@ class Clock(Protocol):
     def describe(self) -> str: ...
 
 
+@dataclass(frozen=True)
+class Received:
+    """``clock`` on a decode replica of a disaggregated fleet: the same step
+    times, less every prompt's forward pass (``RECEIVED``)."""
+
+    clock: Clock
+
+    @property
+    def kind(self) -> int:
+        return self.clock.kind + RECEIVED
+
+    @property
+    def error(self) -> float | None:
+        return self.clock.error
+
+    def coefficients(self, block_size: int) -> tuple[float, ...]:
+        return self.clock.coefficients(block_size)
+
+    def describe(self) -> str:
+        return f"{self.clock.describe()}; prompts received computed (no prefill compute)"
+
+
 def chunk_attention(start: int, new: int) -> int:
     """(query, key) pairs of a prefill chunk's causal attention: ``new``
     tokens computed after ``start`` earlier ones, each attending to those
@@ -86,6 +112,9 @@ def step_seconds(
     swapped_blocks: int,
 ) -> float:
     """Seconds the step of this batch takes on the clock ``(kind, c)``."""
+    if kind >= RECEIVED:  # the prompts' KV was received: their forward pass is not run
+        kind -= RECEIVED
+        prefill_tokens = prefill_seqs = prefill_context = prefill_pairs = 0
     if kind == LINEAR:  # gpu.StepTimeModel's five constants, in its units
         return (
             c[0] * 1e-3
@@ -116,4 +145,4 @@ def step_seconds(
     return c[HOST] + c[SWAP_BLOCK] * swapped_blocks + max(compute, memory) + c[COMM_TOKEN] * tokens + c[COMM_STEP]
 
 
-__all__ = ["Clock", "LINEAR", "NUM_ROOFLINE", "ROOFLINE", "chunk_attention", "step_seconds"]
+__all__ = ["Clock", "LINEAR", "NUM_ROOFLINE", "RECEIVED", "ROOFLINE", "Received", "chunk_attention", "step_seconds"]

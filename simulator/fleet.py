@@ -123,26 +123,8 @@ def _on_one_clock(
         if on_progress is not None:
             on_progress(sum(member.num_done for member in members))
 
-    if config.engine == "compiled":
-        from blockspace.simulator.compiled import engine
-        from blockspace.simulator.compiled.replica import CompiledReplica, FleetTrace
-
-        startup_s = engine.warm_up(manager_class, single)
-        shared = FleetTrace.of(trace, single)
-
-        def new_member() -> Member:
-            members.append(CompiledReplica(shared, manager_class, single, progress))
-            return members[-1]
-    else:
-        startup_s = 0.0
-
-        def new_member() -> Member:
-            members.append(Simulation([], manager_class, single, on_progress=progress))
-            return members[-1]
-
+    new_member, startup_s = engine_maker(trace, manager_class, single, members, progress)
     fleet = OneClock(trace, config, new_member)
-    if config.engine != "compiled":
-        startup_s = warm_up(manager_class, fleet.replicas[0].manager_kwargs())  # type: ignore[union-attr]
     started = time.perf_counter()
     at, lag, looked = 0.0, config.router_lag_s, 0
     views: dict[int, list[int]] = {}  # --router-lag: a request's place -> each replica's cache as of lag before it
@@ -331,6 +313,36 @@ def forgotten(metrics: Metrics, indexes: list[int]) -> dict[str, float]:
         for request_id in ids:
             values.pop(request_id, None)
     return firsts
+
+
+def engine_maker(
+    trace: list[TraceRequest],
+    manager_class: type,
+    single: SimulationConfig,
+    members: list[Member],
+    progress: Callable[[int], None],
+) -> tuple[Callable[[], Member], float]:
+    """What makes a replica of ``single`` on its engine, for requests of
+    ``trace`` (each made joins ``members``), and the seconds its warm-up took
+    (compiling, or loading from Numba's cache)."""
+    if single.engine == "compiled":
+        from blockspace.simulator.compiled import engine
+        from blockspace.simulator.compiled.replica import CompiledReplica, FleetTrace
+
+        startup_s = engine.warm_up(manager_class, single)
+        shared = FleetTrace.of(trace, single)
+
+        def new_member() -> Member:
+            members.append(CompiledReplica(shared, manager_class, single, progress))
+            return members[-1]
+
+        return new_member, startup_s
+
+    def new_simulation() -> Member:
+        members.append(Simulation([], manager_class, single, on_progress=progress))
+        return members[-1]
+
+    return new_simulation, warm_up(manager_class, Simulation([], manager_class, single).manager_kwargs())
 
 
 def advance_each(replicas: list[Member], until: float) -> None:
