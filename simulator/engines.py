@@ -51,7 +51,12 @@ def resolve(choice: str, manager_class: type, step: str, where: str = "--engine"
 
 def replay(trace: list[TraceRequest], manager_class: type, config: SimulationConfig, **hooks: Any) -> SimulationResult:
     """Replay ``trace`` through a fresh ``manager_class`` on ``config.engine``
-    (a fleet of them, with ``config.replicas`` > 1, a closed loop, or failures: ``fleet.py``)."""
+    (a fleet of them, with ``config.replicas`` > 1, a closed loop, or failures: ``fleet.py``; prefill and
+    decode apart: ``disaggregated.py``)."""
+    if config.prefill_replicas:
+        from blockspace.simulator.disaggregated import replay_disaggregated
+
+        return replay_disaggregated(trace, manager_class, config, **hooks)
     if config.replicas > 1 or config.max_concurrency is not None or config.failures:
         from blockspace.simulator.fleet import replay_fleet
 

@@ -82,6 +82,8 @@ class Member(Replica, Protocol):
 
     def unfinished(self) -> list[int]: ...  # trace indexes routed here and not done, in order
 
+    def finished_at(self) -> list[tuple[int, float]]: ...  # (trace index, time) of each finished, in order
+
     def result(self, wall_s: float, startup_s: float) -> SimulationResult: ...
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from blockspace.outputs import write_text
 from blockspace.simulator.decisions import StepRecord
 from blockspace.simulator.runs import SimulationResult
-from blockspace.simulator.summary import Cost, Outages, Spread, Summary
+from blockspace.simulator.summary import Cost, Disaggregation, Outages, Pool, Spread, Summary
 
 MAX_TIMELINE_POINTS = 2000  # per-step series are thinned to this many points in the JSON
 
@@ -124,6 +124,8 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
         )
     if summary.failures is not None:
         rows += failure_rows(summary.failures, requests.arrived)
+    if summary.disaggregation is not None:
+        rows += disaggregation_rows(summary.disaggregation)
     hits = (
         f"{cache.gpu_block_hit_rate:.1%} of full-block lookups, {cache.prefill_tokens_from_cache:.1%} of prefill tokens"
     )
@@ -174,6 +176,22 @@ def format_summary(summary: Summary) -> str:
     lines = [f"manager: {summary.manager}, {summary.engine} engine"]
     lines += [f"  {label:<{width}}  {value}" for label, value in rows]
     return "\n".join(lines + fleet_lines(summary))
+
+
+def disaggregation_rows(split: Disaggregation) -> list[tuple[str, str]]:
+    """Prefill and decode apart: each pool's busy share, KV usage and hit rate, and the link."""
+
+    def pool(figures: Pool) -> str:
+        return (f"{figures.replicas:,} replica(s), busy {figures.utilisation:.1%} of the time, KV"
+                f" {figures.mean_kv_usage:.1%} used while busy, hit rate {figures.hit_rate:.1%}")  # fmt: skip
+
+    moved = split.transfer_s
+    return [
+        ("prefill pool", pool(split.prefill)),
+        ("decode pool", pool(split.decode)),
+        ("KV link", f"{split.kv_link_gbps:g} Gb/s: {split.gigabytes_moved:,.1f} GB moved, each request's transfer"
+                    f" {_spread_line(moved)} (p50/p90/p99)"),
+    ]  # fmt: skip
 
 
 def failure_rows(failures: Outages, arrived: int) -> list[tuple[str, str]]:

@@ -83,6 +83,9 @@ class SimulationConfig:
     max_concurrency: int | None = None  # a closed loop: at most this many requests in flight (fleet.py)
     gpu_cost_per_hour: float | None = None  # dollars a GPU-hour (--gpu-cost): the summary's price; decides nothing
     failures: tuple[Failure, ...] = ()  # replicas that go down (--fail; failures.py)
+    prefill_replicas: int = 0  # above 0: that many of the replicas prefill, the rest decode (disaggregated.py)
+    kv_link_gbps: float = 400.0  # disaggregated: gigabits a second from a prefill replica to a decode replica
+    kv_block_bytes: int = 0  # disaggregated: the bytes of one block's KV, all layers, that cross the link
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
@@ -115,6 +118,19 @@ class SimulationConfig:
             if self.max_concurrency is not None:
                 raise InvalidConfigError("failures go with arrivals of their own: a closed loop's in-flight count"
                                          " would hold the requests a failed replica lost")  # fmt: skip
+        if self.prefill_replicas:
+            if not isinstance(self.prefill_replicas, int) or not 0 < self.prefill_replicas < self.replicas:
+                raise InvalidConfigError(f"prefill_replicas must leave a decode replica: {self.prefill_replicas!r} of"
+                                         f" {self.replicas} replicas")  # fmt: skip
+            if not self.kv_link_gbps > 0 or self.kv_block_bytes < 1:
+                raise InvalidConfigError(f"a disaggregated fleet moves KV over a link of kv_link_gbps > 0 (got"
+                                         f" {self.kv_link_gbps!r}) in blocks of kv_block_bytes >= 1 (got"
+                                         f" {self.kv_block_bytes!r})")  # fmt: skip
+            for name, default in (("failures", ()), ("max_concurrency", None), ("router_lag_s", None)):
+                if getattr(self, name) != default:
+                    raise InvalidConfigError(f"a disaggregated fleet takes no {name} (not modelled there)")
+            if self.num_samples > 1:
+                raise InvalidConfigError("a disaggregated fleet moves requests of one sample: n must be 1")
 
     @property
     def gpus(self) -> int:
@@ -132,6 +148,14 @@ class SimulationConfig:
         )
 
 
+@dataclass(frozen=True)
+class Transfers:
+    """What crossed a disaggregated fleet's link (``disaggregated.py``): each moved request's seconds, the bytes."""
+
+    seconds: list[float]
+    bytes: int
+
+
 @dataclass
 class SimulationResult:
     """What a run leaves: every figure in ``metrics``, the decision records
@@ -145,6 +169,7 @@ class SimulationResult:
     replicas: list[SimulationResult] = field(default_factory=list)  # a fleet's, each replica's own (fleet.py)
     assignment: list[int] = field(default_factory=list)  # a fleet's: the replica of each trace request, in order
     failures: Failures | None = None  # with --fail: the outages, and the requests they sent again
+    transfers: Transfers | None = None  # a disaggregated fleet's: the KV it moved from prefill to decode
 
 
 def manager_name_of(manager_class: type) -> str:
@@ -172,6 +197,7 @@ __all__ = [
     "SimulationConfig",
     "SimulationResult",
     "SimulationStalledError",
+    "Transfers",
     "collector_paused",
     "manager_name_of",
 ]

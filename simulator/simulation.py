@@ -80,6 +80,7 @@ class Simulation:
         self.routed_blocks = sum(self._blocks(entry.input_length) for entry in trace) * config.num_samples
         self.done_at: list[float] = []  # when each request was done (finished, ignored or aborted), in order
         self.done_blocks = 0  # prompt blocks of the requests done: routed_blocks less these are outstanding
+        self.finished: list[tuple[int, float]] = []  # (trace index, time) of each request finished, in order
         self.stalled = ""  # why nothing queued can run, until a request arrives (``advance``)
         self._by_id: dict[str, SimRequest] = {}
 
@@ -178,6 +179,10 @@ class Simulation:
     def has_work(self) -> bool:
         """Requests routed here and not done: pending, queued or running."""
         return bool(self.pending) or self.scheduler.has_unfinished()
+
+    def finished_at(self) -> list[tuple[int, float]]:
+        """(trace index, time) of each request finished here (not ignored or aborted), in the order they finished."""
+        return self.finished
 
     def unfinished(self) -> list[int]:
         """The trace indexes of the requests routed here and not done, in
@@ -278,6 +283,7 @@ class Simulation:
             seq.status = SequenceStatus.FINISHED_LENGTH_CAPPED
         done = self.scheduler.free_finished(finished)
         self.metrics.finished(done, self.clock)
+        self.finished += [(request.index, self.clock) for request in done]
         for request in done:
             self._done(request)
         self._report_progress(len(done))

@@ -172,6 +172,29 @@ class Outages:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """One pool of a disaggregated fleet: its replicas, the share of the
+    run's span they ran a batch (each replica's busy time over the span,
+    averaged), their mean KV usage while busy, and their hit rate."""
+
+    replicas: int
+    utilisation: float
+    mean_kv_usage: float
+    hit_rate: float
+
+
+@dataclass(frozen=True)
+class Disaggregation:
+    """Prefill and decode apart (``disaggregated.py``): each pool, the link, and what crossed it."""
+
+    prefill: Pool
+    decode: Pool
+    kv_link_gbps: float
+    transfer_s: Spread
+    gigabytes_moved: float
+
+
+@dataclass(frozen=True)
 class Summary:
     """Every figure of one run (see the module doc)."""
 
@@ -199,6 +222,7 @@ class Summary:
     fleet: Fleet | None
     cost: Cost | None  # with --gpu-cost
     failures: Outages | None  # with --fail
+    disaggregation: Disaggregation | None  # with --prefill-replicas and --decode-replicas
 
     def to_json(self) -> dict[str, Any]:
         """The summary as the JSON files hold it: each record a nested object."""
@@ -340,7 +364,27 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> Summary:
         if config.gpu_cost_per_hour is None
         else cost_of(config.gpu_cost_per_hour, config.gpus, end - start, num_output_tokens),  # fmt: skip
         failures=None if result.failures is None else outages(result.failures, outcomes, slo, span),
+        disaggregation=None if result.transfers is None else disaggregation(result, span),
     )
+
+
+def disaggregation(result: SimulationResult, span: float) -> Disaggregation:
+    """Each pool's figures (its replicas are the first ``prefill_replicas`` of the fleet's, then the rest)."""
+    config, transfers = result.config, result.transfers
+    assert transfers is not None
+    split = config.prefill_replicas
+
+    def pool(replicas: list[SimulationResult]) -> Pool:
+        busy = [float(np.asarray(r.metrics.timeline.step_s, dtype=float).sum()) for r in replicas]
+        usage = [kv_cache(r, np.asarray(r.metrics.timeline.step_s, dtype=float), b).mean_usage
+                 for r, b in zip(replicas, busy, strict=True)]  # fmt: skip
+        admitted = np.array([r.metrics.counts.prefill_tokens_admitted for r in replicas], dtype=float)
+        rates = np.array([r.metrics.final_hit_rate for r in replicas])
+        return Pool(len(replicas), sum(busy) / len(busy) / span, sum(usage) / len(usage),
+                    float(rates @ admitted / admitted.sum()) if admitted.sum() else 0.0)  # fmt: skip
+
+    return Disaggregation(pool(result.replicas[:split]), pool(result.replicas[split:]), config.kv_link_gbps,
+                          spread(transfers.seconds), transfers.bytes / 1e9)  # fmt: skip
 
 
 def outages(failures: Failures, outcomes: list[TraceOutcome], slo: SLO | None, span: float) -> Outages:
@@ -389,12 +433,14 @@ def manager_time(result: SimulationResult) -> ManagerTime:
 
 __all__ = [
     "Cost",
+    "Disaggregation",
     "Fleet",
     "KVCache",
     "Load",
     "ManagerTime",
     "MethodTime",
     "Outages",
+    "Pool",
     "PrefixCache",
     "Preemption",
     "RequestCounts",

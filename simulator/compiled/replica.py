@@ -118,6 +118,14 @@ class CompiledReplica:
         loop = self.run.loop
         return bool(loop.meta[S.NUM_PENDING] < loop.meta[S.NUM_ROUTED] or loop.queue_ends[:, 1].any())
 
+    def finished_at(self) -> list[tuple[int, float]]:
+        """(trace index, time) of each request finished here (``Simulation.finished_at``): in the
+        order they finished, those of one step in the order they were routed here."""
+        requests, routed = self.run.requests, self.routed
+        done = np.flatnonzero(requests.status[:routed] == S.FINISHED)
+        done = done[np.argsort(requests.finish[done], kind="stable")]
+        return list(zip(requests.trace_index[done].tolist(), requests.finish[done].tolist()))
+
     def unfinished(self) -> list[int]:
         """The trace indexes of the requests routed here and not done, in order (``Simulation.unfinished``)."""
         requests, routed = self.run.requests, self.routed
