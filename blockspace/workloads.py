@@ -409,11 +409,10 @@ def scale_users(requests: Sequence[TraceRequest], factor: float, seed: int = 0) 
         return _in_arrival_order([request for request, one in zip(requests, session.tolist()) if kept[one]])
 
     whole = math.floor(factor)
-    copies = [np.ones(num_sessions, dtype=bool) for _ in range(whole - 1)]  # which sessions each copy holds
     partial = round((factor - whole) * num_sessions)
+    partly = np.zeros(num_sessions, dtype=bool)  # the sessions the partial copy holds
     if partial:
-        copies.append(np.zeros(num_sessions, dtype=bool))
-        copies[-1][draw.choice(num_sessions, partial, replace=False)] = True
+        partly[draw.choice(num_sessions, partial, replace=False)] = True
 
     lengths = np.fromiter((len(request.hash_ids) for request in requests), dtype=np.int64, count=len(requests))
     flat = np.fromiter((chunk for request in requests for chunk in request.hash_ids), np.int64, int(lengths.sum()))
@@ -426,14 +425,17 @@ def scale_users(requests: Sequence[TraceRequest], factor: float, seed: int = 0) 
     np.maximum.at(most, flat, np.repeat(session, lengths))
     private = least == most
     owner = np.where(private, least, 0)
-    renamed = [private & held[owner] for held in copies]  # the ids each copy renames
-    needed = sum(int(ids.sum()) for ids in renamed)
+    # the fresh ids: every private id for each whole copy, those of its sessions for the partial one; counted
+    # before any copy is made, so that a huge factor is refused at once
+    needed = (whole - 1) * int(private.sum()) + int((private & partly[owner]).sum())
     if largest + needed >= NUM_CHUNK_IDS:
         raise InvalidArgumentError(
             f"{factor:g} times the users needs {needed:,} fresh chunk ids above the trace's largest "
             f"({largest:,}), but chunk ids must be below {NUM_CHUNK_IDS:,}: ask for fewer users"
         )
 
+    copies = [np.ones(num_sessions, dtype=bool)] * (whole - 1) + ([partly] if partial else [])  # sessions each holds
+    renamed = [private & held[owner] for held in copies]  # the ids each copy renames
     firsts = np.unique(session, return_index=True)[1]
     starts = np.asarray([requests[first].arrival_s for first in firsts.tolist()], dtype=np.float64)
     made = list(requests)

@@ -89,6 +89,7 @@ from blockspace.workloads import (
 if TYPE_CHECKING:
     from blockspace.simulator import capacity, fleet_size
 
+DEFAULT_KV_LINK_GBPS = 400.0  # one ConnectX-7 or similar NIC a replica, as disaggregated deployments give each GPU
 # --spare's outage: five minutes, about a replica's restart (a model's weights loaded again, its graphs captured)
 DEFAULT_SPARE_WINDOW_S = 300.0
 DEFAULT_KV_MEMORY_GIB = 96.0  # H200 141 GB x 0.9 utilisation - 16 GB weights - activations
@@ -212,6 +213,15 @@ def _fleet_options(fleet: ArgumentGroup) -> None:
     fleet.add_argument("--router-weight", type=float, default=1.0,
                        help="kv_aware: the weight of the prompt blocks a replica lacks against its outstanding"
                             " blocks (default: 1, as Dynamo's KV router)")  # fmt: skip
+    fleet.add_argument("--prefill-replicas", type=int, default=0, metavar="P",
+                       help="P of the replicas only prefill, the rest only decode, each prompt's KV moved over"
+                            " --kv-link-gbps (disaggregated serving; default: 0, every replica does both)")  # fmt: skip
+    fleet.add_argument("--decode-replicas", type=int, metavar="D",
+                       help="with --prefill-replicas: D decode replicas, P + D in all (default: --replicas less"
+                            " P)")  # fmt: skip
+    fleet.add_argument("--kv-link-gbps", type=float, default=DEFAULT_KV_LINK_GBPS, metavar="GBPS",
+                       help=f"with --prefill-replicas: gigabits a second from a prefill replica to a decode replica"
+                            f" (default: {DEFAULT_KV_LINK_GBPS:g}, one 400 Gb/s NIC)")  # fmt: skip
     fleet.add_argument("--router-lag", type=float, metavar="MS",
                        help="kv_aware: the router sees each replica's prefix cache as it was MS milliseconds"
                             " before the arrival, as a router fed by cache events that lag does (default: as it"
@@ -387,6 +397,9 @@ RANGES = {
     "max_concurrency": Range(least=1),
     "router_weight": Range(least=0),
     "router_lag": Range(least=0),
+    "prefill_replicas": Range(least=0),
+    "decode_replicas": Range(least=1),
+    "kv_link_gbps": Range(above=0),
     "block_size": Range(least=1),
     "num_gpu_blocks": Range(least=1),
     "kv_memory_gib": Range(above=0),
@@ -433,14 +446,16 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "spare": (("find",), "it is what --find min-replicas keeps down"),
     "spare_window": (("find",), "it is how long --find min-replicas keeps --spare down"),
-    "router": (("replicas",), "it picks among replicas"),
-    "router_weight": (("replicas",), "it weighs kv_aware's choice among replicas"),
+    "router": (("replicas", "prefill_replicas"), "it picks among replicas"),
+    "router_weight": (("replicas", "prefill_replicas"), "it weighs kv_aware's choice among replicas"),
     "router_lag": (("replicas",), "it delays what kv_aware sees of the replicas"),
+    "decode_replicas": (("prefill_replicas",), "it is the other side of a disaggregated fleet"),
+    "kv_link_gbps": (("prefill_replicas",), "it carries the KV from prefill replicas to decode replicas"),
     **{name: (("gpu", "model"), "it shapes the roofline clock of --gpu and --model") for name in ROOFLINE_KNOBS},
     **{name: ((SYNTHETIC,), "it shapes the requests the synthetic workload makes") for name in SYNTHETIC_RANGES},
 }
 # options that other options go with, given or swept
-OPTION_MODES = ("request_rate", "replicas", "gpu", "model", "scale_users")
+OPTION_MODES = ("request_rate", "replicas", "gpu", "model", "scale_users", "prefill_replicas")
 APART: dict[str, tuple[tuple[str, ...], str]] = {
     "requests_out": (("sweep", "find"), "it writes the requests of one run, and these make many"),
     "compare": (("sweep", "find"), "it runs one manager: use --manager"),
@@ -480,7 +495,8 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
     if "router_lag" in written and "max_concurrency" in written:
         raise InvalidArgumentError("--router-lag cannot go with --max-concurrency: a closed loop's sending times are"
                                    " not known before the requests before them are done")  # fmt: skip
-    one_replica = args.replicas == 1 and "replicas" not in swept and not searched
+    check_disaggregated(args, written, swept)
+    one_replica = args.replicas == 1 and "replicas" not in swept and not searched and not args.prefill_replicas
     for name in ("router_weight", "router_lag", "router"):
         if name in written and one_replica:
             raise InvalidArgumentError(
@@ -503,6 +519,28 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
         raise InvalidArgumentError(
             "--prefix-groups goes with --shared-prefix-ratio above 0: with no shared chunks a group shares nothing"
         )
+
+
+def check_disaggregated(args: argparse.Namespace, written: Collection[str], swept: Collection[str]) -> None:
+    """``--prefill-replicas`` leaves decode replicas, and goes with what a disaggregated fleet models."""
+    if "decode_replicas" in written and "replicas" in written:
+        raise InvalidArgumentError("--decode-replicas cannot go with --replicas: P + D are the replicas")
+    if not args.prefill_replicas and "prefill_replicas" not in swept:
+        return
+    if "prefill_replicas" in written and args.find in ("min-replicas", "min-cost") and args.decode_replicas:
+        raise InvalidArgumentError(f"--decode-replicas cannot go with --find {args.find}: the search sets them")
+    total = args.replicas if args.decode_replicas is None else args.prefill_replicas + args.decode_replicas
+    fixed = "replicas" not in swept and "decode_replicas" not in swept
+    if args.find not in ("min-replicas", "min-cost") and fixed and args.prefill_replicas >= total:
+        raise InvalidArgumentError(f"--prefill-replicas {args.prefill_replicas} leaves no decode replica of"
+                                   f" {total} (give --decode-replicas, or more --replicas)")  # fmt: skip
+    for name in ("fail", "max_concurrency", "router_lag"):
+        if name in written:
+            raise InvalidArgumentError(f"--prefill-replicas cannot go with {option_name(name)}: a disaggregated"
+                                       " fleet does not model it")  # fmt: skip
+    if args.n > 1 or "n" in swept:
+        raise InvalidArgumentError("--prefill-replicas goes with --n 1: a disaggregated fleet moves requests of one"
+                                   " sample")  # fmt: skip
 
 
 def check_failures(args: argparse.Namespace, written: Collection[str], swept: Collection[str]) -> None:
@@ -592,11 +630,14 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
         step_time=step_time_model(args, kv, roof),
         num_samples=args.n,
         max_output_len=args.max_output_len,
-        replicas=args.replicas,
+        replicas=args.replicas if args.decode_replicas is None else args.prefill_replicas + args.decode_replicas,
         max_concurrency=args.max_concurrency,
         router=args.router,
         router_weight=args.router_weight,
         router_lag_s=None if args.router_lag is None else args.router_lag / 1000,
+        prefill_replicas=args.prefill_replicas,
+        kv_link_gbps=args.kv_link_gbps,
+        kv_block_bytes=kv.bytes_per_block(args.block_size),
         gpu_cost_per_hour=None if args.gpu_cost is None else args.gpu_cost.price(roof and roof.gpu.name),
         failures=args.fail,
     )
@@ -876,7 +917,10 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         config, trace = point.config, point.trace
         named = "".join(f", {name}={value}" for name, value in point.values.items())
         under = "" if "router" in point.values else f" under {config.router}"  # a swept router is named once, below
-        goal = f"the fewest replicas{under}" if fleet else "the highest rate"
+        replicas = (
+            f"decode replicas behind {config.prefill_replicas} prefill" if config.prefill_replicas else "replicas"
+        )
+        goal = f"the fewest {replicas}{under}" if fleet else "the highest rate"
         if args.spare:
             start, end = busiest_window(trace, args.spare_window)
             goal += f", {args.spare} of them down from {start:g} s to {end:g} s (the busiest {args.spare_window:g} s),"

@@ -85,9 +85,9 @@ class Disaggregated:
             if on_progress is not None:
                 on_progress(sum(member.num_done for member in self.decode_members))
 
-        new_prefill, prefill_s = engine_maker(self.prefill_trace, manager_class, replace(prefill_pool, replicas=1),
+        new_prefill, prefill_s = engine_maker(self.prefill_trace, manager_class, prefill_pool.single(),
                                               prefill_members, lambda _: None)  # fmt: skip
-        new_decode, decode_s = engine_maker(trace, manager_class, replace(decode_pool, replicas=1),
+        new_decode, decode_s = engine_maker(trace, manager_class, decode_pool.single(),
                                             self.decode_members, progress)  # fmt: skip
         self.startup_s = prefill_s + decode_s
         self.prefill = OneClock(self.prefill_trace, prefill_pool, new_prefill)

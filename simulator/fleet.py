@@ -96,7 +96,7 @@ def replay_fleet(
     """Replay ``trace`` through the fleet ``config`` describes; ``on_progress``
     hears the requests done on one clock (apart, the replicas replay
     unheard)."""
-    single = replace(config, replicas=1, max_concurrency=None, failures=())
+    single = config.single()
     if config.engine != "python" and not config.reads_replicas:  # a static router: each share is known first
         from blockspace.simulator.compiled.engine import replay_apart
 

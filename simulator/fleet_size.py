@@ -11,6 +11,9 @@ and a count passes when the share holds both for the requests that arrive
 while they are down and for the rest (where any arrive): the lower share is
 its attainment.
 
+With ``--prefill-replicas P`` (disaggregated), ``k`` counts the decode
+replicas, behind the P prefill ones: sweep P to find the cheapest split.
+
 Attainment is assumed to rise with ``k`` (more replicas, shorter queues).
 Every count tried is reported, so a curve that does not rise can be seen.
 The search runs in rounds of as many counts as there are workers, on the
@@ -106,7 +109,8 @@ def run_try(attempt: Try) -> ReplicaPoint:
     from blockspace.simulator.summary import summarize
 
     failures = spares_down(attempt.spare, attempt.replicas, attempt.window) if attempt.spare else ()
-    config = replace(attempt.config, replicas=attempt.replicas, failures=failures)
+    # a disaggregated fleet: the count is its decode replicas, behind its prefill ones
+    config = replace(attempt.config, replicas=attempt.replicas + attempt.config.prefill_replicas, failures=failures)
     summary = summarize(replay(attempt.trace, load_manager_class(attempt.manager), config), attempt.slo)
     assert summary.slo is not None  # a search has an SLO
     attainment = summary.slo.attainment

@@ -83,7 +83,7 @@ class Estimate:
 def idle_bytes(manager_class: type, config: SimulationConfig) -> int:
     """The bytes one replica of ``config`` holds before it gets work: one is
     built as a fleet builds it, with Python's allocator traced."""
-    single = replace(config, replicas=1, max_concurrency=None, failures=())
+    single = config.single()
     build = _replica_builder(manager_class, single)
     build()  # the modules' first allocations are not the replica's
     tracing = tracemalloc.is_tracing()
@@ -177,7 +177,7 @@ def largest_fleet(
     room = Limit(limit.bytes // share, limit.name)
 
     def fits(count: int) -> bool:
-        return estimate(trace, manager_class, replace(config, replicas=count)).bytes <= room.bytes
+        return estimate(trace, manager_class, replace(config, replicas=count, prefill_replicas=0)).bytes <= room.bytes
 
     if fits(most):
         return most
@@ -198,11 +198,10 @@ def fleet_cap(
     limit = memory_limit()
     count = largest_fleet(trace, manager_class, config, most, limit, share)
     if count == 0:
-        single = replace(config, replicas=1, failures=())
-        check_fits(trace, manager_class, single, Limit(limit.bytes // share, limit.name))
+        check_fits(trace, manager_class, config.single(), Limit(limit.bytes // share, limit.name))
     if count >= most:
         return count, None
-    needed = estimate(trace, manager_class, replace(config, replicas=count + 1))
+    needed = estimate(trace, manager_class, replace(config, replicas=count + 1, prefill_replicas=0))
     return count, (
         f"memory: at most {count:,} replicas fit ({count + 1:,} need about {needed.bytes / GIB:.1f} GiB a run, "
         f"{share} run(s) at once, {max(limit.bytes, 0) / GIB:.1f} GiB left under {limit.name}); "

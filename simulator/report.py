@@ -218,9 +218,12 @@ def fleet_lines(summary: Summary) -> list[str]:
              "fleet's (KV usage: per replica, the fullest one's peak)"]  # fmt: skip
     header = ("replica", "requests", "finished", "TTFT p50", "e2e p50", "hit rate", "KV peak", "preempted", "load")
     table = [header]
-    for k, (each, count) in enumerate(zip(fleet.each, fleet.requests_per_replica, strict=True)):
+    split = summary.disaggregation.prefill.replicas if summary.disaggregation is not None else 0
+    names = [str(k) if not split else f"prefill {k}" if k < split else f"decode {k - split}"
+             for k in range(len(fleet.each))]  # fmt: skip
+    for name, each, count in zip(names, fleet.each, fleet.requests_per_replica, strict=True):
         table.append((
-            str(k), f"{count:,}", f"{each.requests.finished:,}", _fmt(each.ttft_s.p50, " s"),
+            name, f"{count:,}", f"{each.requests.finished:,}", _fmt(each.ttft_s.p50, " s"),
             _fmt(each.e2e_latency_s.p50, " s"), f"{each.prefix_cache.gpu_block_hit_rate:.1%}",
             f"{each.kv_cache.peak_usage:.1%}", f"{each.preemption.recompute + each.preemption.swap_out:,}",
             "SATURATED" if each.load.saturated else "keeps up",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from blockspace.errors import BlockSpaceError, InvalidConfigError
@@ -131,6 +131,10 @@ class SimulationConfig:
                     raise InvalidConfigError(f"a disaggregated fleet takes no {name} (not modelled there)")
             if self.num_samples > 1:
                 raise InvalidConfigError("a disaggregated fleet moves requests of one sample: n must be 1")
+
+    def single(self) -> SimulationConfig:
+        """The configuration of one of its engines: no fleet, no closed loop, no failure."""
+        return replace(self, replicas=1, max_concurrency=None, failures=(), prefill_replicas=0, router_lag_s=None)
 
     @property
     def gpus(self) -> int:

@@ -311,6 +311,7 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> Summary:
     step_s = np.asarray(timeline.step_s, dtype=float)
     busy = float(step_s.sum())
     timelines = [r.metrics.timeline for r in result.replicas] or [timeline]
+    replicas = [summarize(replica, slo) for replica in result.replicas]
     return Summary(
         manager=result.manager_name,
         engine=config.engine,
@@ -357,8 +358,8 @@ def summarize(result: SimulationResult, slo: SLO | None = None) -> Summary:
             config.replicas,
             config.router,
             config.router_weight,
-            np.bincount(result.assignment, minlength=config.replicas).tolist(),
-            [summarize(replica, slo) for replica in result.replicas],
+            [each.requests.arrived for each in replicas],
+            replicas,
         ),  # fmt: skip
         cost=None
         if config.gpu_cost_per_hour is None

@@ -130,6 +130,23 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--sweep", "router=round_robin,kv_aware"],
         ],
         "router_weight": [["--replicas", "1", "--router", "kv_aware", "--router-weight", "2"]],
+        "prefill_replicas": [
+            ["--prefill-replicas", "-1"],
+            ["--prefill-replicas", "2", "--replicas", "2"],
+            ["--prefill-replicas", "1", "--replicas", "3", "--fail", "0@1+1"],
+            ["--prefill-replicas", "1", "--replicas", "3", "--n", "2"],
+            ["--prefill-replicas", "1", "--replicas", "3", "--router", "kv_aware", "--router-lag", "5"],
+        ],
+        "decode_replicas": [
+            ["--decode-replicas", "0", "--prefill-replicas", "1"],
+            ["--decode-replicas", "2"],
+            ["--decode-replicas", "2", "--prefill-replicas", "1", "--replicas", "3"],
+            ["--decode-replicas", "2", "--prefill-replicas", "1", "--find", "min-replicas", "--slo", "ttft=1s"],
+        ],
+        "kv_link_gbps": [
+            ["--kv-link-gbps", "0", "--prefill-replicas", "1", "--replicas", "2"],
+            ["--kv-link-gbps", "100"],
+        ],
         "router_lag": [
             ["--router-lag", "-1", "--replicas", "2", "--router", "kv_aware"],
             ["--router-lag", "50", "--replicas", "2"],  # round robin reads no cache

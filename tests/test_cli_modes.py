@@ -212,6 +212,10 @@ PROBES: dict[str, Probe] = {
     "max_concurrency": option("max_concurrency", int, "4", "2"),
     "router": option("router", str, "least_loaded", "kv_aware"),
     "router_weight": option("router_weight", float, "2", "0.5"),
+    "prefill_replicas": option("prefill_replicas", int, "1", "2"),
+    "decode_replicas": Probe(("2", "3"), flag("--decode-replicas"), run=lambda r, value: r.config["replicas"]
+                             == 1 + int(value)),
+    "kv_link_gbps": option("kv_link_gbps", float, "100", "200"),
     "router_lag": Probe(("50", "200"), flag("--router-lag"), run=config_at("router_lag_s", lambda v: float(v) / 1000)),
     "manager": Probe(("fast",), flag("--manager"), view=lambda v, value: all(
         r.manager.endswith("FastBlockSpaceManager") or r.manager == "fast" for r in v.runs)),
@@ -282,6 +286,9 @@ WITH: dict[str, dict[str, list[str]]] = {
     "seeds": {"request_rate": ["--request-rate", "20"]},
     "router": {"replicas": ["--replicas", "2"]},
     "router_weight": {"replicas": ["--replicas", "2"], "router": ["--router", "kv_aware"]},
+    "prefill_replicas": {"replicas": ["--replicas", "3"]},
+    "decode_replicas": {"prefill_replicas": ["--prefill-replicas", "1"]},
+    "kv_link_gbps": {"replicas": ["--replicas", "2"], "prefill_replicas": ["--prefill-replicas", "1"]},
     "router_lag": {"replicas": ["--replicas", "2"], "router": ["--router", "kv_aware"]},
     "workload": {"max_requests": SYNTHETIC_RUN["max_requests"]},
     **{

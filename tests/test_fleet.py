@@ -99,6 +99,8 @@ FLEETS = {  # name: (requests of the bundled sample, or 0: small ones; Simulatio
     "a replica down and back, kv aware": (40, {"replicas": 3, "router": "kv_aware",
                                                "failures": (Outage(2, 3.3, 6.5),)}),
     "kv aware, seeing the caches 0.3 s late": (40, {"replicas": 3, "router": "kv_aware", "router_lag_s": 0.3}),
+    "prefill and decode apart, kv aware": (40, {"replicas": 3, "prefill_replicas": 1, "router": "kv_aware",
+                                                "kv_block_bytes": 2**21, "kv_link_gbps": 100.0}),
     "a rolling restart, round robin": (40, {"replicas": 3, "failures": (Rolling(0.02, 3.0, 2.0),)}),
     "no prefix caching": (30, {"replicas": 2, "router": "kv_aware",
                                "scheduler": SchedulerConfig(max_num_seqs=16, enable_prefix_caching=False)}),
