@@ -293,12 +293,12 @@ def gamma_times(count: int, rate: float, burstiness: float, rng: np.random.Gener
     return np.concatenate(([0.0], np.cumsum(gaps[:-1])))[:count]
 
 
-def sessions_of(requests: Sequence[TraceRequest]) -> list[int]:
-    """Each request's session number, at the request's position in
-    ``requests``: sessions are numbered 0, 1, ... in order of their first
+def conversations_of(requests: Sequence[TraceRequest]) -> list[int]:
+    """Each request's conversation number, at the request's position in
+    ``requests``: conversations are numbered 0, 1, ... in order of their first
     requests.
 
-    A Mooncake trace has no session field, so a session is found from the
+    A Mooncake trace has no conversation field, so a conversation is found from the
     prompts: a chain of requests whose prompts extend one another. Request
     ``j`` continues the latest earlier request ``i`` (earlier in the order
     of ``requests``) whose chunk ids less its last one are at least 2 chunk
@@ -307,8 +307,8 @@ def sessions_of(requests: Sequence[TraceRequest]) -> list[int]:
     the next turn appends to it. Why at least 2: every request of the
     conversation trace starts with the same chunk id (a shared system
     prompt), so a one-chunk prefix would join unrelated users. A request
-    that continues none starts a session of its own. On the conversation
-    trace (12,031 requests) this finds 8,057 sessions, 6,045 of them a
+    that continues none starts a conversation of its own. On the conversation
+    trace (12,031 requests) this finds 8,057 conversations, 6,045 of them a
     single request, the longest 43.
 
     The prefixes are nodes of a trie (a node per distinct prefix, keyed by
@@ -317,8 +317,8 @@ def sessions_of(requests: Sequence[TraceRequest]) -> list[int]:
     ids, where comparing prompts pairwise would be quadratic in requests."""
     child: dict[tuple[int, int], int] = {}  # (prefix's node, next chunk id) -> the longer prefix's node; root 0
     latest: dict[int, int] = {}  # a prefix's node -> the latest request whose chunk ids less the last are it
-    session_of_request: list[int] = []
-    sessions = 0
+    conversation_of_request: list[int] = []
+    conversations = 0
     for position, request in enumerate(requests):
         ids = request.hash_ids
         key_depth = len(ids) - 1  # the prefix later requests continue: this one's ids less its last
@@ -336,17 +336,17 @@ def sessions_of(requests: Sequence[TraceRequest]) -> list[int]:
             if depth == key_depth:
                 key_node = node
         if continues >= 0:
-            session_of_request.append(session_of_request[continues])
+            conversation_of_request.append(conversation_of_request[continues])
         else:
-            session_of_request.append(sessions)
-            sessions += 1
+            conversation_of_request.append(conversations)
+            conversations += 1
         if key_depth >= 2:  # registered after the look-up: a request continues only earlier ones
             latest[key_node] = position
-    return session_of_request
+    return conversation_of_request
 
 
 def scale_users(requests: Sequence[TraceRequest], factor: float, seed: int = 0) -> list[TraceRequest]:
-    """The trace with ``factor`` times its users (sessions, as ``sessions_of``
+    """The trace with ``factor`` times its users (conversations, as ``conversations_of``
     finds them): traffic grown by adding users who each behave like one of
     the trace's, for a capacity plan's "what if we had K times the users".
 
@@ -355,43 +355,43 @@ def scale_users(requests: Sequence[TraceRequest], factor: float, seed: int = 0) 
     context is still cached when they return, and the cache looks better
     than it would with more users. This adds users, each with the same shape.
 
-    **Which sessions.** Copy 0 is the trace's own sessions, untouched (chunk
+    **Which conversations.** Copy 0 is the trace's own conversations, untouched (chunk
     ids, arrival times). For ``factor >= 1``, ``floor(factor) - 1`` whole
-    copies of every session follow, then one partial copy of
-    ``round((factor - floor(factor)) * sessions)`` sessions chosen at random.
-    For ``factor < 1``, ``round(factor * sessions)`` sessions (at least 1)
+    copies of every conversation follow, then one partial copy of
+    ``round((factor - floor(factor)) * conversations)`` conversations chosen at random.
+    For ``factor < 1``, ``round(factor * conversations)`` conversations (at least 1)
     chosen at random are kept, their requests as they were, and nothing is
     copied (``round`` is Python's: a half goes to the even number).
     ``factor == 1`` returns the requests as they are. Every choice is drawn
     from ``numpy.random.default_rng(seed)``.
 
-    **A copy keeps its session's shape:** the same prompt and output lengths,
+    **A copy keeps its conversation's shape:** the same prompt and output lengths,
     the same prefixes shared between its requests, the same gaps between
-    them. Chunk ids found in more than one session of the trace (a common
+    them. Chunk ids found in more than one conversation of the trace (a common
     system prompt, such as chunk id 0) stay as they are, so copies share
-    them as the trace's users do; ids private to one session are renamed to
+    them as the trace's users do; ids private to one conversation are renamed to
     fresh ids, distinct for each copy, numbered upward from the trace's
     largest id plus 1 (in each copy, in the order of the ids they replace).
     If the fresh ids would reach ``NUM_CHUNK_IDS``, it is an
     ``InvalidArgumentError`` before any request is made.
 
-    **Arrivals.** Each copied session is shifted so that its first request
-    arrives when the first request of a session drawn uniformly from the
-    trace's sessions arrived: the copies' starts follow the trace's own
-    distribution of session starts, so the arrival pattern keeps its shape.
-    A session's inner gaps are kept, so a copy may end after the trace's
-    last arrival: a long session copied to start late runs on past it (on
-    the conversation trace, whose longest session spans 3,432 of its 3,537
+    **Arrivals.** Each copied conversation is shifted so that its first request
+    arrives when the first request of a conversation drawn uniformly from the
+    trace's conversations arrived: the copies' starts follow the trace's own
+    distribution of conversation starts, so the arrival pattern keeps its shape.
+    A conversation's inner gaps are kept, so a copy may end after the trace's
+    last arrival: a long conversation copied to start late runs on past it (on
+    the conversation trace, whose longest conversation spans 3,432 of its 3,537
     seconds, three times the users puts 1,058 of 36,093 requests after the
     trace's last arrival, the last at 6,522 s).
 
-    ``sessions_of`` finds each copy's sessions again, as a renaming of
-    private ids changes no prefix relation, with one exception: sessions
+    ``conversations_of`` finds each copy's conversations again, as a renaming of
+    private ids changes no prefix relation, with one exception: conversations
     that share a prefix of 2 or more chunks without one continuing the
     other (the conversation trace has a few) share those ids, and a copy
-    arriving at another time may then continue another session's request
+    arriving at another time may then continue another conversation's request
     whose ids less the last are all shared ones (on the conversation trace,
-    three times the users gives 24,136 sessions where 3 x 8,057 = 24,171).
+    three times the users gives 24,136 conversations where 3 x 8,057 = 24,171).
 
     The result is every request, the originals' and the copies', in order of
     arrival (ties: originals first, then the copies in order, each in the
@@ -400,32 +400,32 @@ def scale_users(requests: Sequence[TraceRequest], factor: float, seed: int = 0) 
         raise InvalidArgumentError(f"the user scale must be a finite number > 0, got {factor!r}")
     if factor == 1 or not requests:
         return list(requests)
-    session = np.asarray(sessions_of(requests), dtype=np.int64)
-    num_sessions = int(session.max()) + 1
+    conversation = np.asarray(conversations_of(requests), dtype=np.int64)
+    num_conversations = int(conversation.max()) + 1
     draw = np.random.default_rng(seed)
     if factor < 1:
-        kept = np.zeros(num_sessions, dtype=bool)
-        kept[draw.choice(num_sessions, max(1, round(factor * num_sessions)), replace=False)] = True
-        return _in_arrival_order([request for request, one in zip(requests, session.tolist()) if kept[one]])
+        kept = np.zeros(num_conversations, dtype=bool)
+        kept[draw.choice(num_conversations, max(1, round(factor * num_conversations)), replace=False)] = True
+        return _in_arrival_order([request for request, one in zip(requests, conversation.tolist()) if kept[one]])
 
     whole = math.floor(factor)
-    partial = round((factor - whole) * num_sessions)
-    partly = np.zeros(num_sessions, dtype=bool)  # the sessions the partial copy holds
+    partial = round((factor - whole) * num_conversations)
+    partly = np.zeros(num_conversations, dtype=bool)  # the conversations the partial copy holds
     if partial:
-        partly[draw.choice(num_sessions, partial, replace=False)] = True
+        partly[draw.choice(num_conversations, partial, replace=False)] = True
 
     lengths = np.fromiter((len(request.hash_ids) for request in requests), dtype=np.int64, count=len(requests))
     flat = np.fromiter((chunk for request in requests for chunk in request.hash_ids), np.int64, int(lengths.sum()))
     ends = np.cumsum(lengths).tolist()
     largest = int(flat.max()) if len(flat) else -1
-    # each id's least and greatest session: an id is private to one session where they are equal
-    least = np.full(largest + 1, num_sessions, dtype=np.int64)
+    # each id's least and greatest conversation: an id is private to one conversation where they are equal
+    least = np.full(largest + 1, num_conversations, dtype=np.int64)
     most = np.full(largest + 1, -1, dtype=np.int64)
-    np.minimum.at(least, flat, np.repeat(session, lengths))
-    np.maximum.at(most, flat, np.repeat(session, lengths))
+    np.minimum.at(least, flat, np.repeat(conversation, lengths))
+    np.maximum.at(most, flat, np.repeat(conversation, lengths))
     private = least == most
     owner = np.where(private, least, 0)
-    # the fresh ids: every private id for each whole copy, those of its sessions for the partial one; counted
+    # the fresh ids: every private id for each whole copy, those of its conversations for the partial one; counted
     # before any copy is made, so that a huge factor is refused at once
     needed = (whole - 1) * int(private.sum()) + int((private & partly[owner]).sum())
     if largest + needed >= NUM_CHUNK_IDS:
@@ -434,9 +434,11 @@ def scale_users(requests: Sequence[TraceRequest], factor: float, seed: int = 0) 
             f"({largest:,}), but chunk ids must be below {NUM_CHUNK_IDS:,}: ask for fewer users"
         )
 
-    copies = [np.ones(num_sessions, dtype=bool)] * (whole - 1) + ([partly] if partial else [])  # sessions each holds
+    copies = [np.ones(num_conversations, dtype=bool)] * (whole - 1) + (
+        [partly] if partial else []
+    )  # conversations each holds
     renamed = [private & held[owner] for held in copies]  # the ids each copy renames
-    firsts = np.unique(session, return_index=True)[1]
+    firsts = np.unique(conversation, return_index=True)[1]
     starts = np.asarray([requests[first].arrival_s for first in firsts.tolist()], dtype=np.float64)
     made = list(requests)
     next_id = largest + 1
@@ -444,9 +446,11 @@ def scale_users(requests: Sequence[TraceRequest], factor: float, seed: int = 0) 
         table = np.arange(largest + 1, dtype=np.int64)
         table[ids] = next_id + np.arange(int(ids.sum()), dtype=np.int64)
         next_id += int(ids.sum())
-        new_start = starts[draw.integers(num_sessions, size=num_sessions)]  # drawn for every session, used by held
+        new_start = starts[
+            draw.integers(num_conversations, size=num_conversations)
+        ]  # drawn for every conversation, used by held
         mapped = table[flat].tolist()
-        for position, (request, one) in enumerate(zip(requests, session.tolist())):
+        for position, (request, one) in enumerate(zip(requests, conversation.tolist())):
             if held[one]:
                 begin = ends[position] - len(request.hash_ids)
                 arrival = float(new_start[one] + (request.arrival_s - starts[one]))
@@ -664,7 +668,7 @@ __all__ = [
     "prompt_token_ids",
     "scale_arrivals",
     "scale_users",
-    "sessions_of",
+    "conversations_of",
     "synthetic",
     "trace_file",
     "trace_source",

@@ -133,8 +133,8 @@ def _trace_options(source: ArgumentGroup) -> None:
     )  # fmt: skip
     source.add_argument(
         "--scale-users", type=float, metavar="K",
-        help="K times the trace's users: each session copied with fresh chunk ids for what it alone holds, its"
-             " shape kept, starting where a session of the trace starts (workloads.scale_users; default: 1)",
+        help="K times the trace's users: each conversation copied with fresh chunk ids for what it alone holds, its"
+             " shape kept, starting where a conversation of the trace starts (workloads.scale_users; default: 1)",
     )  # fmt: skip
     arrivals = source.add_mutually_exclusive_group()
     arrivals.add_argument(
@@ -464,7 +464,7 @@ APART: dict[str, tuple[tuple[str, ...], str]] = {
     "time_scale": ((SYNTHETIC,), "it scales a trace's own times; synthetic conversations start at --request-rate"),
     "scale_users": (
         (SYNTHETIC, "request_rate"),
-        "it copies a trace's sessions at their own times; --request-rate and the synthetic workload draw the times",
+        "it copies a trace's conversations at their own times; --request-rate and the synthetic workload draw times",
     ),
     **{
         name: (("model",), "--model sets the KV shape")
