@@ -449,13 +449,16 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "router": (("replicas", "prefill_replicas"), "it picks among replicas"),
     "router_weight": (("replicas", "prefill_replicas"), "it weighs kv_aware's choice among replicas"),
     "router_lag": (("replicas",), "it delays what kv_aware sees of the replicas"),
-    "decode_replicas": (("prefill_replicas",), "it is the other side of a disaggregated fleet"),
-    "kv_link_gbps": (("prefill_replicas",), "it carries the KV from prefill replicas to decode replicas"),
+    "decode_replicas": (("prefill_replicas", "find"), "it is the other side of a disaggregated fleet"),
+    "kv_link_gbps": (
+        ("prefill_replicas", "decode_replicas"),
+        "it carries the KV from prefill replicas to decode replicas",
+    ),
     **{name: (("gpu", "model"), "it shapes the roofline clock of --gpu and --model") for name in ROOFLINE_KNOBS},
     **{name: ((SYNTHETIC,), "it shapes the requests the synthetic workload makes") for name in SYNTHETIC_RANGES},
 }
 # options that other options go with, given or swept
-OPTION_MODES = ("request_rate", "replicas", "gpu", "model", "scale_users", "prefill_replicas")
+OPTION_MODES = ("request_rate", "replicas", "gpu", "model", "scale_users", "prefill_replicas", "decode_replicas")
 APART: dict[str, tuple[tuple[str, ...], str]] = {
     "requests_out": (("sweep", "find"), "it writes the requests of one run, and these make many"),
     "compare": (("sweep", "find"), "it runs one manager: use --manager"),
@@ -525,10 +528,16 @@ def check_disaggregated(args: argparse.Namespace, written: Collection[str], swep
     """``--prefill-replicas`` leaves decode replicas, and goes with what a disaggregated fleet models."""
     if "decode_replicas" in written and "replicas" in written:
         raise InvalidArgumentError("--decode-replicas cannot go with --replicas: P + D are the replicas")
-    if not args.prefill_replicas and "prefill_replicas" not in swept:
+    searching = args.find in ("min-replicas", "min-cost")
+    split = "prefill_replicas" in written and args.prefill_replicas or "prefill_replicas" in swept
+    if "decode_replicas" in written and not split and not searching:
+        raise InvalidArgumentError("--decode-replicas goes with --prefill-replicas, or with --find min-replicas"
+                                   " (which then counts the prefill replicas in front of them)")  # fmt: skip
+    if not split and "decode_replicas" not in written:
         return
-    if "prefill_replicas" in written and args.find in ("min-replicas", "min-cost") and args.decode_replicas:
-        raise InvalidArgumentError(f"--decode-replicas cannot go with --find {args.find}: the search sets them")
+    if split and searching and "decode_replicas" in written:
+        raise InvalidArgumentError(f"--decode-replicas cannot go with --prefill-replicas and --find {args.find}:"
+                                   " the search counts one side, give the other")  # fmt: skip
     total = args.replicas if args.decode_replicas is None else args.prefill_replicas + args.decode_replicas
     fixed = "replicas" not in swept and "decode_replicas" not in swept
     if args.find not in ("min-replicas", "min-cost") and fixed and args.prefill_replicas >= total:
@@ -597,6 +606,22 @@ def roofline(args: argparse.Namespace) -> Roofline | None:
     return roofline_of(args.gpu, args.model, **{name: getattr(args, name) for name in ROOFLINE_KNOBS})
 
 
+def disaggregated(args: argparse.Namespace) -> bool:
+    """Are prefill and decode apart: ``--prefill-replicas``, or ``--decode-replicas`` behind a search of the prefill?"""
+    return bool(args.prefill_replicas or args.decode_replicas)
+
+
+def replicas_of(args: argparse.Namespace) -> int:
+    """All the replicas: ``--replicas``, or P + D apart. A search of the fewest
+    (min-replicas, min-cost) sets them itself, and counts the decode replicas
+    behind ``--prefill-replicas``, or the prefill replicas in front of
+    ``--decode-replicas`` (fleet_size.py): its template holds the one given
+    and one of the other."""
+    if args.find in ("min-replicas", "min-cost"):
+        return (args.prefill_replicas or 1) + (args.decode_replicas or 1) if disaggregated(args) else 1
+    return args.replicas if args.decode_replicas is None else args.prefill_replicas + args.decode_replicas
+
+
 def simulation_config(args: argparse.Namespace, record_tables: bool) -> SimulationConfig:
     roof = roofline(args)
     kv = KVCacheModel(args.num_layers, args.num_kv_heads, args.head_dim, args.dtype_bytes) if roof is None else \
@@ -630,12 +655,12 @@ def simulation_config(args: argparse.Namespace, record_tables: bool) -> Simulati
         step_time=step_time_model(args, kv, roof),
         num_samples=args.n,
         max_output_len=args.max_output_len,
-        replicas=args.replicas if args.decode_replicas is None else args.prefill_replicas + args.decode_replicas,
+        replicas=replicas_of(args),
         max_concurrency=args.max_concurrency,
         router=args.router,
         router_weight=args.router_weight,
         router_lag_s=None if args.router_lag is None else args.router_lag / 1000,
-        prefill_replicas=args.prefill_replicas,
+        prefill_replicas=args.prefill_replicas or int(disaggregated(args)),
         kv_link_gbps=args.kv_link_gbps,
         kv_block_bytes=kv.bytes_per_block(args.block_size),
         gpu_cost_per_hour=None if args.gpu_cost is None else args.gpu_cost.price(roof and roof.gpu.name),
@@ -787,16 +812,18 @@ def search_once(
     most: int,
     near: float | None,
     say: Callable[[str], None] | None,
+    decode: int = 0,
 ) -> capacity.RateAnswer | fleet_size.ReplicaAnswer:
     """One search of ``config`` (``--find``'s: the fewest replicas, up to
     ``most``, or the highest rate, from the trace's ``rate``), its first
-    round ``near`` an answer where one is expected close by."""
+    round ``near`` an answer where one is expected close by; ``decode``:
+    the decode replicas in front of which it counts the prefill ones."""
     from blockspace.simulator import capacity, fleet_size
 
     workers = args.workers or os.cpu_count() or 1
     if args.find != "max-rate":  # min-replicas, and min-cost's searches
         window = busiest_window(trace, args.spare_window) if args.spare else (0.0, 0.0)
-        template = fleet_size.Try(1, trace, config, args.manager, args.slo, args.spare or 0, window)
+        template = fleet_size.Try(1, trace, config, args.manager, args.slo, args.spare or 0, window, decode)
         counts = fleet_size.evaluator(template, workers, args.executor, say)
         return fleet_size.find_min_replicas(counts, args.target / 100, workers, most,
                                             None if near is None else int(near))  # fmt: skip
@@ -820,6 +847,7 @@ class Point:
     most: int = 0  # min-replicas: the largest fleet that fits in memory
     bound: str | None = None
     draws: tuple[tuple[int, list[TraceRequest], float | None], ...] = ()
+    decode: int = 0  # disaggregated min-replicas: the decode replicas given, the prefill ones counted
 
 
 def find_points(
@@ -850,7 +878,17 @@ def find_points(
             draws.append((seed, drawn, None if fleet else offered_rate(run_args) or capacity.base_rate(drawn)))
         most, bound = fleet_cap(trace, manager, config, fleet_size.MAX_REPLICAS, workers) if fleet else (0, None)
         points.append(
-            Point(values, config, trace, offered, offered_rate(run_args) or offered, most, bound, tuple(draws))
+            Point(
+                values,
+                config,
+                trace,
+                offered,
+                offered_rate(run_args) or offered,
+                most,
+                bound,
+                tuple(draws),
+                run_args.decode_replicas or 0,
+            )
         )
     if not points:
         raise InvalidArgumentError(f"--find min-cost: no configuration fits: {skipped[0].why}")
@@ -873,12 +911,13 @@ def search_ranges(
             print(f"no clock range: the clock ({clock.describe().split(',')[0]}) has no measured error")
         elif search.value is not None:  # the answer again on a clock faster and slower by its error
             paced = [replace(point.config, step_time=clock.paced(pace)) for pace in (1 - clock.error, 1 + clock.error)]
-            ends = [search_once(args, one, point.trace, point.rate, point.most, search.value, None) for one in paced]
+            ends = [search_once(args, one, point.trace, point.rate, point.most, search.value, None, point.decode)
+                    for one in paced]  # fmt: skip
             faster, slower = (end.value for end in ends)
             found = capacity.ClockRange(clock.error, faster, slower, sum(end.runs for end in ends))
             search = replace(search, clock_range=found)
         if point.draws:
-            draws = [search_once(args, point.config, drawn, rate, point.most, search.value, None)
+            draws = [search_once(args, point.config, drawn, rate, point.most, search.value, None, point.decode)
                      for _, drawn, rate in point.draws]  # fmt: skip
             seeds = (args.seed, *(seed for seed, _, _ in point.draws))
             answers = (search.value, *(draw.value for draw in draws))
@@ -918,8 +957,9 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         named = "".join(f", {name}={value}" for name, value in point.values.items())
         under = "" if "router" in point.values else f" under {config.router}"  # a swept router is named once, below
         replicas = (
+            f"prefill replicas in front of {point.decode} decode" if point.decode else
             f"decode replicas behind {config.prefill_replicas} prefill" if config.prefill_replicas else "replicas"
-        )
+        )  # fmt: skip
         goal = f"the fewest {replicas}{under}" if fleet else "the highest rate"
         if args.spare:
             start, end = busiest_window(trace, args.spare_window)
@@ -934,7 +974,7 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         if point.bound is not None:
             print(point.bound, flush=True)
         try:
-            central = search_once(args, config, trace, point.rate, point.most, None, say)
+            central = search_once(args, config, trace, point.rate, point.most, None, say, point.decode)
             search = (
                 replace(central, router=config.router, **searched)
                 if isinstance(central, fleet_size.ReplicaAnswer)

@@ -11,8 +11,9 @@ and a count passes when the share holds both for the requests that arrive
 while they are down and for the rest (where any arrive): the lower share is
 its attainment.
 
-With ``--prefill-replicas P`` (disaggregated), ``k`` counts the decode
-replicas, behind the P prefill ones: sweep P to find the cheapest split.
+Disaggregated, ``k`` counts one side, the other given: the decode replicas
+behind ``--prefill-replicas P``, or the prefill replicas in front of
+``--decode-replicas D``; sweep the side given to find the cheapest split.
 
 Attainment is assumed to rise with ``k`` (more replicas, shorter queues).
 Every count tried is reported, so a curve that does not rise can be seen.
@@ -61,6 +62,7 @@ class Try:
     slo: SLO
     spare: int = 0  # --spare: replicas down over ``window``
     window: tuple[float, float] = (0.0, 0.0)
+    decode: int = 0  # disaggregated, the decode replicas given: the count is the prefill replicas in front of them
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,12 @@ def run_try(attempt: Try) -> ReplicaPoint:
     from blockspace.simulator.summary import summarize
 
     failures = spares_down(attempt.spare, attempt.replicas, attempt.window) if attempt.spare else ()
-    # a disaggregated fleet: the count is its decode replicas, behind its prefill ones
-    config = replace(attempt.config, replicas=attempt.replicas + attempt.config.prefill_replicas, failures=failures)
+    prefill = attempt.config.prefill_replicas
+    if attempt.decode:  # disaggregated: the count is the prefill replicas, in front of the decode ones given
+        replicas, prefill = attempt.replicas + attempt.decode, attempt.replicas
+    else:  # or the decode replicas, behind the prefill ones given (none: aggregated)
+        replicas = attempt.replicas + prefill
+    config = replace(attempt.config, replicas=replicas, prefill_replicas=prefill, failures=failures)
     summary = summarize(replay(attempt.trace, load_manager_class(attempt.manager), config), attempt.slo)
     assert summary.slo is not None  # a search has an SLO
     attainment = summary.slo.attainment
