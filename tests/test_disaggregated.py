@@ -3,20 +3,23 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from blockspace.errors import InvalidConfigError
 from blockspace.interfaces import load_manager_class
+from blockspace.simulator.cli import main as simulate
 from blockspace.simulator.disaggregated import transfer_seconds
 from blockspace.simulator.engines import replay
 from blockspace.simulator.failures import parse_fail
 from blockspace.simulator.scheduler import SchedulerConfig
 from blockspace.simulator.simulation import SimulationConfig, SimulationResult
+from blockspace.simulator.slo import parse_slo
 from blockspace.simulator.step_model import StepTimeModel
 from blockspace.simulator.summary import summarize
-from blockspace.workloads import TraceRequest, chunks_for, synthetic
+from blockspace.workloads import TraceRequest, chunks_for, load_trace, synthetic
 
 FAST = load_manager_class("fast")
 ENGINES = ("python", "compiled")
@@ -102,3 +105,27 @@ def test_a_split_leaves_a_decode_replica_and_models_no_failure():
         config("python", failures=(parse_fail("0@1+1"),))
     with pytest.raises(InvalidConfigError, match="kv_block_bytes"):
         config("python", kv_block_bytes=0)
+
+
+def test_the_fewest_prefill_replicas_in_front_of_the_decode_ones_given(tmp_path, capsys):
+    """``--find min-replicas --decode-replicas 1`` counts the prefill
+    replicas: at its answer P, P : 1 keeps the SLO and P - 1 : 1 does not."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 10 * i, "input_length": 300 + 7 * i, "output_length": 8,
+                                         "hash_ids": [i]}) + "\n" for i in range(30)))  # fmt: skip
+    slo = "ttft=60ms"
+    argv = ["--trace", str(trace), "--manager", "reference", "--find", "min-replicas", "--decode-replicas", "1",
+            "--slo", slo, "--workers", "1", "--no-plot", "--quiet", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert simulate(argv) == 0
+    assert "the fewest prefill replicas in front of 1 decode" in capsys.readouterr().out
+    (search,) = json.loads((tmp_path / "out" / "capacity.json").read_text())["configurations"]
+    fewest = search["min_replicas"]
+    assert fewest > 1
+
+    def met(prefill: int) -> float:
+        config = SimulationConfig(49_152, 2_048, replicas=prefill + 1, prefill_replicas=prefill,
+                                  kv_block_bytes=BLOCK_BYTES)  # the command's defaults  # fmt: skip
+        result = replay(load_trace(str(trace)), load_manager_class("reference"), config)
+        return summarize(result, parse_slo(slo)).slo.attainment
+
+    assert met(fewest) >= 0.9 > met(fewest - 1)
