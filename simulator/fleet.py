@@ -22,6 +22,14 @@ The Python engine keeps to one clock even where it could replay apart, so
 that the tests hold the one clock to single replays (round robin over
 interleaved copies of a trace), and the two engines' ways to each other.
 
+On one clock, ``OneClock`` also carries out the failures of ``--fail``
+(``failures.py``: a replica down, its unfinished requests sent again to the
+live ones, a fresh engine when it comes back) and ``--router-lag``: before
+each arrival, the replicas run to ``lag`` earlier and answer the router's
+question about that request then, the view a router fed by cache events
+``lag`` late would hold. ``disaggregated.py`` runs two of them, a pool of
+prefill replicas and one of decode replicas.
+
 Why one clock rather than a replica at a time: a router that reads load
 or cache must see every replica as it stands at the arrival, and a closed
 loop sends a request only once another is done (``slot_free``).
