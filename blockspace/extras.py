@@ -9,6 +9,7 @@ serve::
     pip install 'blockspace[sim]'          # blockspace simulate's plot and progress bar
     pip install 'blockspace[gpu]'          # CUDA kernels, block tables as torch tensors, gpu-bench
     pip install 'blockspace[bench]'        # blockspace bench (its model-runner step builds torch tensors)
+    pip install 'blockspace[ray]'          # --executor ray: sweeps and searches on a Ray cluster
 
 A part checks its modules before it does any work, and a missing one is a
 ``MissingExtraError`` naming the extra; the ``blockspace`` command turns it
@@ -26,6 +27,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {  # extra -> the modules it installs (impo
     "sim": ("matplotlib", "rich"),
     "gpu": ("torch", "numba_cuda"),
     "bench": ("torch",),
+    "ray": ("ray",),
 }
 
 

@@ -358,7 +358,10 @@ def _sweep_options(sweeping: ArgumentGroup) -> None:
     )  # fmt: skip
     sweeping.add_argument("--workers", type=int, help="parallel runs of a sweep (default: one per core)")
     sweeping.add_argument("--executor", choices=("process", "ray"), default="process",
-                          help="where a sweep's runs go: worker processes or a Ray cluster")  # fmt: skip
+                          help="where a sweep's or a search's runs go: worker processes or a Ray cluster")  # fmt: skip
+    sweeping.add_argument("--address", metavar="HOST:PORT",
+                          help="with --executor ray: the running Ray cluster to join (what `ray start --head`"
+                               " prints, or auto) (default: $RAY_ADDRESS, else a local one Ray starts)")  # fmt: skip
 
 
 # The argument groups, in --help's order: each title, and the function that adds its options.
@@ -439,6 +442,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "seeds": (("find",), "it is how many draws of the arrivals a search's answer ranges over"),
     "workers": (("sweep", "find"), "it sets how many of their runs go at once"),
     "executor": (("sweep", "find"), "it sets where their runs go"),
+    "address": (("sweep", "find"), "it names the Ray cluster their runs go to"),
     "burstiness": (("request_rate",), "it shapes the gaps between the arrivals --request-rate draws"),
     "seed": (
         ("request_rate", SYNTHETIC, "scale_users"),
@@ -515,6 +519,8 @@ def check_modes(args: argparse.Namespace, given: frozenset[str]) -> None:
         raise InvalidArgumentError(
             "--seeds goes with drawn arrivals, --request-rate or --workload synthetic: a trace's own arrivals are one"
         )
+    if "address" in written and args.executor != "ray":
+        raise InvalidArgumentError("--address goes with --executor ray: it names the Ray cluster to join")
     check_failures(args, written, swept)
     if "turn_gap" in written and args.turns == 1 and "turns" not in swept:
         raise InvalidArgumentError("--turn-gap goes with --turns above 1: a conversation of one turn has no gap")
@@ -933,7 +939,7 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     fleet_size.py), priced and compared with ``--find min-cost`` (min_cost.py)."""
     from blockspace import __version__
     from blockspace.simulator import capacity, fleet_size, min_cost
-    from blockspace.simulator.executor import ray_pool
+    from blockspace.simulator.executor import use_ray
     from blockspace.simulator.sweep import parse_sweeps
 
     fleet = args.find != "max-rate"  # min-replicas and min-cost search replica counts
@@ -946,7 +952,7 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
         raise InvalidArgumentError(f"--replicas cannot go with --find {args.find}: the search sets it")
     points, skipped = find_points(args, sweeps, fleet)
     if args.executor == "ray":
-        ray_pool()
+        use_ray(args.address)
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
     workers = args.workers or os.cpu_count() or 1
     source = workload_source(args)

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from blockspace.errors import MissingExtraError
+from blockspace.extras import missing_extra
 from blockspace.interrupts import worker_pool
 
 IN_POOL = False  # True in a worker of a pool (``mark_pool_worker``): the pool already runs one run a core
@@ -28,12 +28,25 @@ EXECUTORS = ("process", "ray")
 
 
 def ray_pool() -> type:
-    """Ray's ``Pool`` class (``MissingExtraError`` without Ray)."""
+    """Ray's ``Pool`` class (``MissingExtraError`` naming the [ray] extra without Ray).
+
+    Which cluster: the one this process already joined, else the one at
+    ``RAY_ADDRESS`` (``--address`` sets it), else a local one Ray starts."""
     try:
         from ray.util.multiprocessing import Pool
     except ImportError:
-        raise MissingExtraError("--executor ray needs Ray installed: pip install ray") from None
+        raise missing_extra("ray", "--executor ray", ["ray"]) from None
     return Pool
+
+
+def use_ray(address: str | None) -> None:
+    """Runs go to Ray: checked installed before any work (``ray_pool``), and
+    at ``address`` (``--address``: an existing cluster, ``host:port`` or
+    ``auto``) where given, by ``RAY_ADDRESS``, which Ray reads when the
+    first pool joins a cluster."""
+    ray_pool()
+    if address is not None:
+        os.environ["RAY_ADDRESS"] = address
 
 
 def mark_pool_worker() -> None:
@@ -99,4 +112,4 @@ def rounds(
     return evaluate
 
 
-__all__ = ["EXECUTORS", "map_unordered", "ray_pool", "rounds"]
+__all__ = ["EXECUTORS", "map_unordered", "ray_pool", "rounds", "use_ray"]

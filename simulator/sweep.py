@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, cast
 from blockspace.errors import InvalidArgumentError
 from blockspace.interrupts import Interrupted
 from blockspace.outputs import remove_partials, replacing, write_text
-from blockspace.simulator.executor import map_unordered, ray_pool
+from blockspace.simulator.executor import map_unordered, use_ray
 from blockspace.simulator.slo import SLO
 from blockspace.validation import Range, check_output_dir, option_name
 from blockspace.workloads import TraceRequest, describe
@@ -82,6 +82,7 @@ NOT_SWEPT = {
     "find": "it turns each configuration into a search: give --find once beside --sweep",
     "target": "it belongs to --find, given once for every configuration",
     "seeds": "it belongs to --find, given once for every configuration",
+    "address": "it names the Ray cluster every run goes to, not part of a run",
     "spare": "it belongs to --find, given once for every configuration",
     "spare_window": "it belongs to --find, given once for every configuration",
     "fail": "it lists outages: give --fail once for each, every run has them",
@@ -469,7 +470,7 @@ def sweep(
     chosen = configurations(sweeps)
     prepared = [prepare(argparse.Namespace(**{**vars(args), **values})) for values in chosen]
     if args.executor == "ray":
-        ray_pool()
+        use_ray(args.address)
     runs_dir = args.out / "sweep"
     check_output_dir(args.out, "--out", OUTPUTS)
     check_output_dir(runs_dir, "--out", (f"run-{k}.json" for k in range(len(chosen))))

@@ -147,6 +147,7 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--kv-link-gbps", "0", "--prefill-replicas", "1", "--replicas", "2"],
             ["--kv-link-gbps", "100"],
         ],
+        "address": [["--address", "auto", "--sweep", "block_size=16,32"]],  # without --executor ray
         "router_lag": [
             ["--router-lag", "-1", "--replicas", "2", "--router", "kv_aware"],
             ["--router-lag", "50", "--replicas", "2"],  # round robin reads no cache

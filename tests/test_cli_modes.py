@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -275,6 +276,8 @@ PROBES: dict[str, Probe] = {
                    view=lambda v, value: [r.config["num_samples"] for r in v.runs] == [1, 2]),
     "workers": Probe(("2",), flag("--workers"), view=lambda v, value: POOLS == [2] * len(POOLS) and bool(POOLS)),
     "executor": Probe(("ray",), flag("--executor"), view=lambda v, value: bool(v.runs) and RAY),
+    "address": Probe(("auto",), flag("--address"), view=lambda v, value: bool(v.runs) and RAY
+                     and os.environ.get("RAY_ADDRESS") == value),
 }  # fmt: skip
 
 # The options an option goes with (validation's NEEDS), given beside it in every mode. The
@@ -284,6 +287,7 @@ WITH: dict[str, dict[str, list[str]]] = {
     "burstiness": {"request_rate": ["--request-rate", "20"]},
     "seed": {"request_rate": ["--request-rate", "20"]},
     "seeds": {"request_rate": ["--request-rate", "20"]},
+    "address": {"executor": ["--executor", "ray"]},
     "router": {"replicas": ["--replicas", "2"]},
     "router_weight": {"replicas": ["--replicas", "2"], "router": ["--router", "kv_aware"]},
     "prefill_replicas": {"replicas": ["--replicas", "3"]},
@@ -309,7 +313,9 @@ REFUSED = {
     *((name, mode) for name in ("target", "seeds") for mode in ("single", "sweep")),
     ("seeds", "compare"),
     *((name, "single") for name in ("workers", "executor")),
-    *((("executor", mode) for mode in ("sweep", "find")) if not RAY else ()),  # --executor ray, without Ray
+    *(((name, mode) for name in ("executor", "address") for mode in ("sweep", "find")) if not RAY else ()),
+    ("address", "single"),
+    ("address", "compare"),  # --address goes with --executor ray
     *((name, "swept") for name in NOT_SWEPT),
     ("max_concurrency", "find"),  # a closed loop: the rate --find max-rate scales has no effect (issue #51)
     *((name, mode) for name in ("spare", "spare_window") for mode in MODES),  # --find min-replicas only
@@ -368,6 +374,7 @@ def workspace(tmp_path, monkeypatch):
     the probe is --quiet's (a progress bar shows only on one)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BLOCKSPACE_TRACE", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # --address sets it: put back after each probe
     (tmp_path / TRACE).write_text(trace_lines(8))
     (tmp_path / OTHER_TRACE).write_text(trace_lines(5))
     for name, overhead in (("model_a.json", 7.5), ("model_b.json", 9.5)):

@@ -146,7 +146,7 @@ def test_the_ray_executor_uses_rays_pool(tmp_path, monkeypatch, capsys):
     Ray's interface: a thread pool); without it, one error line."""
     monkeypatch.setitem(sys.modules, "ray", None)
     argv = ["simulate", *SMALL, "--no-plot", "--out", str(tmp_path), "--executor", "ray", "--sweep", "block_size=16,32"]
-    assert blockspace(argv) == 2 and "pip install ray" in capsys.readouterr().err
+    assert blockspace(argv) == 2 and "pip install 'blockspace[ray]'" in capsys.readouterr().err
     used = []
 
     class Pool(ThreadPool):

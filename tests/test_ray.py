@@ -1,0 +1,89 @@
+"""Sweeps and searches on a running Ray cluster (``--executor ray
+--address``; ``simulator/executor.py``): the process pool's answers.
+
+The cluster is started as a user starts one, ``ray start --head``, on 2
+CPUs, with a temporary folder of this module's own (short: Ray's socket
+paths have a length limit), and stopped after, leaving no Ray process and
+no folder. The commands run in their own processes, each a Ray driver
+that joins the cluster at its address. Skipped where Ray (the [ray] extra)
+is not installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray", reason="Ray is the [ray] extra: pip install 'blockspace[ray]'")
+
+RAY = str(Path(sys.executable).parent / "ray")
+QUIET = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}  # no token written under ~/.ray, no report
+TIMED = ("wall_s", "manager_startup_s", "manager_time")  # what differs between any two runs, pool or not
+
+
+def ray_processes(folder: str) -> list[str]:
+    """The command lines of the processes that name ``folder`` (the cluster's own)."""
+    found = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return [line for line in found if folder in line and "ps -eo" not in line]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The address of a 2-CPU Ray cluster of this module's, and the environment to join it with."""
+    folder = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    env = {**os.environ, **QUIET}
+    env.pop("RAY_ADDRESS", None)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    subprocess.run([RAY, "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={folder}",
+                    "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True,
+                   capture_output=True, timeout=180)  # fmt: skip
+    try:
+        yield f"127.0.0.1:{port}", env
+    finally:
+        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=180)
+        shutil.rmtree(folder, ignore_errors=True)
+        assert ray_processes(folder) == [] and not Path(folder).exists()
+
+
+def simulate(env: dict[str, str], out: Path, *argv: str) -> None:
+    """``blockspace simulate`` on the bundled sample, in a process of its own."""
+    command = [sys.executable, "-m", "blockspace", "simulate", "--manager", "reference", "--max-requests", "30",
+               "--workers", "2", "--no-plot", "--quiet", "--out", str(out), *argv]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def untimed(summary: dict) -> dict:
+    return {key: value for key, value in summary.items() if key not in TIMED}
+
+
+def test_a_sweep_on_a_running_cluster_gives_the_pools_figures(cluster, tmp_path):
+    address, env = cluster
+    sweep = ("--sweep", "block_size=16,32", "--sweep", "max_num_seqs=4,64")
+    simulate(env, tmp_path / "ray", *sweep, "--executor", "ray", "--address", address)
+    simulate(env, tmp_path / "pool", *sweep)
+    on_ray, in_pool = (json.loads((tmp_path / kind / "sweep.json").read_text())["runs"] for kind in ("ray", "pool"))
+    assert len(on_ray) == 4
+    assert [(run["values"], untimed(run["summary"])) for run in on_ray] == [
+        (run["values"], untimed(run["summary"])) for run in in_pool
+    ]
+
+
+def test_a_search_on_a_running_cluster_gives_the_pools_answer(cluster, tmp_path):
+    address, env = cluster
+    search = ("--find", "min-replicas", "--router", "kv_aware", "--time-scale", "0.2", "--slo", "ttft=5s")
+    simulate(env, tmp_path / "ray", *search, "--executor", "ray", "--address", address)
+    simulate(env, tmp_path / "pool", *search)
+    (on_ray,), (in_pool,) = (json.loads((tmp_path / kind / "capacity.json").read_text())["configurations"]
+                             for kind in ("ray", "pool"))  # fmt: skip
+    assert on_ray["min_replicas"] == in_pool["min_replicas"] is not None
+    assert on_ray["curve"] == in_pool["curve"] and len(on_ray["curve"]) > 2
