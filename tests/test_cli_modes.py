@@ -374,7 +374,8 @@ def workspace(tmp_path, monkeypatch):
     the probe is --quiet's (a progress bar shows only on one)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BLOCKSPACE_TRACE", raising=False)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # --address sets it: put back after each probe
+    monkeypatch.setenv("RAY_ADDRESS", "")  # --address sets it: recorded as it was, put back after each probe
+    monkeypatch.delenv("RAY_ADDRESS")
     (tmp_path / TRACE).write_text(trace_lines(8))
     (tmp_path / OTHER_TRACE).write_text(trace_lines(5))
     for name, overhead in (("model_a.json", 7.5), ("model_b.json", 9.5)):

@@ -144,7 +144,8 @@ def test_a_sweep_in_worker_processes_gives_the_figures_of_single_runs(tmp_path, 
 def test_the_ray_executor_uses_rays_pool(tmp_path, monkeypatch, capsys):
     """With Ray installed, its ``Pool`` runs the sweep (here a stand-in with
     Ray's interface: a thread pool); without it, one error line."""
-    monkeypatch.setitem(sys.modules, "ray", None)
+    for name in ("ray", "ray.util", "ray.util.multiprocessing"):  # Ray absent, even where a test imported it
+        monkeypatch.setitem(sys.modules, name, None)
     argv = ["simulate", *SMALL, "--no-plot", "--out", str(tmp_path), "--executor", "ray", "--sweep", "block_size=16,32"]
     assert blockspace(argv) == 2 and "pip install 'blockspace[ray]'" in capsys.readouterr().err
     used = []
