@@ -546,7 +546,7 @@ def check_disaggregated(args: argparse.Namespace, written: Collection[str], swep
                                    " the search counts one side, give the other")  # fmt: skip
     total = args.replicas if args.decode_replicas is None else args.prefill_replicas + args.decode_replicas
     fixed = "replicas" not in swept and "decode_replicas" not in swept
-    if args.find not in ("min-replicas", "min-cost") and fixed and args.prefill_replicas >= total:
+    if not searching and fixed and args.prefill_replicas >= total:
         raise InvalidArgumentError(f"--prefill-replicas {args.prefill_replicas} leaves no decode replica of"
                                    f" {total} (give --decode-replicas, or more --replicas)")  # fmt: skip
     for name in ("fail", "max_concurrency", "router_lag"):
@@ -578,7 +578,7 @@ def check_failures(args: argparse.Namespace, written: Collection[str], swept: Co
     if args.n > 1 or "n" in swept:
         raise InvalidArgumentError("--fail goes with --n 1: a retry sends a trace request again whole, and would"
                                    " send again samples already done")  # fmt: skip
-    if "replicas" not in swept and args.find is None:
+    if "replicas" not in swept and args.find in (None, "max-rate"):  # the fleet the runs have
         outages_of(args.fail, args.replicas)  # a replica the fleet has; none down twice at once, nor all for good
 
 

@@ -164,6 +164,7 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--fail", "rolling@1/2"],
             ["--fail", "0@5+0"],
             ["--fail", "2@5", "--replicas", "2"],
+            ["--fail", "2@5", "--replicas", "2", "--find", "max-rate", "--slo", "ttft=1s"],
             ["--fail", "0@1+5", "--fail", "0@2", "--replicas", "2"],
             ["--fail", "0@1"],  # the only replica down for good
             ["--fail", "0@1+5", "--n", "2"],
