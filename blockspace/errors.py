@@ -84,6 +84,11 @@ class MissingExtraError(BlockSpaceError, ImportError):
     the message names the extra that installs them (``blockspace/extras.py``)."""
 
 
+class ClusterError(BlockSpaceError, RuntimeError):
+    """Work sent to a Ray cluster failed there: a worker could not start,
+    import the implementations, or died (``--executor ray``)."""
+
+
 class ReadOnlyTableError(BlockSpaceError, TypeError):
     """A caller tried to change a block table answer (``BlockIds``) in place."""
 

@@ -157,6 +157,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         metavar="N",
-        help="the explorer's processes; only where the explorer runs (default: one per core)",
+        help="the explorer's processes; only where the explorer runs (default: one per core, or with --executor "
+        "ray one per CPU of the cluster)",
+    )
+    add(
+        "--executor",
+        choices=("process", "ray"),
+        default="process",
+        help="where the explorer's workers run: forked processes of this machine, or a Ray cluster (the [ray] "
+        "extra; a local one unless --address names one); only where the explorer runs (default: process)",
+    )
+    add(
+        "--address",
+        metavar="HOST:PORT",
+        help="with --executor ray: the running Ray cluster to join (what `ray start --head` printed, or auto) "
+        "(default: RAY_ADDRESS, else a local cluster Ray starts)",
     )
     return parser

@@ -110,6 +110,8 @@ def prepare(args: Any, given: frozenset[str] = frozenset()) -> Plan:
     # cache compiles fast's kernels for it (a minute), so nothing cheaper waits on it.
     impl_cls = load_manager(args.impl, "--impl")
     against_cls = load_manager(args.against, "--against")
+    if args.address is not None and args.executor != "ray":
+        raise InvalidArgumentError("--address goes with --executor ray: it names the Ray cluster to join")
     if args.examples and profile.max_examples:  # the explorer samples nothing: check_choice refuses it there
         profile = with_changes(profile, max_examples=args.examples)
     if args.shrink_budget is not None:
@@ -120,13 +122,22 @@ def prepare(args: Any, given: frozenset[str] = frozenset()) -> Plan:
         names[1] += " (2)"
     impls = {names[0]: against_cls, names[1]: impl_cls}
     reporter = Reporter(profile.shrink_seconds)
-    every_check = checks_for(impls, profile, capabilities, reporter.found, scopes, args.workers, args.budget)
+    every_check = checks_for(
+        impls, profile, capabilities, reporter.found, scopes, args.workers, args.budget, args.executor
+    )
     unmatched = [text for text in args.only or () if not any(text in check.name for check in every_check)]
     if unmatched:
         known = ", ".join(check.name for check in every_check)
         raise InvalidArgumentError(f"--only {unmatched[0]!r} names no check of the {args.profile} profile ({known})")
     checks = [c for c in every_check if not args.only or any(t in c.name for t in args.only)]
     check_choice(args, given, checks, scopes, capabilities_of(impl_cls), capabilities)
+    if args.executor == "ray":  # joined now: a cluster that is not there, or too small, is one error line
+        from blockspace.conformance.ray_layers import ray_workers, shipped_modules
+        from blockspace.ray_cluster import join, use_address
+
+        use_address(args.address)
+        join(shipped_modules(impls))
+        ray_workers(args.workers)
     settings = {**asdict(profile), "scopes": [scope.name for scope in scopes], "budget_s": args.budget}
     return Plan(checks, reporter, capabilities, settings)
 
@@ -156,6 +167,8 @@ READ_BY = {
                                   "shrinks)"),
     "scope_set": ("explore[", "changes the scopes the explorer exhausts (explore[...])"),
     "workers": ("explore[", "sets the explorer's processes (explore[...])"),
+    "address": ("explore[", "names the Ray cluster the explorer's workers run on (explore[...])"),
+    "executor": ("explore[", "sets where the explorer's workers run (explore[...])"),
     "budget": ("explore[", "bounds the explorer's wall time (explore[...])"),
 }  # fmt: skip
 

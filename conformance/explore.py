@@ -75,6 +75,7 @@ from blockspace.conformance.script import Script
 from blockspace.conformance.situations import Transition
 from blockspace.conformance.steps import DeviceMirror, decode_step, row_misuse, table_arrays
 from blockspace.conformance.vllm_manager import Excluded
+from blockspace.errors import ClusterError
 from blockspace.extras import missing_modules
 from blockspace.interfaces import load_manager_class, offers_rows
 from blockspace.interrupts import worker_pool
@@ -588,6 +589,7 @@ class Report:
     cut: str = ""  # why the search stopped early: "depth", "time", or a failure
     seconds: float = 0.0
     workers: int = 1
+    executor: str = "process"  # where the workers ran: forked here, or on a Ray cluster
     layers: list[int] = field(default_factory=list)  # new states at each depth
     excluded: Counter[str] = field(default_factory=Counter)  # transitions not compared, by §14 item
     failure: str = ""  # the first failure, with its runnable repro
@@ -633,6 +635,7 @@ class Report:
             "scope": self.scope.name, "settings": self.scope.describe(), "states": self.states,
             "transitions": self.transitions, "calls": self.calls, "depth": self.depth, "exhausted": self.exhausted,
             "cut": self.cut, "histories": self.histories, "seconds": round(self.seconds, 2), "workers": self.workers,
+            "executor": self.executor,
             "layers": self.layers, "transitions_per_s_per_worker": round(self.rate()), "excluded": dict(self.excluded),
             "theorem": self.theorem(), "failure_moves": len(self.path) if self.failure else None,
             "situations": dict(sorted(self.situations.items(), key=lambda item: (item[1], item[0]))),
@@ -656,13 +659,23 @@ class Search:
     first."""
 
     def __init__(
-        self, impls: Mapping[str, Any], scope: Scope, workers: int | None = None, max_seconds: float | None = None
+        self,
+        impls: Mapping[str, Any],
+        scope: Scope,
+        workers: int | None = None,
+        max_seconds: float | None = None,
+        executor: str = "process",
     ) -> None:
         started = time.perf_counter()
         self.impls, self.scope, self.max_seconds = impls, scope, max_seconds
-        self.workers = workers or os.cpu_count() or 1
         sys.setrecursionlimit(max(sys.getrecursionlimit(), PICKLE_DEPTH))
-        self.report = Report(scope, list(impls), workers=self.workers)
+        self.ray = None
+        if executor == "ray":  # its workers on a Ray cluster (ray_layers.py), else forked here
+            from blockspace.conformance.ray_layers import RayLayers
+
+            self.ray = RayLayers(impls, scope, workers)
+        self.workers = self.ray.workers if self.ray is not None else workers or os.cpu_count() or 1
+        self.report = Report(scope, list(impls), workers=self.workers, executor=executor)
         self.keeper = Keeper(impls, scope)
         managers = dict(self.keeper.managers)
         if not callable(getattr(next(iter(managers.values())), "snapshot", None)):
@@ -673,6 +686,7 @@ class Search:
                       and not missing_modules("gpu"))  # fmt: skip
         lock = LeanLock(managers)
         self.seen = Counter({canonical(lock.yardstick, world): 1})  # state -> histories gone on from
+        self.added = list(self.seen)  # what the last layer added to seen (for Ray's workers, which keep a copy)
         try:
             self.frontier = [(self.keeper.blob(world, managers, lock.mirrors), ())]
         except Exception as error:  # noqa: BLE001 - any reason a manager does not pickle
@@ -690,16 +704,14 @@ class Search:
         started, report, scope = time.perf_counter(), self.report, self.scope
         at_bound = scope.max_depth is not None and report.depth >= scope.max_depth
         out_of_time = self.max_seconds is not None and report.seconds > self.max_seconds
-        results = expand_layer(
-            self.frontier,
-            self.seen,
-            self.keeper,
-            self.workers,
-            not (at_bound or out_of_time),
-            scope.histories,
-            report.situations,
-        )
-        new = []
+        successors = not (at_bound or out_of_time)
+        if self.ray is not None:
+            results = self.ray.expand_layer(self.frontier, self.added, successors, scope.histories, report.situations)
+        else:
+            results = expand_layer(
+                self.frontier, self.seen, self.keeper, self.workers, successors, scope.histories, report.situations
+            )
+        new, self.added = [], []
         for result in results:
             for name, depth in result.situations.items():
                 report.situations[name] = min(depth, report.situations.get(name, depth))
@@ -714,6 +726,7 @@ class Search:
             for key, blob, path in result.new:
                 if self.seen[key] < scope.histories:
                     self.seen[key] += 1
+                    self.added.append(key)
                     new.append((blob, path))
         if not report.failure and (at_bound or out_of_time):
             report.cut = "depth" if at_bound else "time"
@@ -728,11 +741,16 @@ class Search:
 
 
 def explore(
-    impls: Mapping[str, Any], scope: Scope, workers: int | None = None, max_seconds: float | None = None
+    impls: Mapping[str, Any],
+    scope: Scope,
+    workers: int | None = None,
+    max_seconds: float | None = None,
+    executor: str = "process",
 ) -> Report:
     """Breadth-first search of ``scope`` with ``impls`` in lockstep (the
-    first is the yardstick and must offer ``snapshot()``), to its end."""
-    search = Search(impls, scope, workers, max_seconds)
+    first is the yardstick and must offer ``snapshot()``), to its end, by
+    ``workers`` processes here or (``executor="ray"``) on a Ray cluster."""
+    search = Search(impls, scope, workers, max_seconds, executor)
     while not search.done:
         search.advance()
     return search.report
@@ -788,6 +806,7 @@ def explore_check(
     capabilities: Mapping[str, bool],
     workers: int | None = None,
     budget: Budget | None = None,
+    executor: str = "process",
 ) -> Check:
     """``explore[<scope>]``: the scope exhausted (or cut by its ``max_depth``,
     or by what is left of ``budget``: its theorem then holds to the depth
@@ -805,8 +824,8 @@ def explore_check(
         if budget is not None and left is not None and left <= 0:
             return CheckResult(name, "skipped", detail=f"not begun: the --budget of {budget.seconds:g} s was spent")
         try:
-            report = explore(impls, scope, workers, left)
-        except (TypeError, RecursionError, pickle.PicklingError) as error:  # no snapshot() on the yardstick; no pickle
+            report = explore(impls, scope, workers, left, executor)
+        except (TypeError, RecursionError, pickle.PicklingError, ClusterError) as error:  # no snapshot(); no pickle
             return CheckResult(name, "failed", detail=f"cannot explore: {type(error).__name__}: {error}")
         detail = report.theorem() + ("\n" + report.failure if report.failure else "")
         return CheckResult(

@@ -68,11 +68,13 @@ def checks_for(
     scopes: Sequence[Any] = (),
     workers: int | None = None,
     budget: float | None = None,
+    executor: str = "process",
 ) -> list[Check]:
     """Every check of a profile, in the order they run (``scopes``: the
     explorer's, instead of the profile's, as names or ``Scope``s, explored
-    by ``workers`` processes, default one per core, all of them within
-    ``budget`` seconds when one is given)."""
+    by ``workers`` processes, default one per core, here or on a Ray
+    cluster (``executor``), all of them within ``budget`` seconds when one
+    is given)."""
     checks = machine_checks(impls, profile, capabilities, on_failure) if profile.max_examples else []
     if profile.trace_requests:
         checks += trace.trace_checks(impls, profile.trace_requests, capabilities)
@@ -81,7 +83,8 @@ def checks_for(
     if profile.symbolic:
         checks += symbolic.symbolic_checks(impls, profile)
     shared = explore.Budget(budget) if budget is not None else None
-    checks += [explore.explore_check(impls, scope, capabilities, workers, shared) for scope in scopes or profile.scopes]
+    for scope in scopes or profile.scopes:
+        checks.append(explore.explore_check(impls, scope, capabilities, workers, shared, executor))
     return checks
 
 

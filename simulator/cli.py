@@ -951,9 +951,9 @@ def _find(parser: argparse.ArgumentParser, args: argparse.Namespace, given: froz
     if fleet and "replicas" in given | {name for name, _ in sweeps}:
         raise InvalidArgumentError(f"--replicas cannot go with --find {args.find}: the search sets it")
     points, skipped = find_points(args, sweeps, fleet)
-    if args.executor == "ray":
-        use_ray(args.address)
     check_output_dir(args.out, "--out", capacity.OUTPUTS)
+    if args.executor == "ray":  # the last check: it joins the cluster
+        use_ray(args.address)
     workers = args.workers or os.cpu_count() or 1
     source = workload_source(args)
     searches: list[capacity.RateAnswer | fleet_size.ReplicaAnswer] = []

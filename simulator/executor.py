@@ -18,8 +18,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from blockspace.extras import missing_extra
 from blockspace.interrupts import worker_pool
+from blockspace.ray_cluster import join, ray_module, use_address
 
 IN_POOL = False  # True in a worker of a pool (``mark_pool_worker``): the pool already runs one run a core
 Job = TypeVar("Job")
@@ -28,25 +28,20 @@ EXECUTORS = ("process", "ray")
 
 
 def ray_pool() -> type:
-    """Ray's ``Pool`` class (``MissingExtraError`` naming the [ray] extra without Ray).
+    """Ray's ``Pool`` class (``MissingExtraError`` naming the [ray] extra
+    without Ray), this process joined to its cluster (``ray_cluster.join``)."""
+    ray_module()
+    from ray.util.multiprocessing import Pool
 
-    Which cluster: the one this process already joined, else the one at
-    ``RAY_ADDRESS`` (``--address`` sets it), else a local one Ray starts."""
-    try:
-        from ray.util.multiprocessing import Pool
-    except ImportError:
-        raise missing_extra("ray", "--executor ray", ["ray"]) from None
+    join()
     return Pool
 
 
 def use_ray(address: str | None) -> None:
-    """Runs go to Ray: checked installed before any work (``ray_pool``), and
-    at ``address`` (``--address``: an existing cluster, ``host:port`` or
-    ``auto``) where given, by ``RAY_ADDRESS``, which Ray reads when the
-    first pool joins a cluster."""
-    ray_pool()
-    if address is not None:
-        os.environ["RAY_ADDRESS"] = address
+    """Runs go to Ray: checked installed, and the cluster at ``address``
+    (``--address``, else ``RAY_ADDRESS``, else a local one) joined, before any work."""
+    use_address(address)
+    join()
 
 
 def mark_pool_worker() -> None:

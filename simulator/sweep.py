@@ -469,11 +469,11 @@ def sweep(
     ``check_arguments`` leaves it."""
     chosen = configurations(sweeps)
     prepared = [prepare(argparse.Namespace(**{**vars(args), **values})) for values in chosen]
-    if args.executor == "ray":
-        use_ray(args.address)
     runs_dir = args.out / "sweep"
     check_output_dir(args.out, "--out", OUTPUTS)
     check_output_dir(runs_dir, "--out", (f"run-{k}.json" for k in range(len(chosen))))
+    if args.executor == "ray":  # the last check: it joins the cluster
+        use_ray(args.address)
     runs_dir.mkdir(parents=True, exist_ok=True)
     jobs = [
         Job(k, values, config, args.manager, trace, trace_label, runs_dir / f"run-{k}.json", args.slo)

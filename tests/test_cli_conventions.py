@@ -83,7 +83,7 @@ def test_every_command_with_an_extra_shows_its_help_without_it(monkeypatch, caps
 def test_every_conformance_option_says_its_default_and_the_help_is_plain():
     parser = build_parser()
     options = [action for action in parser._actions if action.dest != "help"]
-    assert len(options) == 13
+    assert len(options) == 15
     for action in options:
         assert action.help, action.option_strings
         assert "default" in action.help or action.required, action.option_strings

@@ -276,7 +276,7 @@ PROBES: dict[str, Probe] = {
                    view=lambda v, value: [r.config["num_samples"] for r in v.runs] == [1, 2]),
     "workers": Probe(("2",), flag("--workers"), view=lambda v, value: POOLS == [2] * len(POOLS) and bool(POOLS)),
     "executor": Probe(("ray",), flag("--executor"), view=lambda v, value: bool(v.runs) and RAY),
-    "address": Probe(("auto",), flag("--address"), view=lambda v, value: bool(v.runs) and RAY
+    "address": Probe(("local",), flag("--address"), view=lambda v, value: bool(v.runs) and RAY
                      and os.environ.get("RAY_ADDRESS") == value),
 }  # fmt: skip
 

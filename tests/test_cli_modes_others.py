@@ -35,7 +35,9 @@ that only a failure shows.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,8 @@ from blockspace.errors import InvalidArgumentError
 from blockspace.interfaces import load_manager_class
 from blockspace.validation import check_mode_options, option_name
 from helpers import trace_lines
+
+RAY = importlib.util.find_spec("ray") is not None
 
 TRACE = "trace.jsonl"  # 8 requests, one a second
 OTHER_TRACE = "other.jsonl"  # 5 requests
@@ -468,6 +472,13 @@ CONFORMANCE = Command(
         "workers": Probe(
             ["--workers", "3"], lambda o: bool(explorers(o)) and all(c["workers"] == 3 for c in explorers(o))
         ),
+        "executor": Probe(
+            ["--executor", "ray"], lambda o: bool(explorers(o)) and all(c["executor"] == "ray" for c in explorers(o))
+        ),
+        "address": Probe(
+            ["--executor", "ray", "--address", "local"],  # local: Ray's word for a cluster of this machine's own
+            lambda o: os.environ.get("RAY_ADDRESS") == "local" and all(c["executor"] == "ray" for c in explorers(o)),
+        ),
         "budget": Probe(
             ["--budget", "0.001"],  # spent while the first scope starts: it is cut at once, the others not begun
             lambda o: (
@@ -486,8 +497,13 @@ CONFORMANCE = Command(
         ("without", "symbolic"),  # machine[plain] needs no caching
         *(
             (dest, mode)
-            for dest in ("scope", "scope_set", "workers", "budget")
+            for dest in ("scope", "scope_set", "workers", "budget", "executor", "address")
             for mode in ("quick", "full", "symbolic")
+        ),
+        *(
+            ((dest, mode) for dest in ("executor", "address") for mode in ("quick+scope", "exhaustive"))
+            if not RAY
+            else ()
         ),
     },  # no explorer there (--only leaves it out)
 )
@@ -586,7 +602,9 @@ def test_every_option_has_a_probe(name):
 
 
 @pytest.mark.parametrize(("name", "dest", "mode"), pairs())
-def test_an_option_is_honoured_or_refused_by_name(workspace, capsys, name, dest, mode):
+def test_an_option_is_honoured_or_refused_by_name(workspace, monkeypatch, capsys, name, dest, mode):
+    monkeypatch.setenv("RAY_ADDRESS", "")  # --address sets it: recorded as it was, put back after each probe
+    monkeypatch.delenv("RAY_ADDRESS")
     command = COMMANDS[name]
     argv = argv_for(command, dest, mode)
     folder = Path.cwd()

@@ -1,5 +1,6 @@
-"""Sweeps and searches on a running Ray cluster (``--executor ray
---address``; ``simulator/executor.py``): the process pool's answers.
+"""The explorer, sweeps and searches on a running Ray cluster
+(``--executor ray --address``; ``conformance/ray_layers.py``,
+``simulator/executor.py``): the process pool's answers.
 
 The cluster is started as a user starts one, ``ray start --head``, on 2
 CPUs, with a temporary folder of this module's own (short: Ray's socket
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -87,3 +89,48 @@ def test_a_search_on_a_running_cluster_gives_the_pools_answer(cluster, tmp_path)
                              for kind in ("ray", "pool"))  # fmt: skip
     assert on_ray["min_replicas"] == in_pool["min_replicas"] is not None
     assert on_ray["curve"] == in_pool["curve"] and len(on_ray["curve"]) > 2
+
+
+def conformance(env: dict[str, str], report: Path, *argv: str, cwd: Path | None = None) -> list[dict]:
+    """``blockspace conformance``'s explorer alone, in a process of its own: its checks from ``--json``."""
+    command = [sys.executable, "-m", "blockspace", "conformance", "--profile", "exhaustive", "--only", "explore",
+               "--workers", "2", "--json", str(report), *argv]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr[-2000:]
+    return json.loads(report.read_text())["checks"]
+
+
+def proved(check: dict) -> tuple:
+    """What a search proved, less its times: the figures, the situations and the theorem's words."""
+    figures = ("status", "states", "transitions", "calls", "depth", "layers", "exhausted", "situations")
+    theorem, detail = (re.sub(r"[\d.,]+ s on \d+ worker\(s\), [\d,]+ transitions/s", "T", check[key])
+                       for key in ("theorem", "detail"))  # fmt: skip
+    return theorem, detail, *(check[key] for key in figures)
+
+
+def test_the_explorer_on_a_running_cluster_proves_what_the_pool_proves(cluster, tmp_path):
+    address, env = cluster
+    scopes = ("--impl", "fast", "--scope", "plain_single", "--scope", "swap_single")
+    on_ray = conformance(env, tmp_path / "ray.json", *scopes, "--executor", "ray", "--address", address)
+    in_pool = conformance(env, tmp_path / "pool.json", *scopes)
+    assert [check["status"] for check in on_ray] == ["passed", "passed"]
+    assert [proved(check) for check in on_ray] == [proved(check) for check in in_pool]
+    assert on_ray[0]["states"] == 598 and on_ray[0]["exhausted"] and on_ray[0]["workers"] == 2
+
+
+def test_a_users_broken_manager_from_a_file_fails_on_the_cluster_with_the_pools_repro(cluster, tmp_path):
+    """The manager's module is a file on the command's ``PYTHONPATH``,
+    which the cluster's workers (started before, by ``ray start``) do not
+    have: they import it only as shipped with the job. The first
+    counterexample is the pool's, repro and all."""
+    address, env = cluster
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "users_manager.py").write_text(
+        "from blockspace.conformance.broken import FifoFreeList\n\n\nclass Mine(FifoFreeList):\n    pass\n"
+    )
+    env = {**env, "PYTHONPATH": str(tmp_path / "mine")}  # the command's own path: the cluster's workers lack it
+    argv = ("--impl", "users_manager:Mine", "--scope", "plain", "--scope-set", "max_depth=4")
+    on_ray = conformance(env, tmp_path / "ray.json", *argv, "--executor", "ray", "--address", address)
+    in_pool = conformance(env, tmp_path / "pool.json", *argv)
+    assert proved(on_ray[0]) == proved(in_pool[0]) and on_ray[0]["status"] == "failed"
+    assert on_ray[0]["failure_moves"] == 3 and "users_manager:Mine" in on_ray[0]["detail"]

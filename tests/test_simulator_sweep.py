@@ -157,6 +157,7 @@ def test_the_ray_executor_uses_rays_pool(tmp_path, monkeypatch, capsys):
             super().__init__(processes)  # not run here: these threads share this process's flag
 
     ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: True  # joined already: the pool is all the sweep asks of it
     ray.util = types.ModuleType("ray.util")
     ray.util.multiprocessing = types.ModuleType("ray.util.multiprocessing")
     ray.util.multiprocessing.Pool = Pool
