@@ -55,7 +55,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from blockspace.conformance import invariants, situations
 from blockspace.conformance.check import Check, CheckResult
@@ -84,6 +84,14 @@ from blockspace.saved_state import SavedState
 from blockspace.snapshot import diff
 
 CHUNK = 32  # frontier states a worker expands at a time (fixed, so results do not depend on the workers)
+
+
+class Seen(Protocol):
+    """The seen set as ``expand`` reads it: how many histories of a state
+    (by its digest) earlier layers kept, 0 for none (a ``Counter``; a Ray
+    worker's ``ray_layers.Digests``)."""
+
+    def __getitem__(self, key: bytes, /) -> int: ...
 
 
 class Finding(Exception):
@@ -347,7 +355,7 @@ class Keeper:
 
 def expand(
     chunk: list[tuple[bytes, tuple]],
-    seen: Counter[bytes],
+    seen: Seen,
     keeper: Keeper,
     successors: bool = True,
     histories: int = 1,
@@ -396,7 +404,7 @@ class _Expander:
     def __init__(
         self,
         keeper: Keeper,
-        seen: Counter[bytes],
+        seen: Seen,
         found: Counter[bytes],
         histories: int,
         reached_before: Mapping[str, int] | None,

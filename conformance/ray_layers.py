@@ -45,6 +45,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from blockspace.conformance.explore import CHUNK, Expansion, Keeper, expand
 from blockspace.conformance.scope import Scope
 from blockspace.errors import ClusterError, InvalidArgumentError
@@ -55,25 +57,59 @@ IN_FLIGHT = 2  # chunks sent to a worker at a time: one runs, the next waits in 
 _WORKERS: dict[int, list[Any]] = {}  # how many -> this command's workers, kept over its searches
 
 
+class Digests:
+    """A worker's copy of the seen set, at 17 bytes a state: the 16-byte
+    digests sorted in one array, and how many histories of each were kept;
+    ``digests[key]`` answers as the driver's ``Counter`` does (0 for a key
+    never added). Why not a ``Counter`` as in the driver: there a digest
+    costs 91 bytes (the bytes object and its slot), and every worker holds
+    a copy. Merged once a layer (``add``); a lookup is a binary search.
+    NumPy's ``S16`` drops trailing zero bytes when it hands an item out, so
+    a key is compared without them (16 bytes long, the stripped form is
+    still one per digest)."""
+
+    def __init__(self) -> None:
+        self.keys = np.empty(0, "S16")
+        self.counts = np.empty(0, np.uint8)
+
+    def add(self, added: bytes) -> None:
+        """The digests of ``added`` (16 bytes each, a digest once for each history kept)."""
+        if not added:
+            return
+        keys = np.concatenate([self.keys, np.frombuffer(added, "S16")])
+        counts = np.concatenate([self.counts, np.ones(len(added) // 16, np.uint8)])
+        order = np.argsort(keys, kind="stable")
+        keys, counts = keys[order], counts[order]
+        self.keys, starts = np.unique(keys, return_index=True)
+        self.counts = np.add.reduceat(counts, starts).astype(np.uint8)
+
+    def __getitem__(self, key: bytes) -> int:
+        at = int(np.searchsorted(self.keys, np.array(key, "S16")))
+        return int(self.counts[at]) if at < len(self.keys) and self.keys[at] == key.rstrip(b"\x00") else 0
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
 class LayerWorker:
     """One Ray worker's part of a search: its managers (``Keeper``), its
-    copy of the seen set, and the layer's ``found`` and situations, as a
-    forked worker inherits them (``explore._expand_chunk``)."""
+    copy of the seen set (``Digests``), and the layer's ``found`` and
+    situations, as a forked worker inherits them (``explore._expand_chunk``)."""
 
     def __init__(self) -> None:
         self.keeper: Keeper | None = None
-        self.seen: Counter[bytes] = Counter()
+        self.seen = Digests()
         self.found: Counter[bytes] = Counter()
         self.reached: dict[str, int] = {}
 
     def begin(self, impls: Mapping[str, Any], scope: Scope) -> None:
         """A new search: fresh managers, and nothing seen."""
-        self.keeper, self.seen = Keeper(impls, scope), Counter()
+        self.keeper, self.seen = Keeper(impls, scope), Digests()
 
-    def learn(self, added: list[bytes], reached: Mapping[str, int]) -> None:
-        """A new layer: the digests the last one added (each once for each
-        history kept), and the situations reached so far."""
-        self.seen.update(added)
+    def learn(self, added: bytes, reached: Mapping[str, int]) -> None:
+        """A new layer: the digests the last one added (16 bytes each, once
+        for each history kept), and the situations reached so far."""
+        self.seen.add(added)
         self.found, self.reached = Counter(), dict(reached)
 
     def expand(self, chunk: list[tuple[bytes, tuple]], successors: bool, histories: int) -> Expansion:
@@ -141,7 +177,7 @@ class RayLayers:
         self, frontier: list[tuple[bytes, tuple]], added: list[bytes], successors: bool, histories: int, reached: dict
     ) -> list[Expansion]:
         ray = join()
-        news = ray.put(added)
+        news = ray.put(b"".join(added))
         for actor in self.actors:  # an actor runs its calls in the order they were made: before its chunks
             actor.learn.remote(news, reached)
         jobs = [frontier[i : i + CHUNK] for i in range(0, len(frontier), CHUNK)]
@@ -178,4 +214,4 @@ class RayLayers:
             raise
 
 
-__all__ = ["LayerWorker", "RayLayers", "shipped_modules"]
+__all__ = ["Digests", "LayerWorker", "RayLayers", "shipped_modules"]

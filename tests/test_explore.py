@@ -7,8 +7,10 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+import random
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
@@ -16,6 +18,7 @@ from blockspace.conformance import Divergence
 from blockspace.conformance import explore as explore_module
 from blockspace.conformance.explore import CHUNK, Finding, LeanLock, MoveAgain, Search, build, canonical, explore
 from blockspace.conformance.protocol import ScriptedWorld, World, make, moves
+from blockspace.conformance.ray_layers import Digests
 from blockspace.conformance.scope import SCOPES, ScopeError, scope_from
 from blockspace.conformance.script import Script
 from blockspace.errors import NoFreeBlocksError
@@ -316,3 +319,19 @@ def test_every_arrival_of_an_encoder_decoder_scope_brings_its_encoder_prompt() -
     assert arrivals and all(len(move) == 4 for move in arrivals), arrivals
     make(arrivals[0], world, LeanLock(build(PAIR, SCOPES["encoder_decoder"])))
     assert all(group.is_encoder_decoder() for group in world.groups.values())
+
+
+def test_a_ray_workers_digests_count_as_the_drivers_counter() -> None:
+    """``ray_layers.Digests`` (17 bytes a state) answers every lookup as the
+    ``Counter`` it stands in for: digests added over several layers, some
+    more than once (histories), some ending in zero bytes, which NumPy's
+    byte strings drop when they hand an item out."""
+    rng = random.Random(7)
+    digests, counter = Digests(), Counter()
+    keys = [bytes(rng.randrange(1, 256) for _ in range(16 - i % 4)) + b"\x00" * (i % 4) for i in range(300)]
+    for layer in range(4):
+        added = [rng.choice(keys) for _ in range(100)]
+        digests.add(b"".join(added))
+        counter.update(added)
+        assert all(digests[key] == counter[key] for key in keys), layer
+    assert len(digests) == len(counter) and digests[b"\xff" * 16] == 0

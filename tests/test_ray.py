@@ -15,10 +15,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -49,11 +51,19 @@ def cluster():
                     "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True,
                    capture_output=True, timeout=180)  # fmt: skip
     try:
-        yield f"127.0.0.1:{port}", env
+        yield f"127.0.0.1:{port}", env, folder
     finally:
         subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=180)
         shutil.rmtree(folder, ignore_errors=True)
         assert ray_processes(folder) == [] and not Path(folder).exists()
+
+
+def actors(folder: str) -> list[str]:
+    """The actors alive on the cluster of ``folder``: its raylet's worker processes that hold one."""
+    found = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
+    rows = [line.split(None, 2) for line in found.splitlines() if len(line.split(None, 2)) == 3]
+    raylets = {pid for pid, _, args in rows if "raylet" in args and folder in args}
+    return [args for _, ppid, args in rows if ppid in raylets and args.startswith("ray::LayerWorker")]
 
 
 def simulate(env: dict[str, str], out: Path, *argv: str) -> None:
@@ -69,7 +79,7 @@ def untimed(summary: dict) -> dict:
 
 
 def test_a_sweep_on_a_running_cluster_gives_the_pools_figures(cluster, tmp_path):
-    address, env = cluster
+    address, env, _ = cluster
     sweep = ("--sweep", "block_size=16,32", "--sweep", "max_num_seqs=4,64")
     simulate(env, tmp_path / "ray", *sweep, "--executor", "ray", "--address", address)
     simulate(env, tmp_path / "pool", *sweep)
@@ -81,7 +91,7 @@ def test_a_sweep_on_a_running_cluster_gives_the_pools_figures(cluster, tmp_path)
 
 
 def test_a_search_on_a_running_cluster_gives_the_pools_answer(cluster, tmp_path):
-    address, env = cluster
+    address, env, _ = cluster
     search = ("--find", "min-replicas", "--router", "kv_aware", "--time-scale", "0.2", "--slo", "ttft=5s")
     simulate(env, tmp_path / "ray", *search, "--executor", "ray", "--address", address)
     simulate(env, tmp_path / "pool", *search)
@@ -109,7 +119,7 @@ def proved(check: dict) -> tuple:
 
 
 def test_the_explorer_on_a_running_cluster_proves_what_the_pool_proves(cluster, tmp_path):
-    address, env = cluster
+    address, env, _ = cluster
     scopes = ("--impl", "fast", "--scope", "plain_single", "--scope", "swap_single")
     on_ray = conformance(env, tmp_path / "ray.json", *scopes, "--executor", "ray", "--address", address)
     in_pool = conformance(env, tmp_path / "pool.json", *scopes)
@@ -123,7 +133,7 @@ def test_a_users_broken_manager_from_a_file_fails_on_the_cluster_with_the_pools_
     which the cluster's workers (started before, by ``ray start``) do not
     have: they import it only as shipped with the job. The first
     counterexample is the pool's, repro and all."""
-    address, env = cluster
+    address, env, _ = cluster
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "users_manager.py").write_text(
         "from blockspace.conformance.broken import FifoFreeList\n\n\nclass Mine(FifoFreeList):\n    pass\n"
@@ -134,3 +144,38 @@ def test_a_users_broken_manager_from_a_file_fails_on_the_cluster_with_the_pools_
     in_pool = conformance(env, tmp_path / "pool.json", *argv)
     assert proved(on_ray[0]) == proved(in_pool[0]) and on_ray[0]["status"] == "failed"
     assert on_ray[0]["failure_moves"] == 3 and "users_manager:Mine" in on_ray[0]["detail"]
+
+
+def test_ctrl_c_ends_a_run_on_the_cluster_within_5_s_with_its_workers_killed(cluster, tmp_path):
+    """SIGINT to the command's process group, as a terminal sends it, while
+    the cluster's workers expand a layer: exit 130 within 5 s, one line,
+    no report, and no worker of the run left on the cluster."""
+    address, env, folder = cluster
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "blockspace", "conformance", "--impl", "fast", "--profile", "exhaustive",
+               "--only", "explore", "--scope", "plain", "--workers", "2", "--executor", "ray", "--address", address,
+               "--json", str(report)]  # fmt: skip
+    heard = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731 - as a terminal's command hears it
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True, preexec_fn=heard)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not any(".expand" in args for args in actors(folder)):  # a chunk is being expanded
+            assert process.poll() is None and time.monotonic() < deadline, (
+                process.stderr.read() if process.stderr else ""
+            )
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGINT)
+        sent = time.monotonic()
+        _, err = process.communicate(timeout=30)
+        seconds = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130 and seconds < 5, (process.returncode, seconds, err)
+    assert err.splitlines() == ["interrupted: stopped by Ctrl-C"] and not report.exists()
+    deadline = time.monotonic() + 10
+    while actors(folder) and time.monotonic() < deadline:  # killed: their processes end
+        time.sleep(0.1)
+    assert actors(folder) == []
