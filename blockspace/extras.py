@@ -9,7 +9,7 @@ serve::
     pip install 'blockspace[sim]'          # blockspace simulate's plot and progress bar
     pip install 'blockspace[gpu]'          # CUDA kernels, block tables as torch tensors, gpu-bench
     pip install 'blockspace[bench]'        # blockspace bench (its model-runner step builds torch tensors)
-    pip install 'blockspace[ray]'          # --executor ray: sweeps and searches on a Ray cluster
+    pip install 'blockspace[ray]'          # --executor ray: the explorer, sweeps and searches on a Ray cluster
 
 A part checks its modules before it does any work, and a missing one is a
 ``MissingExtraError`` naming the extra; the ``blockspace`` command turns it

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from typing import Any
 
 from blockspace.errors import InvalidArgumentError
@@ -21,6 +22,7 @@ from blockspace.extras import missing_extra
 from blockspace.interrupts import sigint_held
 
 WHAT = "--executor ray"
+CONNECT_S = 5.0  # how long an --address may take to answer
 
 
 def ray_module() -> Any:
@@ -50,6 +52,7 @@ def join(py_modules: tuple[str, ...] = ()) -> Any:
     ray = ray_module()
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
+        reachable(address)
         own: dict[str, Any] = {} if address else {"include_dashboard": False}  # a local cluster's own options
         if py_modules:
             own["runtime_env"] = {"py_modules": list(py_modules)}
@@ -60,6 +63,21 @@ def join(py_modules: tuple[str, ...] = ()) -> Any:
             where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
             raise InvalidArgumentError(f"--executor ray: cannot join {where}: {error}") from None
     return ray
+
+
+def reachable(address: str | None) -> None:
+    """``InvalidArgumentError`` at once where nothing listens at ``address``
+    (``host:port``): Ray itself would wait for it for many minutes.
+    ``auto`` and ``local`` are Ray's to find."""
+    host, _, port = (address or "").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except OSError as error:
+        raise InvalidArgumentError(
+            f"--address {address}: no Ray cluster to join, nothing answers there ({error})"
+        ) from None
 
 
 def cpus() -> int:

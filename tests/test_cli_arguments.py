@@ -147,7 +147,10 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
             ["--kv-link-gbps", "0", "--prefill-replicas", "1", "--replicas", "2"],
             ["--kv-link-gbps", "100"],
         ],
-        "address": [["--address", "auto", "--sweep", "block_size=16,32"]],  # without --executor ray
+        "address": [
+            ["--address", "auto", "--sweep", "block_size=16,32"],  # without --executor ray
+            ["--executor", "ray", "--address", "127.0.0.1:1", "--sweep", "block_size=16,32"],  # nothing answers
+        ],
         "router_lag": [
             ["--router-lag", "-1", "--replicas", "2", "--router", "kv_aware"],
             ["--router-lag", "50", "--replicas", "2"],  # round robin reads no cache
@@ -262,6 +265,22 @@ BAD: dict[str, dict[str, list[list[str]]]] = {
         "examples": [["--profile", "exhaustive", "--examples", "3"], ["--only", "sweep", "--examples", "3"]],
         "shrink_budget": [["--only", "explore", "--scope", "plain", "--shrink-budget", "5"]],
         "workers": [["--workers", "2"], ["--profile", "symbolic", "--workers", "2"]],
+        "executor": [["--only", "machine[plain]", "--executor", "ray"]],  # no explorer runs
+        "address": [
+            ["--profile", "exhaustive", "--only", "explore", "--scope", "default", "--address", "auto"],  # no ray
+            [
+                "--profile",
+                "exhaustive",
+                "--only",
+                "explore",
+                "--scope",
+                "default",
+                "--executor",
+                "ray",
+                "--address",
+                "127.0.0.1:1",
+            ],  # nothing answers there
+        ],  # fmt: skip
         "fail_fast": [
             ["--only", "machine[plain]", "--fail-fast"],
             ["--profile", "exhaustive", "--only", "explore", "--scope", "default", "--fail-fast"],
