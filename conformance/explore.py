@@ -29,9 +29,10 @@ manager per implementation (``Keeper``), and before each move from a
 state that an earlier move changed, the state is put back into it
 (``restore_state``): for the fast manager a copy of bytes into the arrays
 it has, where loading a pickle made every array and kernel handle anew. **Workers**: a layer's frontier is cut into
-chunks of a fixed size, expanded by one forked process per core; their
-results are merged in frontier order, so the states, the counts and the
-first failure are the same for any number of workers.
+chunks of a fixed size, expanded by one forked process per core, or by
+actors on a Ray cluster (``ray_layers.py``, the twin of ``expand_layer``);
+their results are merged in frontier order, so the states, the counts and
+the first failure are the same for any number and kind of workers.
 
 **Forbidden moves at once** (``all_refused``): most of a state's moves are
 forbidden calls (``illegal(kind)``), each of which must answer alike
