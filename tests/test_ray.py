@@ -44,6 +44,7 @@ def cluster():
     folder = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     env = {**os.environ, **QUIET}
     env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_TMPDIR", None)  # it would win over --temp-dir: the cluster's folder is this one
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
