@@ -60,9 +60,16 @@ def cluster():
 
 
 def actors(folder: str) -> list[str]:
-    """The actors alive on the cluster of ``folder``: its raylet's worker processes that hold one."""
-    found = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
-    rows = [line.split(None, 2) for line in found.splitlines() if len(line.split(None, 2)) == 3]
+    """The actors alive on the cluster of ``folder``: its raylet's worker
+    processes that hold one (read from ``/proc``: whole command lines)."""
+    rows = []
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = (entry / "stat").read_text().rpartition(")")[2].split()[1]
+        except (OSError, IndexError):  # not a process, or gone meanwhile
+            continue
+        rows.append((entry.name, ppid, args))
     raylets = {pid for pid, _, args in rows if "raylet" in args and folder in args}
     return [args for _, ppid, args in rows if ppid in raylets and args.startswith("ray::LayerWorker")]
 
