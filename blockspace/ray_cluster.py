@@ -50,9 +50,9 @@ def join(py_modules: tuple[str, ...] = ()) -> Any:
     paths only for a whole job, when it is joined: a later join with other
     modules changes nothing)."""
     ray = ray_module()
+    address = os.environ.get("RAY_ADDRESS")
+    reachable(address)  # even when joined already: an address that cannot be joined is a mistake to say
     if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        reachable(address)
         own: dict[str, Any] = {} if address else {"include_dashboard": False}  # a local cluster's own options
         if py_modules:
             own["runtime_env"] = {"py_modules": list(py_modules)}

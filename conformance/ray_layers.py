@@ -153,7 +153,7 @@ class RayLayers:
     same ``expand_layer`` answers as the fork pool's."""
 
     def __init__(self, impls: Mapping[str, Any], scope: Scope, workers: int | None) -> None:
-        ray = join(shipped_modules(impls))
+        self.ray = ray = join(shipped_modules(impls))
         self.workers = ray_workers(workers)
         if self.workers not in _WORKERS:
             actor = ray.remote(num_cpus=1)(LayerWorker)
@@ -176,7 +176,7 @@ class RayLayers:
     def _layer(
         self, frontier: list[tuple[bytes, tuple]], added: list[bytes], successors: bool, histories: int, reached: dict
     ) -> list[Expansion]:
-        ray = join()
+        ray = self.ray
         news = ray.put(b"".join(added))
         for actor in self.actors:  # an actor runs its calls in the order they were made: before its chunks
             actor.learn.remote(news, reached)
@@ -201,7 +201,7 @@ class RayLayers:
         """``work()``; on Ctrl-C or an error, every worker killed first (their
         chunks with them) and forgotten, so nothing runs on after. A
         worker's failure is ``ClusterError``, its cause's last line said."""
-        ray = join()
+        ray = self.ray
         try:
             return work()
         except BaseException as error:
