@@ -673,16 +673,14 @@ class Search:
         scope: Scope,
         workers: int | None = None,
         max_seconds: float | None = None,
-        executor: str = "process",
+        layers: Callable[..., Any] | None = None,
     ) -> None:
         started = time.perf_counter()
         self.impls, self.scope, self.max_seconds = impls, scope, max_seconds
         sys.setrecursionlimit(max(sys.getrecursionlimit(), PICKLE_DEPTH))
-        self.ray = None
-        if executor == "ray":  # its workers on a Ray cluster (ray_layers.py), else forked here
-            from blockspace.conformance.ray_layers import RayLayers
-
-            self.ray = RayLayers(impls, scope, workers)
+        # ``layers``: its workers elsewhere (``ray_layers.RayLayers``: on a Ray cluster), else forked here
+        self.ray = layers(impls, scope, workers) if layers is not None else None
+        executor = "process" if layers is None else "ray"
         self.workers = self.ray.workers if self.ray is not None else workers or os.cpu_count() or 1
         self.report = Report(scope, list(impls), workers=self.workers, executor=executor)
         self.keeper = Keeper(impls, scope)
@@ -754,12 +752,12 @@ def explore(
     scope: Scope,
     workers: int | None = None,
     max_seconds: float | None = None,
-    executor: str = "process",
+    layers: Callable[..., Any] | None = None,
 ) -> Report:
     """Breadth-first search of ``scope`` with ``impls`` in lockstep (the
     first is the yardstick and must offer ``snapshot()``), to its end, by
-    ``workers`` processes here or (``executor="ray"``) on a Ray cluster."""
-    search = Search(impls, scope, workers, max_seconds, executor)
+    ``workers`` processes here or elsewhere (``layers``: ``ray_layers.RayLayers``)."""
+    search = Search(impls, scope, workers, max_seconds, layers)
     while not search.done:
         search.advance()
     return search.report
@@ -815,7 +813,7 @@ def explore_check(
     capabilities: Mapping[str, bool],
     workers: int | None = None,
     budget: Budget | None = None,
-    executor: str = "process",
+    layers: Callable[..., Any] | None = None,
 ) -> Check:
     """``explore[<scope>]``: the scope exhausted (or cut by its ``max_depth``,
     or by what is left of ``budget``: its theorem then holds to the depth
@@ -833,7 +831,7 @@ def explore_check(
         if budget is not None and left is not None and left <= 0:
             return CheckResult(name, "skipped", detail=f"not begun: the --budget of {budget.seconds:g} s was spent")
         try:
-            report = explore(impls, scope, workers, left, executor)
+            report = explore(impls, scope, workers, left, layers)
         except (TypeError, RecursionError, pickle.PicklingError, ClusterError) as error:  # no snapshot(); no pickle
             return CheckResult(name, "failed", detail=f"cannot explore: {type(error).__name__}: {error}")
         detail = report.theorem() + ("\n" + report.failure if report.failure else "")

@@ -83,8 +83,13 @@ def checks_for(
     if profile.symbolic:
         checks += symbolic.symbolic_checks(impls, profile)
     shared = explore.Budget(budget) if budget is not None else None
+    layers = None
+    if executor == "ray":  # the explorer's workers on a Ray cluster
+        from blockspace.conformance.ray_layers import RayLayers
+
+        layers = RayLayers
     for scope in scopes or profile.scopes:
-        checks.append(explore.explore_check(impls, scope, capabilities, workers, shared, executor))
+        checks.append(explore.explore_check(impls, scope, capabilities, workers, shared, layers))
     return checks
 
 
