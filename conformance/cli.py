@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from blockspace.conformance.check import REPRO, Check, CheckResult, failure_signature
+from blockspace.conformance.explore import Report
 from blockspace.conformance.runner import (
     PROFILES,
     capabilities_of,
@@ -123,7 +124,7 @@ def prepare(args: Any, given: frozenset[str] = frozenset()) -> Plan:
     impls = {names[0]: against_cls, names[1]: impl_cls}
     reporter = Reporter(profile.shrink_seconds)
     every_check = checks_for(
-        impls, profile, capabilities, reporter.found, scopes, args.workers, args.budget, args.executor
+        impls, profile, capabilities, reporter.found, scopes, args.workers, args.budget, args.executor, reporter.layer
     )
     unmatched = [text for text in args.only or () if not any(text in check.name for check in every_check)]
     if unmatched:
@@ -298,15 +299,21 @@ def check_entries(results: list[CheckResult]) -> list[dict[str, Any]]:
     return entries
 
 
+PROGRESS_SECONDS = 60.0  # a search says where it is at most this often (as TLC does, once a minute)
+
+
 class Reporter:
     """Says what happens while the checks run, above the progress bar: each
     failure once (a check that meets a failure already shown says nothing:
-    the summary lists it with the first)."""
+    the summary lists it with the first), and where a long search is. Why
+    the search's lines: its figures come only at its end, so without them
+    a search stopped after an hour leaves nothing of what it counted."""
 
     def __init__(self, shrink_seconds: float) -> None:
         self.shrink_seconds = shrink_seconds
         self.console: Any = None  # the progress bar's, once it runs
         self.shown: set[str] = set()  # signatures of the failures printed
+        self.next_line: dict[str, float] = {}  # check -> its search's seconds at which it next says where it is
 
     def say(self, text: str) -> None:
         if self.console is not None:
@@ -317,6 +324,15 @@ class Reporter:
         if failure_signature(message) not in self.shown:
             self.say(f"{check}: a failure after {seconds:.1f} s, shrinking it for at most {self.shrink_seconds:g} s: "
                      f"{message.splitlines()[0]}")  # fmt: skip
+
+    def layer(self, check: str, report: Report) -> None:
+        """A layer of a search ended: its figures so far, once a ``PROGRESS_SECONDS``."""
+        going_on = not (report.exhausted or report.cut)  # else its summary follows at once
+        if going_on and report.seconds >= self.next_line.get(check, PROGRESS_SECONDS):
+            self.next_line[check] = report.seconds + PROGRESS_SECONDS
+            self.say(f"{check}: depth {report.depth} reached ({report.layers[-1]:,} states at it), "
+                     f"{report.states:,} states and {report.transitions:,} transitions so far, "
+                     f"{report.seconds:.0f} s")  # fmt: skip
 
     def failed(self, result: CheckResult) -> None:
         if result.signature not in self.shown:

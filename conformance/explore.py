@@ -56,6 +56,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from blockspace.conformance import invariants, situations
@@ -753,13 +754,17 @@ def explore(
     workers: int | None = None,
     max_seconds: float | None = None,
     layers: Callable[..., Any] | None = None,
+    on_layer: Callable[[Report], None] | None = None,
 ) -> Report:
     """Breadth-first search of ``scope`` with ``impls`` in lockstep (the
     first is the yardstick and must offer ``snapshot()``), to its end, by
-    ``workers`` processes here or elsewhere (``layers``: ``ray_layers.RayLayers``)."""
+    ``workers`` processes here or elsewhere (``layers``: ``ray_layers.RayLayers``);
+    ``on_layer`` hears the report after every layer (a long search's progress)."""
     search = Search(impls, scope, workers, max_seconds, layers)
     while not search.done:
-        search.advance()
+        report = search.advance()
+        if on_layer is not None:
+            on_layer(report)
     return search.report
 
 
@@ -793,6 +798,9 @@ def describe(move: Move) -> str:
 
 
 # -- as a check of the kit ----------------------------------------------------------------------
+LayerDone = Callable[[str, Report], None]  # (check name, the report so far): a layer was expanded
+
+
 class Budget:
     """The explorer's wall time over several scopes (``--budget``), counted
     from when the first of them begins."""
@@ -814,6 +822,7 @@ def explore_check(
     workers: int | None = None,
     budget: Budget | None = None,
     layers: Callable[..., Any] | None = None,
+    on_layer: LayerDone | None = None,
 ) -> Check:
     """``explore[<scope>]``: the scope exhausted (or cut by its ``max_depth``,
     or by what is left of ``budget``: its theorem then holds to the depth
@@ -831,7 +840,7 @@ def explore_check(
         if budget is not None and left is not None and left <= 0:
             return CheckResult(name, "skipped", detail=f"not begun: the --budget of {budget.seconds:g} s was spent")
         try:
-            report = explore(impls, scope, workers, left, layers)
+            report = explore(impls, scope, workers, left, layers, on_layer and partial(on_layer, name))
         except (TypeError, RecursionError, pickle.PicklingError, ClusterError) as error:  # no snapshot(); no pickle
             return CheckResult(name, "failed", detail=f"cannot explore: {type(error).__name__}: {error}")
         detail = report.theorem() + ("\n" + report.failure if report.failure else "")

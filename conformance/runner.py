@@ -69,12 +69,13 @@ def checks_for(
     workers: int | None = None,
     budget: float | None = None,
     executor: str = "process",
+    on_layer: explore.LayerDone | None = None,
 ) -> list[Check]:
     """Every check of a profile, in the order they run (``scopes``: the
     explorer's, instead of the profile's, as names or ``Scope``s, explored
     by ``workers`` processes, default one per core, here or on a Ray
     cluster (``executor``), all of them within ``budget`` seconds when one
-    is given)."""
+    is given; ``on_layer`` hears of each layer the explorer ends)."""
     checks = machine_checks(impls, profile, capabilities, on_failure) if profile.max_examples else []
     if profile.trace_requests:
         checks += trace.trace_checks(impls, profile.trace_requests, capabilities)
@@ -89,7 +90,7 @@ def checks_for(
 
         layers = RayLayers
     for scope in scopes or profile.scopes:
-        checks.append(explore.explore_check(impls, scope, capabilities, workers, shared, layers))
+        checks.append(explore.explore_check(impls, scope, capabilities, workers, shared, layers, on_layer))
     return checks
 
 

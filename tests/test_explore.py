@@ -5,6 +5,7 @@ of the time abstraction, and the pickling it clones managers with."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import pickle
 import random
@@ -335,3 +336,21 @@ def test_a_ray_workers_digests_count_as_the_drivers_counter() -> None:
         counter.update(added)
         assert all(digests[key] == counter[key] for key in keys), layer
     assert len(digests) == len(counter) and digests[b"\xff" * 16] == 0
+
+
+def test_a_long_search_says_where_it_is_after_each_layer(monkeypatch, capsys, tmp_path) -> None:
+    """Lines written as the search goes (here after every layer), with the
+    figures its report ends with: a search stopped by hand keeps them."""
+    from blockspace.conformance import cli
+
+    monkeypatch.setattr(cli, "PROGRESS_SECONDS", 0.0)
+    command = ["--impl", "fast", "--against", "reference", "--profile", "exhaustive", "--only", "explore",
+               "--scope", "plain_single", "--workers", "1", "--json", str(tmp_path / "report.json")]  # fmt: skip
+    assert cli.main(command) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("explore[plain_single]: depth")]
+    found = json.loads((tmp_path / "report.json").read_text())["checks"][0]
+    layers = found["layers"]
+    assert len(said) == found["depth"] == len(layers) - 1
+    for depth, line in enumerate(said, start=1):
+        assert line.startswith(f"explore[plain_single]: depth {depth} reached ({layers[depth]:,} states at it), "
+                               f"{sum(layers[: depth + 1]):,} states and "), line  # fmt: skip
