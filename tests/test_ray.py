@@ -11,6 +11,7 @@ is not installed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -32,15 +33,52 @@ QUIET = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}  # no toke
 TIMED = ("wall_s", "manager_startup_s", "manager_time")  # what differs between any two runs, pool or not
 
 
-def ray_processes(folder: str) -> list[str]:
-    """The command lines of the processes that name ``folder`` (the cluster's own)."""
-    found = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout.splitlines()
-    return [line for line in found if folder in line and "ps -eo" not in line]
+def processes() -> list[tuple[int, int, str]]:
+    """(pid, parent pid, whole command line) of every process, read from
+    ``/proc`` (``ps`` cuts a raylet's long command line)."""
+    rows = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():  # self, thread-self, and what is not a process
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = (entry / "stat").read_text().rpartition(")")[2].split()[1]
+        except (OSError, IndexError):  # not a process, or gone meanwhile
+            continue
+        rows.append((int(entry.name), int(ppid), args))
+    return rows
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """The address of a 2-CPU Ray cluster of this module's, and the environment to join it with."""
+def cluster_processes(folder: str) -> set[int]:
+    """The processes of the cluster of ``folder``: those that name it (its
+    GCS, raylet and agents) and their descendants (its workers)."""
+    rows = processes()
+    found = {pid for pid, _, args in rows if folder in args}
+    while more := {pid for pid, ppid, _ in rows if ppid in found} - found:
+        found |= more
+    return found
+
+
+def stop(folder: str) -> None:
+    """Ends the cluster of ``folder``, and it alone. Why not ``ray stop``:
+    it ends every Ray process of the machine, a user's own clusters and
+    this test run's local one too (started in this process by the option
+    grids' probes, whose driver, pytest itself, then exits a minute later
+    when it finds its cluster gone)."""
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        for pid in cluster_processes(folder):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sent)
+        deadline = time.monotonic() + 10
+        while cluster_processes(folder) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def a_cluster():
+    """A 2-CPU Ray cluster, started as a user starts one: its address, the
+    environment to join it with, and its folder; stopped after, leaving no
+    process and no folder."""
     folder = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     env = {**os.environ, **QUIET}
     env.pop("RAY_ADDRESS", None)
@@ -48,28 +86,40 @@ def cluster():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    subprocess.run([RAY, "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={folder}",
-                    "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True,
-                   capture_output=True, timeout=180)  # fmt: skip
     try:
+        subprocess.run([RAY, "start", "--head", f"--port={port}", "--num-cpus=2", f"--temp-dir={folder}",
+                        "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True,
+                       capture_output=True, timeout=180)  # fmt: skip
         yield f"127.0.0.1:{port}", env, folder
     finally:
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=180)
+        stop(folder)
         shutil.rmtree(folder, ignore_errors=True)
-        assert ray_processes(folder) == [] and not Path(folder).exists()
+        assert cluster_processes(folder) == set() and not Path(folder).exists()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """This module's cluster (``a_cluster``)."""
+    with a_cluster() as made:
+        yield made
+
+
+def test_a_cluster_of_the_tests_stops_alone():
+    """Stopping a cluster of the tests leaves every other Ray cluster of the
+    machine running: a user's, or this test run's local one (``ray stop``
+    ended them all, and pytest with its own a minute later)."""
+    with a_cluster() as (_, _, other):
+        named = lambda: {pid for pid, _, args in processes() if other in args}  # noqa: E731 - its GCS, raylet, agents
+        running = named()
+        with a_cluster() as (_, _, mine):
+            assert cluster_processes(mine)
+        assert running and named() == running
 
 
 def actors(folder: str) -> list[str]:
     """The actors alive on the cluster of ``folder``: its raylet's worker
-    processes that hold one (read from ``/proc``: whole command lines)."""
-    rows = []
-    for entry in Path("/proc").iterdir():
-        try:
-            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ppid = (entry / "stat").read_text().rpartition(")")[2].split()[1]
-        except (OSError, IndexError):  # not a process, or gone meanwhile
-            continue
-        rows.append((entry.name, ppid, args))
+    processes that hold one."""
+    rows = processes()
     raylets = {pid for pid, _, args in rows if "raylet" in args and folder in args}
     return [args for _, ppid, args in rows if ppid in raylets and args.startswith("ray::LayerWorker")]
 
