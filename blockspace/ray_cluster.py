@@ -37,9 +37,12 @@ def ray_module() -> Any:
 def use_address(address: str | None) -> None:
     """Work goes to the cluster at ``address`` (``host:port``, or ``auto``)
     where one is given: by ``RAY_ADDRESS``, which Ray reads when this
-    process first joins a cluster. Checks Ray is installed first."""
+    process first joins a cluster. Checks Ray is installed and the address
+    answers first: a refused address leaves the environment as it was (a
+    command run in a process that goes on, as the tests run them)."""
     ray_module()
     if address is not None:
+        reachable(address)
         os.environ["RAY_ADDRESS"] = address
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -393,8 +394,9 @@ def no_work(monkeypatch):
 
 @pytest.mark.parametrize(("command", "dest", "argv"), cases())
 def test_a_bad_value_is_one_error_line_and_nothing_else(workspace, no_work, capsys, command, dest, argv):
-    before = tree(workspace)
+    before, address = tree(workspace), os.environ.get("RAY_ADDRESS")
     assert COMMANDS[command].main(argv) == 2
+    assert os.environ.get("RAY_ADDRESS") == address  # a refused --address is not kept for later commands
     captured = capsys.readouterr()
     assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
     assert "Traceback" not in captured.err and captured.out == ""
