@@ -82,3 +82,19 @@ def jit_or(count: int, without_jit: int) -> int:
     from numba import config
 
     return without_jit if config.DISABLE_JIT else count
+
+
+def processes() -> list[tuple[int, int, str]]:
+    """(pid, parent pid, whole command line) of every process, read from
+    Linux's ``/proc`` (``ps`` cuts long command lines, a raylet's)."""
+    rows = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():  # self, thread-self, and what is not a process
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = (entry / "stat").read_text().rpartition(")")[2].split()[1]
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+        rows.append((int(entry.name), int(ppid), args))
+    return rows

@@ -30,6 +30,7 @@ import pytest
 
 from blockspace.interrupts import INTERRUPTED
 from blockspace.outputs import PARTIAL, replacing, write_text
+from helpers import processes
 
 WITHIN_S = 2.0  # from the signal to the exit
 MARKER_S = 300.0  # the most a command may take to show its work started (a busy CI machine, no JIT)
@@ -47,15 +48,7 @@ class Stopped:
 def workers_of(pid: int) -> list[int]:
     """The worker processes of ``pid``: its children (Linux's /proc) but
     Python's resource tracker, which a spawned pool starts beside them."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                if b"resource_tracker" not in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-        except (OSError, IndexError, ValueError):  # gone meanwhile
-            continue
-    return found
+    return [child for child, parent, args in processes() if parent == pid and "resource_tracker" not in args]
 
 
 def heard() -> None:

@@ -26,27 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers import processes
+
 pytest.importorskip("ray", reason="Ray is the [ray] extra: pip install 'blockspace[ray]'")
 
 RAY = str(Path(sys.executable).parent / "ray")
 QUIET = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}  # no token written under ~/.ray, no report
 TIMED = ("wall_s", "manager_startup_s", "manager_time")  # what differs between any two runs, pool or not
-
-
-def processes() -> list[tuple[int, int, str]]:
-    """(pid, parent pid, whole command line) of every process, read from
-    ``/proc`` (``ps`` cuts a raylet's long command line)."""
-    rows = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():  # self, thread-self, and what is not a process
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ppid = (entry / "stat").read_text().rpartition(")")[2].split()[1]
-        except (OSError, IndexError):  # not a process, or gone meanwhile
-            continue
-        rows.append((int(entry.name), int(ppid), args))
-    return rows
 
 
 def cluster_processes(folder: str) -> set[int]:
